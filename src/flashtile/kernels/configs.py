@@ -1,0 +1,80 @@
+"""Every block size, warp count and pipeline depth the launchers can pick, in one place.
+
+Hopper (sm_90) values come from measurements recorded in ../shared/KERNEL_NOTES.md and
+benchmarks/results/; other GPUs get smaller tiles that fit ~100 KB of shared memory; the CPU
+interpreter gets small tiles so that odd sequence lengths cross several blocks in the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Tiling of the forward kernel: BLOCK_M query rows per program, BLOCK_N keys per step."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+    warp_specialize: bool = False
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """Tiling of the backward: the dK/dV kernel owns BLOCK_N1 keys and streams BLOCK_M1 queries;
+    the dQ kernel owns BLOCK_M2 queries and streams BLOCK_N2 keys."""
+
+    BLOCK_M1: int
+    BLOCK_N1: int
+    BLOCK_M2: int
+    BLOCK_N2: int
+    num_warps: int
+    num_stages: int
+
+
+def is_interpreter() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def block_d(head_dim: int) -> int:
+    """The register tile width for a head dim: the next power of two, at least 16 (tl.dot's minimum)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _is_hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def fwd_config(head_dim: int, causal: bool, device: torch.device) -> FwdConfig:
+    bd = block_d(head_dim)
+    if is_interpreter() or device.type != "cuda":
+        return FwdConfig(32, 32, 4, 1)
+    if _is_hopper(device):
+        if bd <= 64:
+            return FwdConfig(128, 128, 8, 3)
+        if bd <= 128:
+            return FwdConfig(128, 128, 8, 3)
+        return FwdConfig(128, 64, 8, 2)
+    if bd <= 64:
+        return FwdConfig(128, 64, 4, 3)
+    if bd <= 128:
+        return FwdConfig(128, 32, 4, 2)
+    return FwdConfig(64, 32, 4, 2)
+
+
+def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
+    bd = block_d(head_dim)
+    if is_interpreter() or device.type != "cuda":
+        return BwdConfig(32, 32, 32, 32, 4, 1)
+    if _is_hopper(device):
+        if bd <= 128:
+            return BwdConfig(64, 128, 128, 64, 8, 3)
+        return BwdConfig(32, 64, 64, 32, 8, 2)
+    if bd <= 64:
+        return BwdConfig(32, 64, 64, 32, 4, 2)
+    return BwdConfig(16, 64, 64, 16, 4, 2)

@@ -1,0 +1,204 @@
+"""Forward kernel: one program per (BLOCK_M query rows, batch, head); online softmax over K/V blocks.
+
+Derivation: docs/design/online_softmax.md. Scores are kept in base 2 (exp2 is the native unit):
+``s2 = q·kᵀ · softmax_scale · log2(e)``, so ``m`` and ``ℓ`` are base-2 quantities and the stored
+log-sum-exp is converted back to natural log once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from flashtile.kernels import configs
+from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
+
+LOG2_E = 1.4426950408889634
+LN_2 = 0.6931471805599453
+
+
+@triton.jit
+def _attn_fwd_steps(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_desc,
+    v_desc,
+    start_n,
+    end_n,
+    offs_m,
+    qk_scale,
+    seqlen_k,
+    causal_offset,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks."""
+    for n0 in tl.range(start_n, end_n, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        k = k_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
+        v = v_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
+        if DOT_FP32:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # [BLOCK_M, BLOCK_N]
+        if MASKED:
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            keep = offs_n[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            s = tl.where(keep, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if MASKED:
+            # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
+            m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        else:
+            m_ref = m_new
+        p = tl.math.exp2(s - m_ref[:, None])
+        alpha = tl.math.exp2(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    lse_ptr,
+    stride_qb,
+    stride_qn,
+    stride_qh,
+    stride_kb,
+    stride_kn,
+    stride_kh,
+    stride_vb,
+    stride_vn,
+    stride_vh,
+    stride_ob,
+    stride_on,
+    stride_oh,
+    seqlen_q,
+    seqlen_k,
+    num_m_blocks,
+    qk_scale,
+    H: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    # Consecutive programs share a head (its K/V stay in L2); the longest causal rows start first.
+    m_block = num_m_blocks - 1 - pid % num_m_blocks
+    bh = pid // num_m_blocks
+    b = bh // H
+    h = bh % H
+    h_kv = h // GROUP
+
+    q_desc = tl.make_tensor_descriptor(
+        q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
+    )
+    k_desc = tl.make_tensor_descriptor(
+        k_ptr + b * stride_kb + h_kv * stride_kh, [seqlen_k, HEAD_DIM], [stride_kn, 1], [BLOCK_N, BLOCK_D]
+    )
+    v_desc = tl.make_tensor_descriptor(
+        v_ptr + b * stride_vb + h_kv * stride_vh, [seqlen_k, HEAD_DIM], [stride_vn, 1], [BLOCK_N, BLOCK_D]
+    )
+    o_desc = tl.make_tensor_descriptor(
+        o_ptr + b * stride_ob + h * stride_oh, [seqlen_q, HEAD_DIM], [stride_on, 1], [BLOCK_M, BLOCK_D]
+    )
+
+    m0 = (m_block * BLOCK_M).to(tl.int32)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    # Bottom-right causal alignment: query i sees key j iff j ≤ i + (seqlen_k − seqlen_q).
+    causal_offset = seqlen_k - seqlen_q
+    if IS_CAUSAL:
+        hi = tl.minimum(seqlen_k, tl.maximum(0, m0 + BLOCK_M + causal_offset))
+        unmasked_end = tl.minimum(hi, tl.maximum(0, m0 + causal_offset + 1)) // BLOCK_N * BLOCK_N
+    else:
+        hi = seqlen_k
+        unmasked_end = seqlen_k // BLOCK_N * BLOCK_N
+
+    q = q_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
+    if DOT_FP32:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    acc, l_i, m_i = _attn_fwd_steps(
+        acc, l_i, m_i, q, k_desc, v_desc, 0, unmasked_end, offs_m, qk_scale, seqlen_k, causal_offset,
+        False, IS_CAUSAL, BLOCK_N, DOT_FP32, WARP_SPECIALIZE,
+    )  # fmt: skip
+    acc, l_i, m_i = _attn_fwd_steps(
+        acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, hi, offs_m, qk_scale, seqlen_k, causal_offset,
+        True, IS_CAUSAL, BLOCK_N, DOT_FP32, False,
+    )  # fmt: skip
+
+    # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_desc.store([m0, 0], out.to(o_desc.dtype))
+    lse = (m_i + tl.math.log2(l_i)) * LN_2
+    tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+
+
+def _precision_options(dtype: torch.dtype) -> dict[str, str]:
+    """fp32 inputs get true fp32 dots; Triton's default would round them to tf32."""
+    return {"default_dot_input_precision": "ieee"} if dtype == torch.float32 and not configs.is_interpreter() else {}
+
+
+def attn_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    config: configs.FwdConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward. q (B, N_q, H, D), k/v (B, N_k, H_KV, D), validated.
+
+    Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse`` (B, H, N_q) float32, both contiguous.
+    """
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if seqlen_k == 0:
+        return out.zero_(), lse.fill_(-math.inf)
+
+    d_pad = padded_head_dim(head_dim)
+    q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
+    o = out if d_pad == head_dim else torch.empty_like(q)
+    cfg = config or configs.fwd_config(head_dim, causal, q.device)
+    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
+    install_scratch_allocator(q.device)
+    attn_fwd_kernel[(num_m_blocks * batch * heads,)](
+        q, k, v, o, lse,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
+        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
+        DOT_FP32=configs.is_interpreter() or q.dtype == torch.float32,
+        WARP_SPECIALIZE=cfg.warp_specialize and not causal,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_precision_options(q.dtype),
+    )  # fmt: skip
+    if o is not out:
+        out.copy_(o[..., :head_dim])
+    return out, lse
