@@ -157,7 +157,7 @@ def attn_fwd_kernel(
     tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
 
 
-def _precision_options(dtype: torch.dtype) -> dict[str, str]:
+def precision_options(dtype: torch.dtype) -> dict[str, str]:
     """fp32 inputs get true fp32 dots; Triton's default would round them to tf32."""
     return {"default_dot_input_precision": "ieee"} if dtype == torch.float32 and not configs.is_interpreter() else {}
 
@@ -197,7 +197,7 @@ def attn_fwd(
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
         DOT_FP32=configs.is_interpreter() or q.dtype == torch.float32,
         WARP_SPECIALIZE=cfg.warp_specialize and not causal,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_precision_options(q.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype),
     )  # fmt: skip
     if o is not out:
         out.copy_(o[..., :head_dim])

@@ -1,0 +1,405 @@
+"""Backward kernels: the delta preprocess, dK/dV (one program per K/V block), dQ (one per Q block).
+
+Derivation: docs/design/backward.md. P is recomputed from Q, K and the stored log-sum-exp;
+``dS = P ∘ (dP − Δ)`` with ``Δ_i = rowsum(dO_i ∘ O_i)``. dK/dV and dQ are computed by separate
+programs, each owning its output tile, so there are no atomics and the result is deterministic.
+GQA: a dK/dV program loops over every query head of its group and sums their contributions.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from flashtile.kernels import configs
+from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
+from flashtile.kernels.fwd import LOG2_E, precision_options
+
+
+@triton.jit
+def attn_bwd_preprocess_kernel(
+    o_ptr,
+    do_ptr,
+    delta_ptr,
+    stride_ob,
+    stride_on,
+    stride_oh,
+    stride_dob,
+    stride_don,
+    stride_doh,
+    seqlen_q,
+    H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Δ[b, h, i] = Σ_d O[b, i, h, d] · dO[b, i, h, d], in fp32."""
+    m_block = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(
+        o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :], mask=mask, other=0.0
+    )
+    do = tl.load(
+        do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
+        mask=mask,
+        other=0.0,
+    )
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(delta_ptr + bh * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
+
+
+@triton.jit
+def _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q):
+    """LSE in base 2 and Δ for rows offs_m; rows past the end or with no visible key get LSE = +inf,
+    which makes their recomputed P exactly 0."""
+    in_range = offs_m < seqlen_q
+    lse = tl.load(lse_ptr + offs_m, mask=in_range, other=float("inf"))
+    lse = tl.where(lse == -float("inf"), float("inf"), lse) * 1.4426950408889634
+    delta = tl.load(delta_ptr + offs_m, mask=in_range, other=0.0)
+    return lse, delta
+
+
+@triton.jit
+def _attn_bwd_dkdv_steps(
+    dk,
+    dv,
+    k,
+    v,
+    q_desc,
+    do_desc,
+    lse_ptr,
+    delta_ptr,
+    start_m,
+    end_m,
+    offs_n,
+    qk_scale,
+    seqlen_q,
+    causal_offset,
+    MASKED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
+    that Pᵀ and dSᵀ feed the next dots directly."""
+    for m0 in tl.range(start_m, end_m, BLOCK_M):
+        q = q_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
+        do = do_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
+        if DOT_FP32:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        lse, delta = _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q)
+        s_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
+        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
+        if MASKED:
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def attn_bwd_dkdv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    lse_ptr,
+    delta_ptr,
+    dk_ptr,
+    dv_ptr,
+    stride_qb,
+    stride_qn,
+    stride_qh,
+    stride_kb,
+    stride_kn,
+    stride_kh,
+    stride_vb,
+    stride_vn,
+    stride_vh,
+    stride_dob,
+    stride_don,
+    stride_doh,
+    stride_dkb,
+    stride_dkn,
+    stride_dkh,
+    stride_dvb,
+    stride_dvn,
+    stride_dvh,
+    seqlen_q,
+    seqlen_k,
+    num_n_blocks,
+    qk_scale,
+    softmax_scale,
+    H: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    n_block = pid % num_n_blocks
+    bh_kv = pid // num_n_blocks
+    H_KV: tl.constexpr = H // GROUP
+    b = bh_kv // H_KV
+    h_kv = bh_kv % H_KV
+
+    k_desc = tl.make_tensor_descriptor(
+        k_ptr + b * stride_kb + h_kv * stride_kh, [seqlen_k, HEAD_DIM], [stride_kn, 1], [BLOCK_N, BLOCK_D]
+    )
+    v_desc = tl.make_tensor_descriptor(
+        v_ptr + b * stride_vb + h_kv * stride_vh, [seqlen_k, HEAD_DIM], [stride_vn, 1], [BLOCK_N, BLOCK_D]
+    )
+    dk_desc = tl.make_tensor_descriptor(
+        dk_ptr + b * stride_dkb + h_kv * stride_dkh, [seqlen_k, HEAD_DIM], [stride_dkn, 1], [BLOCK_N, BLOCK_D]
+    )
+    dv_desc = tl.make_tensor_descriptor(
+        dv_ptr + b * stride_dvb + h_kv * stride_dvh, [seqlen_k, HEAD_DIM], [stride_dvn, 1], [BLOCK_N, BLOCK_D]
+    )
+    n0 = (n_block * BLOCK_N).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    k = k_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
+    v = v_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
+    if DOT_FP32:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+
+    # Query i sees key j iff i ≥ j − causal_offset: rows below masked_end see this whole block.
+    causal_offset = seqlen_k - seqlen_q
+    if IS_CAUSAL:
+        start_m = tl.maximum(0, n0 - causal_offset) // BLOCK_M * BLOCK_M
+        masked_end = tl.minimum(
+            seqlen_q, tl.cdiv(tl.maximum(0, n0 + BLOCK_N - 1 - causal_offset), BLOCK_M) * BLOCK_M
+        )
+        masked_end = tl.maximum(masked_end, start_m)
+    else:
+        start_m = 0
+        masked_end = 0
+
+    for g in range(GROUP):
+        h = h_kv * GROUP + g
+        q_desc = tl.make_tensor_descriptor(
+            q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
+        )
+        do_desc = tl.make_tensor_descriptor(
+            do_ptr + b * stride_dob + h * stride_doh, [seqlen_q, HEAD_DIM], [stride_don, 1], [BLOCK_M, BLOCK_D]
+        )
+        row_stats = (b * H + h) * seqlen_q
+        dk, dv = _attn_bwd_dkdv_steps(
+            dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m, masked_end,
+            offs_n, qk_scale, seqlen_q, causal_offset, True, BLOCK_M, DOT_FP32,
+        )  # fmt: skip
+        dk, dv = _attn_bwd_dkdv_steps(
+            dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, masked_end, seqlen_q,
+            offs_n, qk_scale, seqlen_q, causal_offset, False, BLOCK_M, DOT_FP32,
+        )  # fmt: skip
+
+    dk_desc.store([n0, 0], (dk * softmax_scale).to(dk_desc.dtype))
+    dv_desc.store([n0, 0], dv.to(dv_desc.dtype))
+
+
+@triton.jit
+def _attn_bwd_dq_steps(
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    k_desc,
+    v_desc,
+    start_n,
+    end_n,
+    offs_m,
+    qk_scale,
+    seqlen_k,
+    causal_offset,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    """Accumulate into dQ the contributions of keys [start_n, end_n)."""
+    for n0 in tl.range(start_n, end_n, BLOCK_N):
+        k = k_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
+        v = v_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
+        if DOT_FP32:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+        p = tl.math.exp2(s * qk_scale - lse[:, None])
+        if MASKED:
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            keep = offs_n[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def attn_bwd_dq_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    lse_ptr,
+    delta_ptr,
+    dq_ptr,
+    stride_qb,
+    stride_qn,
+    stride_qh,
+    stride_kb,
+    stride_kn,
+    stride_kh,
+    stride_vb,
+    stride_vn,
+    stride_vh,
+    stride_dob,
+    stride_don,
+    stride_doh,
+    stride_dqb,
+    stride_dqn,
+    stride_dqh,
+    seqlen_q,
+    seqlen_k,
+    num_m_blocks,
+    qk_scale,
+    softmax_scale,
+    H: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    m_block = num_m_blocks - 1 - pid % num_m_blocks
+    bh = pid // num_m_blocks
+    b = bh // H
+    h = bh % H
+    h_kv = h // GROUP
+
+    q_desc = tl.make_tensor_descriptor(
+        q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
+    )
+    do_desc = tl.make_tensor_descriptor(
+        do_ptr + b * stride_dob + h * stride_doh, [seqlen_q, HEAD_DIM], [stride_don, 1], [BLOCK_M, BLOCK_D]
+    )
+    dq_desc = tl.make_tensor_descriptor(
+        dq_ptr + b * stride_dqb + h * stride_dqh, [seqlen_q, HEAD_DIM], [stride_dqn, 1], [BLOCK_M, BLOCK_D]
+    )
+    k_desc = tl.make_tensor_descriptor(
+        k_ptr + b * stride_kb + h_kv * stride_kh, [seqlen_k, HEAD_DIM], [stride_kn, 1], [BLOCK_N, BLOCK_D]
+    )
+    v_desc = tl.make_tensor_descriptor(
+        v_ptr + b * stride_vb + h_kv * stride_vh, [seqlen_k, HEAD_DIM], [stride_vn, 1], [BLOCK_N, BLOCK_D]
+    )
+
+    m0 = (m_block * BLOCK_M).to(tl.int32)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    causal_offset = seqlen_k - seqlen_q
+    if IS_CAUSAL:
+        hi = tl.minimum(seqlen_k, tl.maximum(0, m0 + BLOCK_M + causal_offset))
+        unmasked_end = tl.minimum(hi, tl.maximum(0, m0 + causal_offset + 1)) // BLOCK_N * BLOCK_N
+    else:
+        hi = seqlen_k
+        unmasked_end = seqlen_k // BLOCK_N * BLOCK_N
+
+    q = q_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
+    do = do_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
+    if DOT_FP32:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse, delta = _load_row_stats(lse_ptr + bh * seqlen_q, delta_ptr + bh * seqlen_q, offs_m, seqlen_q)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dq = _attn_bwd_dq_steps(
+        dq, q, do, lse, delta, k_desc, v_desc, 0, unmasked_end, offs_m, qk_scale, seqlen_k, causal_offset,
+        False, IS_CAUSAL, BLOCK_N, DOT_FP32,
+    )  # fmt: skip
+    dq = _attn_bwd_dq_steps(
+        dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, hi, offs_m, qk_scale, seqlen_k, causal_offset,
+        True, IS_CAUSAL, BLOCK_N, DOT_FP32,
+    )  # fmt: skip
+    dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
+
+
+def attn_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    config: configs.BwdConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the backward. Shapes as in the forward; ``lse`` (B, H, N_q) float32 from it.
+
+    Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v.
+    """
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    if dq.numel() == 0 or dk.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+
+    d_pad = padded_head_dim(head_dim)
+    q, k, v, dout, out = (as_descriptor_operand(t, d_pad) for t in (q, k, v, dout, out))
+    lse = lse.contiguous()
+    grads = [g if d_pad == head_dim else torch.empty(*g.shape[:3], d_pad, dtype=g.dtype, device=g.device)
+             for g in (dq, dk, dv)]  # fmt: skip
+    cfg = config or configs.bwd_config(head_dim, causal, q.device)
+    bd = configs.block_d(d_pad)
+    dot_fp32 = configs.is_interpreter() or q.dtype == torch.float32
+    common = dict(H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=dot_fp32,
+                  num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype))  # fmt: skip
+
+    delta = torch.empty_like(lse)
+    pre_block = 64
+    attn_bwd_preprocess_kernel[(triton.cdiv(seqlen_q, pre_block), batch * heads)](
+        out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q,
+        H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
+    )  # fmt: skip
+
+    install_scratch_allocator(q.device)
+    qk_scale = softmax_scale * LOG2_E
+    num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
+    attn_bwd_dkdv_kernel[(num_n_blocks * batch * heads_kv,)](
+        q, k, v, dout, lse, delta, grads[1], grads[2],
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
+        *grads[1].stride()[:3], *grads[2].stride()[:3],
+        seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale,
+        BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, **common,
+    )  # fmt: skip
+    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
+    attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
+        q, k, v, dout, lse, delta, grads[0],
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
+        seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,
+        BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, **common,
+    )  # fmt: skip
+    for grad, padded in zip((dq, dk, dv), grads, strict=True):
+        if padded is not grad:
+            grad.copy_(padded[..., :head_dim])
+    return dq, dk, dv
