@@ -1,0 +1,21 @@
+"""flashtile: exact FlashAttention with flash_attn's API, Triton kernels on CUDA and PyTorch on the CPU."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from flashtile.interface import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from flashtile.modules import FlashAttention
+
+try:
+    __version__ = version("flashtile")
+except PackageNotFoundError:
+    __version__ = "0+unknown"
+
+__all__ = [
+    "FlashAttention",
+    "__version__",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+]

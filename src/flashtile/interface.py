@@ -1,0 +1,313 @@
+"""flash_attn's public functions: flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func.
+
+Signatures, defaults and return conventions are flash_attn 2.8's. Each function validates its arguments
+(:mod:`flashtile.validation`), picks the backend (:mod:`flashtile.backend`) and calls the custom op
+``torch.ops.flashtile.attn_fwd``; nothing launches before every check has passed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashtile import backend as _backend
+from flashtile import ops as _ops  # noqa: F401  (registers torch.ops.flashtile.*)
+from flashtile import validation
+
+AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself, or a contiguous copy when its last dimension is strided (the kernels load rows of D)."""
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float,
+    softmax_scale: float | None,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    deterministic: bool,
+    return_attn_probs: bool,
+    tensors: dict[str, torch.Tensor],
+) -> AttentionResult:
+    """Validate what is shared by the three functions, resolve the backend and run the op.
+
+    ``tensors`` are the user's tensor arguments by name, so that errors name what the user passed.
+    """
+    validation.check_same_device(**tensors)
+    backend = _backend.resolve(q.device)
+    validation.check_dtypes(backend, **tensors)
+    validation.check_options(
+        dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs
+    )
+    scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
+    q, k, v = (_unit_last_stride(t) for t in (q, k, v))
+    out, lse = torch.ops.flashtile.attn_fwd(q, k, v, scale, causal, backend)
+    if not return_attn_probs:
+        return out
+    from flashtile.reference.naive import attention_probs
+
+    with torch.no_grad():
+        probs = attention_probs(q, k, v, softmax_scale=scale, causal=causal).to(q.dtype)
+    return out, lse, probs
+
+
+def flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """Exact attention ``softmax(q kᵀ · softmax_scale) v``, computed tile by tile without materialising it.
+
+    Supports multi-query and grouped-query attention (MQA/GQA) by passing k and v with fewer heads than q;
+    the number of heads of q must be a multiple of that of k and v. Query head ``h`` reads key/value head
+    ``h // (nheads // nheads_k)``: with 6 query heads and 2 key/value heads, heads 0, 1, 2 of q attend to
+    head 0 of k and v, and heads 3, 4, 5 to head 1.
+
+    If causal=True, the causal mask is aligned to the bottom right corner of the attention matrix: query ``i``
+    sees key ``j`` iff ``j ≤ i + seqlen_k − seqlen_q``. With seqlen_q = 2 and seqlen_k = 5 the mask
+    (1 = keep, 0 = masked out) is::
+
+        1 1 1 1 0
+        1 1 1 1 1
+
+    With seqlen_q = 5 and seqlen_k = 2 it is::
+
+        0 0
+        0 0
+        0 0
+        1 0
+        1 1
+
+    A fully masked row (and every row when seqlen_k = 0) gives out = 0 and softmax_lse = −inf, and no gradient
+    flows through it. This is flashtile's one divergence from flash_attn, whose softmax_lse is +inf there.
+
+    Which implementation runs is chosen by ``FLASHTILE_BACKEND`` (see :mod:`flashtile.backend`): the Triton
+    kernels on CUDA, the tiled PyTorch reference on the CPU.
+
+    Arguments:
+        q: (batch_size, seqlen_q, nheads, headdim).
+        k: (batch_size, seqlen_k, nheads_k, headdim).
+        v: (batch_size, seqlen_k, nheads_k, headdim).
+            q, k and v share one device and one dtype: float16 or bfloat16 for the Triton kernels on CUDA
+            (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
+            reference. headdim is 1 to 256 and nheads % nheads_k == 0. Any strides are accepted; a tensor
+            whose last dimension is not contiguous (stride(-1) ≠ 1) is copied first.
+        dropout_p: float, default 0.0. Dropout probability, in [0, 1). Only 0.0 is implemented yet; other
+            values in range raise NotImplementedError. Set it to 0.0 during evaluation.
+        softmax_scale: float or None, default None. The scaling of QKᵀ before the softmax; None means
+            1 / sqrt(headdim). Must be finite; 0 and negative values are allowed.
+        causal: bool, default False. Apply the bottom-right aligned causal mask (auto-regressive modelling).
+        window_size: (left, right), default (-1, -1); -1 means an unlimited window. Sliding-window attention
+            is not implemented yet: anything but (-1, -1) raises NotImplementedError.
+        softcap: float, default 0.0, which disables softcapping. Negative or non-finite values raise
+            ValueError; softcap > 0 is not implemented yet and raises NotImplementedError.
+        alibi_slopes: default None. ALiBi is not implemented yet: anything but None raises
+            NotImplementedError.
+        deterministic: bool, default False. Accepted for compatibility: the backward uses no atomics, so its
+            gradients are bitwise reproducible either way.
+        return_attn_probs: bool, default False. Also return softmax_lse and the attention probabilities. For
+            testing only: the probabilities come from the PyTorch reference in O(seqlen_q · seqlen_k) memory
+            and are not differentiable.
+
+    Returns:
+        out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
+        softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
+            float64 inputs). The natural-log logsumexp of each row of QKᵀ · softmax_scale after masking; −inf
+            for fully masked rows. Not differentiable.
+        S_dmask [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q, seqlen_k), q's dtype. The
+            softmax probabilities: 0 where masked, rows that sum to 1 (all 0 in fully masked rows).
+
+    Example::
+
+        >>> q = torch.randn(2, 128, 8, 64, dtype=torch.float16, device="cuda", requires_grad=True)
+        >>> k = torch.randn(2, 256, 2, 64, dtype=torch.float16, device="cuda", requires_grad=True)
+        >>> v = torch.randn_like(k, requires_grad=True)
+        >>> out = flash_attn_func(q, k, v, causal=True)  # GQA: 8 query heads share 2 key/value heads
+        >>> out.shape
+        torch.Size([2, 128, 8, 64])
+        >>> out.sum().backward()
+    """
+    validation.check_tensors(q=q, k=k, v=v)
+    validation.check_qkv_shapes(q, k, v)
+    return _attention(
+        q,
+        k,
+        v,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        {"q": q, "k": k, "v": v},
+    )
+
+
+def flash_attn_qkvpacked_func(
+    qkv: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """:func:`flash_attn_func` on q, k and v stacked in one tensor, as a fused QKV projection produces them.
+
+    q, k and v are read as views of ``qkv`` (``qkv[:, :, 0]``, ``[:, :, 1]``, ``[:, :, 2]``), never copied,
+    and the gradient comes back as one tensor shaped like ``qkv``. For MQA/GQA use
+    :func:`flash_attn_kvpacked_func` or :func:`flash_attn_func`. Causal masking, fully masked rows and the
+    backends are as in :func:`flash_attn_func` (here seqlen_q = seqlen_k, so causal is the usual
+    lower-triangular mask).
+
+    Arguments:
+        qkv: (batch_size, seqlen, 3, nheads, headdim). float16 or bfloat16 for the Triton kernels on CUDA
+            (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
+            reference. headdim is 1 to 256. Any strides; a non-contiguous last dimension is copied first.
+        dropout_p: float, default 0.0. In [0, 1); only 0.0 is implemented yet (NotImplementedError otherwise).
+        softmax_scale: float or None, default None, meaning 1 / sqrt(headdim). Must be finite.
+        causal: bool, default False. Apply the causal mask.
+        window_size: (left, right), default (-1, -1). Anything else raises NotImplementedError.
+        softcap: float, default 0.0 (disabled). Negative or non-finite: ValueError; > 0: NotImplementedError.
+        alibi_slopes: default None. Anything else raises NotImplementedError.
+        deterministic: bool, default False. Accepted; the backward is deterministic either way.
+        return_attn_probs: bool, default False. Also return softmax_lse and the attention probabilities
+            (testing only, O(seqlen²) memory, not differentiable).
+
+    Returns:
+        out: (batch_size, seqlen, nheads, headdim), qkv's dtype, contiguous.
+        softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen), float32 (float64 for
+            float64 inputs), natural log; −inf for fully masked rows. Not differentiable.
+        S_dmask [only if return_attn_probs=True]: (batch_size, nheads, seqlen, seqlen), qkv's dtype; the
+            softmax probabilities.
+
+    Example::
+
+        >>> x = torch.randn(2, 128, 512, dtype=torch.bfloat16, device="cuda")
+        >>> wqkv = torch.nn.Linear(512, 3 * 512, dtype=torch.bfloat16, device="cuda")
+        >>> qkv = wqkv(x).view(2, 128, 3, 8, 64)
+        >>> out = flash_attn_qkvpacked_func(qkv, causal=True)
+        >>> out.shape
+        torch.Size([2, 128, 8, 64])
+    """
+    validation.check_tensors(qkv=qkv)
+    validation.check_qkvpacked_shape(qkv)
+    q, k, v = qkv.unbind(dim=2)
+    validation.check_qkv_shapes(q, k, v, packed=f"q, k, v = qkv.unbind(2) with qkv {tuple(qkv.shape)}")
+    return _attention(
+        q,
+        k,
+        v,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        {"qkv": qkv},
+    )
+
+
+def flash_attn_kvpacked_func(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """:func:`flash_attn_func` with k and v stacked in one tensor, as a fused KV projection produces them.
+
+    k and v are read as views of ``kv`` (``kv[:, :, 0]`` and ``kv[:, :, 1]``), never copied, and their
+    gradient comes back as one tensor shaped like ``kv``. Supports MQA/GQA: q may have more heads than kv
+    (``nheads % nheads_k == 0``; query head ``h`` reads key/value head ``h // (nheads // nheads_k)``).
+
+    If causal=True, the mask is aligned to the bottom right corner: query ``i`` sees key ``j`` iff
+    ``j ≤ i + seqlen_k − seqlen_q``. With seqlen_q = 2 and seqlen_k = 5 (1 = keep, 0 = masked out)::
+
+        1 1 1 1 0
+        1 1 1 1 1
+
+    With seqlen_q = 5 and seqlen_k = 2::
+
+        0 0
+        0 0
+        0 0
+        1 0
+        1 1
+
+    A fully masked row gives out = 0 and softmax_lse = −inf (flash_attn gives +inf: our one divergence).
+
+    Arguments:
+        q: (batch_size, seqlen_q, nheads, headdim).
+        kv: (batch_size, seqlen_k, 2, nheads_k, headdim).
+            q and kv share one device and one dtype: float16 or bfloat16 for the Triton kernels on CUDA
+            (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
+            reference. headdim is 1 to 256. Any strides; a non-contiguous last dimension is copied first.
+        dropout_p: float, default 0.0. In [0, 1); only 0.0 is implemented yet (NotImplementedError otherwise).
+        softmax_scale: float or None, default None, meaning 1 / sqrt(headdim). Must be finite.
+        causal: bool, default False. Apply the bottom-right aligned causal mask.
+        window_size: (left, right), default (-1, -1). Anything else raises NotImplementedError.
+        softcap: float, default 0.0 (disabled). Negative or non-finite: ValueError; > 0: NotImplementedError.
+        alibi_slopes: default None. Anything else raises NotImplementedError.
+        deterministic: bool, default False. Accepted; the backward is deterministic either way.
+        return_attn_probs: bool, default False. Also return softmax_lse and the attention probabilities
+            (testing only, O(seqlen_q · seqlen_k) memory, not differentiable).
+
+    Returns:
+        out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
+        softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
+            float64 inputs), natural log; −inf for fully masked rows. Not differentiable.
+        S_dmask [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q, seqlen_k), q's dtype; the
+            softmax probabilities.
+
+    Example::
+
+        >>> q = torch.randn(1, 16, 8, 64, dtype=torch.float16, device="cuda")  # 16 new tokens
+        >>> kv = torch.randn(1, 1024, 2, 1, 64, dtype=torch.float16, device="cuda")  # MQA: one KV head
+        >>> out = flash_attn_kvpacked_func(q, kv, causal=True)  # the 16 queries are the last 16 positions
+        >>> out.shape
+        torch.Size([1, 16, 8, 64])
+    """
+    validation.check_tensors(q=q, kv=kv)
+    validation.check_kvpacked_shape(kv)
+    k, v = kv.unbind(dim=2)
+    validation.check_qkv_shapes(q, k, v, packed=f"k, v = kv.unbind(2) with kv {tuple(kv.shape)}")
+    return _attention(
+        q,
+        k,
+        v,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        {"q": q, "kv": kv},
+    )

@@ -1,0 +1,85 @@
+"""``FlashAttention``: a self-attention layer (fused QKV projection, flash attention, output projection)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from flashtile.interface import flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+
+
+class FlashAttention(nn.Module):
+    """Multi-head self-attention on ``(batch_size, seqlen, embed_dim)`` inputs, with optional MQA/GQA.
+
+    One linear layer projects the input to ``num_heads`` query heads and ``num_kv_heads`` key and value heads
+    of size ``embed_dim // num_heads``; attention runs through :func:`flashtile.flash_attn_qkvpacked_func`
+    (or :func:`flashtile.flash_attn_kvpacked_func` when ``num_kv_heads < num_heads``) on views of that
+    projection, and a second linear layer maps the heads back to ``embed_dim``.
+
+    Args:
+        embed_dim: model width; a multiple of ``num_heads``, with head size ``embed_dim // num_heads`` ≤ 256.
+        num_heads: query heads.
+        num_kv_heads: key/value heads, dividing ``num_heads``; None (the default) means ``num_heads``.
+        causal: apply the causal mask, default False.
+        softmax_scale: the scaling of QKᵀ; None (the default) means ``1 / sqrt(head_dim)``.
+        bias: whether the two projections have biases, default True.
+        device, dtype: for the parameters.
+
+    Example::
+
+        >>> layer = FlashAttention(512, num_heads=8, num_kv_heads=2, causal=True)
+        >>> layer(torch.randn(2, 100, 512)).shape
+        torch.Size([2, 100, 512])
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        causal: bool = False,
+        softmax_scale: float | None = None,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads < 1 or embed_dim % num_heads != 0:
+            raise ValueError(
+                "embed_dim must be a multiple of num_heads ≥ 1; "
+                f"got embed_dim={embed_dim}, num_heads={num_heads}"
+            )
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads; got num_kv_heads={num_kv_heads}, num_heads={num_heads}"
+            )
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = embed_dim // num_heads
+        self.causal = causal
+        self.softmax_scale = softmax_scale
+        qkv_dim = (num_heads + 2 * num_kv_heads) * self.head_dim
+        self.Wqkv = nn.Linear(embed_dim, qkv_dim, bias=bias, device=device, dtype=dtype)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: (batch_size, seqlen, embed_dim) → (batch_size, seqlen, embed_dim)."""
+        batch, seqlen, _ = x.shape
+        qkv = self.Wqkv(x)
+        if self.num_kv_heads == self.num_heads:
+            qkv = qkv.view(batch, seqlen, 3, self.num_heads, self.head_dim)
+            out = flash_attn_qkvpacked_func(qkv, softmax_scale=self.softmax_scale, causal=self.causal)
+        else:
+            q_dim = self.num_heads * self.head_dim
+            q = qkv[..., :q_dim].view(batch, seqlen, self.num_heads, self.head_dim)
+            kv = qkv[..., q_dim:].view(batch, seqlen, 2, self.num_kv_heads, self.head_dim)
+            out = flash_attn_kvpacked_func(q, kv, softmax_scale=self.softmax_scale, causal=self.causal)
+        return self.out_proj(out.reshape(batch, seqlen, self.embed_dim))
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"causal={self.causal}"
+        )

@@ -1,0 +1,234 @@
+"""Argument checks for the public API, one function per group, run before anything launches.
+
+Every error names the argument, what was received and what is accepted: TypeError for wrong types and
+dtypes, ValueError for wrong shapes and values, NotImplementedError for flash_attn options that flashtile
+does not implement yet.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+
+MAX_HEAD_DIM = 256
+
+_REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_TRITON_CUDA_DTYPES = (torch.float16, torch.bfloat16)
+# The interpreter also runs fp32, which lets the CPU test suite check the kernels without rounding noise.
+_TRITON_INTERPRETER_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _names(dtypes: Sequence[torch.dtype]) -> str:
+    return ", ".join(str(d) for d in dtypes)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def supported_dtypes(backend: str, device: torch.device) -> tuple[torch.dtype, ...]:
+    """The dtypes ``backend`` accepts on ``device``."""
+    if backend == "reference":
+        return _REFERENCE_DTYPES
+    if torch.device(device).type == "cpu":
+        return _TRITON_INTERPRETER_DTYPES
+    return _TRITON_CUDA_DTYPES
+
+
+def check_tensors(**tensors: object) -> None:
+    """Each argument is a strided (dense) torch.Tensor."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor; got layout {t.layout}")
+
+
+def check_rank(name: str, t: torch.Tensor, layout: str) -> None:
+    """``t`` has as many dimensions as ``layout`` names, e.g. ``"(batch_size, seqlen, nheads, headdim)"``."""
+    expected = layout.count(",") + 1
+    if t.dim() != expected:
+        raise ValueError(
+            f"{name} must have {expected} dimensions {layout}; got shape {_shape(t)} ({t.dim()} dims)"
+        )
+
+
+def check_same_device(**tensors: torch.Tensor) -> None:
+    """All tensors live on one device."""
+    devices = {t.device for t in tensors.values()}
+    if len(devices) > 1:
+        listed = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
+        raise ValueError(f"{', '.join(tensors)} must be on the same device; got {listed}")
+
+
+def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
+    """All tensors share one dtype, and ``backend`` supports it on their device."""
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) > 1:
+        listed = ", ".join(f"{name} {t.dtype}" for name, t in tensors.items())
+        raise TypeError(f"{', '.join(tensors)} must have the same dtype; got {listed}")
+    name, first = next(iter(tensors.items()))
+    accepted = supported_dtypes(backend, first.device)
+    if first.dtype not in accepted:
+        hint = ""
+        if backend == "triton":
+            hint = f"; FLASHTILE_BACKEND=reference accepts {_names(_REFERENCE_DTYPES)}"
+        raise TypeError(
+            f"{name}.dtype is {first.dtype}, which the {backend} backend on {first.device.type} does not "
+            f"support; accepted: {_names(accepted)}{hint}"
+        )
+
+
+def check_qkv_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: str = "") -> None:
+    """``q`` is (B, N_q, H, D); ``k`` and ``v`` are (B, N_k, H_KV, D) with ``H % H_KV == 0`` and 1 ≤ D ≤ 256.
+
+    ``packed`` says where q, k and v came from when the caller passed a packed tensor, for the messages.
+    """
+    check_rank("q", q, "(batch_size, seqlen_q, nheads, headdim)")
+    check_rank("k", k, "(batch_size, seqlen_k, nheads_k, headdim)")
+    check_rank("v", v, "(batch_size, seqlen_k, nheads_k, headdim)")
+    shapes = f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)}" + (f"; {packed}" if packed else "")
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ValueError(f"q, k and v must have the same batch_size (dim 0); got {shapes}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v must have the same seqlen_k (dim 1); got {shapes}")
+    if not q.shape[3] == k.shape[3] == v.shape[3]:
+        raise ValueError(f"q, k and v must have the same headdim (dim 3); got {shapes}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same nheads_k (dim 2); got {shapes}")
+    nheads, nheads_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
+    if nheads < 1 or nheads_k < 1:
+        raise ValueError(f"nheads (q dim 2) and nheads_k (k, v dim 2) must be at least 1; got {shapes}")
+    if nheads % nheads_k != 0:
+        raise ValueError(
+            f"nheads of q ({nheads}) must be a multiple of nheads_k of k and v ({nheads_k}) for MQA/GQA; "
+            f"got {shapes}"
+        )
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(
+            f"headdim (dim 3 of q, k, v) must be in [1, {MAX_HEAD_DIM}]; got {head_dim} ({shapes})"
+        )
+
+
+def check_qkvpacked_shape(qkv: torch.Tensor) -> None:
+    """``qkv`` is (B, N, 3, H, D)."""
+    check_rank("qkv", qkv, "(batch_size, seqlen, 3, nheads, headdim)")
+    if qkv.shape[2] != 3:
+        raise ValueError(
+            f"qkv must have shape (batch_size, seqlen, 3, nheads, headdim) with 3 at dim 2; got {_shape(qkv)}"
+        )
+
+
+def check_kvpacked_shape(kv: torch.Tensor) -> None:
+    """``kv`` is (B, N_k, 2, H_KV, D)."""
+    check_rank("kv", kv, "(batch_size, seqlen_k, 2, nheads_k, headdim)")
+    if kv.shape[2] != 2:
+        raise ValueError(
+            "kv must have shape (batch_size, seqlen_k, 2, nheads_k, headdim) with 2 at dim 2; "
+            f"got {_shape(kv)}"
+        )
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
+    """The scale to use: ``1/√headdim`` for None, else a finite real number (0 and negative are allowed)."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if not _is_real(softmax_scale):
+        raise TypeError(f"softmax_scale must be a float or None; got {softmax_scale!r}")
+    scale = float(softmax_scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"softmax_scale must be finite; got {softmax_scale!r}")
+    return scale
+
+
+def check_dropout_p(dropout_p: object) -> None:
+    """``dropout_p`` lies in [0, 1); only 0 is implemented."""
+    if not _is_real(dropout_p):
+        raise TypeError(f"dropout_p must be a float in [0, 1); got {dropout_p!r}")
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p!r}")
+    if p > 0.0:
+        raise NotImplementedError(
+            f"dropout_p > 0 is not implemented yet in flashtile; got dropout_p={dropout_p!r}, accepted: 0.0"
+        )
+
+
+def check_window_size(window_size: object) -> None:
+    """``window_size`` is a pair of ints ≥ −1; only ``(-1, -1)`` (no window) is implemented."""
+    if (
+        not isinstance(window_size, Sequence)
+        or isinstance(window_size, str)
+        or len(window_size) != 2
+        or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window_size)
+    ):
+        raise TypeError(f"window_size must be a pair of ints (left, right); got {window_size!r}")
+    left, right = (int(w) for w in window_size)
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size entries must be -1 (unlimited) or ≥ 0; got {window_size!r}")
+    if (left, right) != (-1, -1):
+        raise NotImplementedError(
+            f"sliding-window attention is not implemented yet in flashtile; got window_size={window_size!r}, "
+            "accepted: (-1, -1)"
+        )
+
+
+def check_softcap(softcap: object) -> None:
+    """``softcap`` is a finite real ≥ 0; 0 disables it and only 0 is implemented."""
+    if not _is_real(softcap):
+        raise TypeError(f"softcap must be a float ≥ 0; got {softcap!r}")
+    cap = float(softcap)
+    if not math.isfinite(cap) or cap < 0.0:
+        raise ValueError(f"softcap must be a finite float ≥ 0 (0 disables it); got {softcap!r}")
+    if cap > 0.0:
+        raise NotImplementedError(
+            f"softcapping is not implemented yet in flashtile; got softcap={softcap!r}, accepted: 0.0"
+        )
+
+
+def check_alibi_slopes(alibi_slopes: object) -> None:
+    """Only ``alibi_slopes=None`` is implemented."""
+    if alibi_slopes is not None:
+        received = (
+            f"a tensor of shape {_shape(alibi_slopes)}"
+            if isinstance(alibi_slopes, torch.Tensor)
+            else repr(alibi_slopes)
+        )
+        raise NotImplementedError(
+            f"ALiBi is not implemented yet in flashtile; got alibi_slopes={received}, accepted: None"
+        )
+
+
+def check_flags(**flags: object) -> None:
+    """Each flag (``causal``, ``deterministic``, ``return_attn_probs``) is a bool."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool; got {value!r} ({type(value).__name__})")
+
+
+def check_options(
+    dropout_p: object,
+    window_size: object,
+    softcap: object,
+    alibi_slopes: object,
+    causal: object,
+    deterministic: object,
+    return_attn_probs: object,
+) -> None:
+    """The non-tensor arguments shared by every flash_attn_* function.
+
+    ``deterministic`` is accepted either way: the backward uses no atomics, so it is deterministic by
+    construction.
+    """
+    check_flags(causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs)
+    check_dropout_p(dropout_p)
+    check_window_size(window_size)
+    check_softcap(softcap)
+    check_alibi_slopes(alibi_slopes)
