@@ -1,0 +1,222 @@
+"""Attention by definition: materialise the scores S and the probabilities P, then P·V.
+
+This is the executable specification of every option of flash_attn 2.8's ``flash_attn_func`` and the
+oracle of the test suite (call it on float64 tensors). Called on fp16/bf16 tensors it is "plain PyTorch
+in low precision", the baseline of the accuracy rule: matmuls in the input dtype, the softmax in float32,
+P cast back to the input dtype before P·V (flash-attn's ``attention_ref(upcast=False)``).
+
+For query ``i`` and key ``j`` of one head, with ``off = N_k − N_q`` (bottom-right alignment):
+
+    s_ij = scale · q_i·k_j                                  scale = softmax_scale or 1/√D
+    s_ij ← softcap · tanh(s_ij / softcap)                   when softcap > 0
+    s_ij ← s_ij − slope · |i + off − j|                     when alibi_slopes is given
+    s_ij ← −∞ unless key j is visible from query i          causal / window_size
+    lse_i = log Σ_j exp(s_ij),   P_ij = exp(s_ij − lse_i)
+    out_i = Σ_j P_ij · keep_ij / (1 − dropout_p) · v_j      keep = dropout_mask (all True without dropout)
+
+A row with no visible key gives ``out_i = 0`` and ``lse_i = −∞``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def keep_mask(
+    seqlen_q: int,
+    seqlen_k: int,
+    *,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Which keys each query may attend to: a ``(seqlen_q, seqlen_k)`` bool tensor, True = keep.
+
+    Bottom-right aligned, as in flash_attn: query ``i`` sees key ``j`` iff
+    ``i + off − left ≤ j ≤ i + off + right`` with ``off = seqlen_k − seqlen_q``; a negative bound is
+    unlimited, and ``causal`` sets ``right = 0``.
+
+    >>> keep_mask(2, 5, causal=True).int()
+    tensor([[1, 1, 1, 1, 0],
+            [1, 1, 1, 1, 1]], dtype=torch.int32)
+    """
+    left, right = window_size
+    if causal:
+        right = 0
+    # Offset of key j from query i's aligned diagonal: j − (i + N_k − N_q).
+    diagonal = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
+    distance = torch.arange(seqlen_k, device=device)[None, :] - diagonal
+    keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if left >= 0:
+        keep &= distance >= -left
+    if right >= 0:
+        keep &= distance <= right
+    return keep
+
+
+def alibi_bias(
+    alibi_slopes: torch.Tensor, seqlen_q: int, seqlen_k: int, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """The ALiBi bias ``−slope · |i + N_k − N_q − j|``, shape ``(B or 1, H, seqlen_q, seqlen_k)``.
+
+    ``alibi_slopes`` is float32 of shape ``(H,)`` or ``(B, H)``; the bias is in ``dtype`` (default the
+    slopes' dtype).
+
+    >>> alibi_bias(torch.tensor([0.5]), 2, 3)
+    tensor([[[[-0.5000, -0.0000, -0.5000],
+              [-1.0000, -0.5000, -0.0000]]]])
+    """
+    slopes = alibi_slopes.to(dtype or alibi_slopes.dtype)
+    if slopes.dim() == 1:
+        slopes = slopes[None]
+    diagonal = torch.arange(seqlen_q, device=slopes.device)[:, None] + (seqlen_k - seqlen_q)
+    distance = (torch.arange(seqlen_k, device=slopes.device)[None, :] - diagonal).abs()
+    return -slopes[:, :, None, None] * distance.to(slopes.dtype)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The softmax runs in float32, or in float64 when the inputs are float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    softmax_scale: float | None,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+) -> torch.Tensor:
+    """The masked logits ``s``, shape ``(B, H, N_q, N_k)`` in the compute dtype (−∞ where masked)."""
+    _, seqlen_q, nheads, head_dim = q.shape
+    seqlen_k, nheads_kv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else softmax_scale
+    # Query head h reads KV head h // (H // H_KV): repeat each KV head over its query group.
+    k = k.repeat_interleave(nheads // nheads_kv, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, k).to(_compute_dtype(q.dtype)) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + alibi_bias(alibi_slopes.to(q.device), seqlen_q, seqlen_k, s.dtype)
+    if causal or window_size[0] >= 0 or window_size[1] >= 0:
+        keep = keep_mask(seqlen_q, seqlen_k, causal=causal, window_size=window_size, device=q.device)
+        s = s.masked_fill(~keep, float("-inf"))
+    return s
+
+
+def _softmax_with_lse(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row softmax and log-sum-exp of ``s`` that give ``P = 0`` and ``lse = −∞`` on all-masked rows.
+
+    Written out rather than ``torch.softmax`` so that autograd through a fully masked row stays finite.
+    """
+    # Shifting by the row max changes neither P nor lse, so it needs no gradient.
+    row_max = s.amax(dim=-1, keepdim=True).detach() if s.shape[-1] else s.new_zeros(*s.shape[:-1], 1)
+    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+    e = torch.exp(s - row_max)
+    total = e.sum(dim=-1, keepdim=True)
+    empty = total == 0
+    total = torch.where(empty, torch.ones_like(total), total)
+    lse = torch.where(empty, torch.full_like(total, float("-inf")), row_max + torch.log(total))
+    return e / total, lse.squeeze(-1)
+
+
+def _probs_and_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    softmax_scale: float | None,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    s = _scores(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    return _softmax_with_lse(s)
+
+
+def _check_dropout(dropout_p: float, dropout_mask: torch.Tensor | None) -> None:
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if dropout_p > 0.0 and dropout_mask is None:
+        raise ValueError(
+            f"dropout_p={dropout_p} needs an explicit boolean dropout_mask of shape (B, H, N_q, N_k): "
+            "the reference draws no random numbers"
+        )
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with every option of flash_attn's ``flash_attn_func``, computed by definition.
+
+    Args:
+        q: ``(B, N_q, H, D)``; k, v: ``(B, N_k, H_KV, D)`` with ``H % H_KV == 0``; one float dtype.
+        softmax_scale: multiplies ``q·kᵀ``; None → ``1/√D``.
+        causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j ≤ i + N_k − N_q``.
+        window_size: ``(left, right)``; query ``i`` sees keys in
+            ``[i + N_k − N_q − left, i + N_k − N_q + right]``; −1 is unlimited; causal forces right = 0.
+        softcap: > 0 replaces the scaled score s by ``softcap · tanh(s / softcap)`` before ALiBi and masking.
+        alibi_slopes: float32 ``(H,)`` or ``(B, H)``; adds ``−slope · |i + N_k − N_q − j|`` to the score.
+        dropout_p: probability of dropping an entry of P; needs ``dropout_mask`` when > 0.
+        dropout_mask: bool ``(B, H, N_q, N_k)``, True = keep; kept entries of P are scaled by
+            ``1/(1 − dropout_p)``. The lse is that of the softmax before dropout.
+
+    Returns:
+        ``out`` ``(B, N_q, H, D)`` in the input dtype; ``lse`` ``(B, H, N_q)`` natural log, float32
+        (float64 for float64 inputs). Rows with no visible key give ``out = 0``, ``lse = −∞``.
+
+    >>> q = k = v = torch.ones(1, 2, 1, 4, dtype=torch.float64)
+    >>> out, lse = attention(q, k, v, causal=True)
+    >>> out[0, :, 0, 0].tolist(), lse[0, 0].tolist()
+    ([1.0, 1.0], [2.0, 2.6931471805599454])
+    """
+    _check_dropout(dropout_p, dropout_mask)
+    p, lse = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    if dropout_mask is not None:
+        p = p * dropout_mask.to(p.dtype) / (1.0 - dropout_p)
+    v = v.repeat_interleave(q.shape[2] // v.shape[2], dim=2)
+    out = torch.einsum("bhij,bjhd->bihd", p.to(v.dtype), v)
+    return out, lse
+
+
+def attention_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The softmax probabilities P, ``(B, H, N_q, N_k)`` in the input dtype, for ``return_attn_probs``.
+
+    Same arguments as :func:`attention`. P is the softmax before dropout (masked entries and fully
+    masked rows are 0). As in flash_attn's ``S_dmask``, a ``dropout_mask`` is encoded in the sign:
+    dropped entries are negated, so ``P.abs()`` is the softmax and ``P >= 0`` recovers the keep mask
+    wherever ``P ≠ 0``. ``v`` is accepted for symmetry with :func:`attention` and not read.
+
+    >>> q = k = v = torch.ones(1, 2, 1, 4, dtype=torch.float64)
+    >>> attention_probs(q, k, v, causal=True)[0, 0].tolist()
+    [[1.0, 0.0], [0.5, 0.5]]
+    """
+    _check_dropout(dropout_p, dropout_mask)
+    p, _ = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    if dropout_mask is not None:
+        p = torch.where(dropout_mask, p, -p)
+    return p.to(q.dtype)
