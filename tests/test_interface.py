@@ -1,0 +1,526 @@
+"""The public API against the float64 reference: flash_attn_func, packed variants, edge cases, autograd."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import flashtile
+from flashtile import (
+    FlashAttention,
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+)
+from flashtile.autograd import DOUBLE_BACKWARD_MESSAGE
+from flashtile.reference import naive, tiled
+from tests.helpers import assert_matches_oracle
+
+_NAMES = ("out", "lse", "dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    nheads: int
+    nheads_kv: int
+    head_dim: int
+
+    def __str__(self) -> str:
+        return (
+            f"B{self.batch}-N{self.seqlen_q}x{self.seqlen_k}-H{self.nheads}x{self.nheads_kv}-D{self.head_dim}"
+        )
+
+
+def _dtype_id(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _inputs(shape: Shape, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    q = torch.randn(shape.batch, shape.seqlen_q, shape.nheads, shape.head_dim, dtype=dtype)
+    k = torch.randn(shape.batch, shape.seqlen_k, shape.nheads_kv, shape.head_dim, dtype=dtype)
+    v = torch.randn(shape.batch, shape.seqlen_k, shape.nheads_kv, shape.head_dim, dtype=dtype)
+    dout = torch.randn(shape.batch, shape.seqlen_q, shape.nheads, shape.head_dim, dtype=dtype)
+    return q, k, v, dout
+
+
+def _run(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor) -> dict:
+    """``fn(q, k, v) -> (out, lse)`` on fresh leaves, and the gradients of ``(out · dout).sum()``."""
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out, lse = fn(q, k, v)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    return {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
+
+
+def _naive(softmax_scale: float | None, causal: bool) -> Callable:
+    return lambda q, k, v: naive.attention(q, k, v, softmax_scale=softmax_scale, causal=causal)
+
+
+def _flash(softmax_scale: float | None, causal: bool) -> Callable:
+    def fn(q, k, v):
+        out, lse, _ = flash_attn_func(
+            q, k, v, softmax_scale=softmax_scale, causal=causal, return_attn_probs=True
+        )
+        return out, lse
+
+    return fn
+
+
+def _check_against_oracle(
+    fn: Callable, q, k, v, dout, *, softmax_scale: float | None, causal: bool, seed: int
+) -> dict:
+    """Run ``fn`` and assert out, lse, dq, dk, dv follow the rule against the float64 reference."""
+    ours = _run(fn, q, k, v, dout)
+    oracle = _run(_naive(softmax_scale, causal), *(t.double() for t in (q, k, v, dout)))
+    baseline = _run(_naive(softmax_scale, causal), q, k, v, dout)
+    for name in _NAMES:
+        assert_matches_oracle(name, ours[name], oracle[name], baseline[name], grad=name[0] == "d", seed=seed)
+    assert ours["out"].dtype == q.dtype and ours["lse"].dtype == torch.float32
+    assert ours["out"].is_contiguous()
+    return ours
+
+
+REFERENCE_SHAPES = [
+    Shape(1, 1, 1, 1, 1, 32),
+    Shape(2, 17, 17, 4, 4, 64),
+    Shape(2, 113, 203, 4, 2, 40),
+    Shape(1, 203, 113, 4, 1, 59),
+    Shape(1, 65, 129, 2, 2, 128),
+    Shape(1, 9, 7, 2, 1, 256),
+]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", REFERENCE_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dtype_id)
+def test_flash_attn_func_reference_backend(shape: Shape, dtype: torch.dtype, causal: bool, seed: int) -> None:
+    q, k, v, dout = _inputs(shape, dtype)
+    _check_against_oracle(_flash(None, causal), q, k, v, dout, softmax_scale=None, causal=causal, seed=seed)
+
+
+TRITON_SHAPES = [
+    Shape(1, 1, 1, 1, 1, 16),
+    Shape(2, 17, 17, 2, 2, 32),
+    Shape(1, 33, 20, 4, 2, 40),
+    Shape(1, 20, 45, 4, 1, 64),
+]
+
+
+@pytest.fixture
+def triton_backend(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Select the Triton backend (run by the interpreter) and count the launcher calls."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton backend on the CPU needs TRITON_INTERPRET=1 before triton is imported")
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    launches: Counter = Counter()
+    for module_name, launcher in (
+        ("flashtile.kernels.fwd", "attn_fwd"),
+        ("flashtile.kernels.bwd", "attn_bwd"),
+    ):
+        module = importlib.import_module(module_name)
+        original = getattr(module, launcher)
+
+        def counted(*args, _original=original, _name=launcher, **kwargs):
+            launches[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, launcher, counted)
+    return launches
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", TRITON_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dtype_id)
+def test_flash_attn_func_triton_interpreter(
+    shape: Shape, dtype: torch.dtype, causal: bool, seed: int, triton_backend: Counter
+) -> None:
+    q, k, v, dout = _inputs(shape, dtype)
+    _check_against_oracle(_flash(None, causal), q, k, v, dout, softmax_scale=None, causal=causal, seed=seed)
+    assert triton_backend == {"attn_fwd": 1, "attn_bwd": 1}
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_qkvpacked_triton_interpreter(causal: bool, seed: int, triton_backend: Counter) -> None:
+    q, k, v, dout = _inputs(Shape(2, 19, 19, 2, 2, 32), torch.float16)
+
+    def fn(q, k, v):
+        qkv = torch.stack((q, k, v), dim=2)
+        out, lse, _ = flash_attn_qkvpacked_func(qkv, causal=causal, return_attn_probs=True)
+        return out, lse
+
+    _check_against_oracle(fn, q, k, v, dout, softmax_scale=None, causal=causal, seed=seed)
+    assert triton_backend == {"attn_fwd": 1, "attn_bwd": 1}
+
+
+def test_triton_interpreter_strided_layouts(seed: int, triton_backend: Counter) -> None:
+    """Transposed q/k/v views, k and v from a packed kv, and a dout with a non-unit last stride."""
+    q, k, v, _ = _inputs(Shape(2, 21, 30, 4, 2, 32), torch.float16)
+    dout = torch.randn(2, 21, 32, 4, dtype=torch.float16).transpose(2, 3)
+
+    def fn(q, k, v):
+        q_view = q.transpose(1, 2).contiguous().transpose(1, 2)
+        out, lse, _ = flash_attn_kvpacked_func(
+            q_view, torch.stack((k, v), 2), causal=True, return_attn_probs=True
+        )
+        return out, lse
+
+    _check_against_oracle(fn, q, k, v, dout, softmax_scale=None, causal=True, seed=seed)
+    assert triton_backend == {"attn_fwd": 1, "attn_bwd": 1}
+
+
+def test_triton_interpreter_no_keys(triton_backend: Counter) -> None:
+    q, k, v, _ = _inputs(Shape(1, 4, 0, 2, 2, 16), torch.float16)
+    q.requires_grad_()
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.all(torch.isneginf(lse))
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
+    assert not triton_backend
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=_dtype_id)
+def test_qkvpacked_matches_oracle(dtype: torch.dtype, causal: bool, seed: int) -> None:
+    q, k, v, dout = _inputs(Shape(2, 37, 37, 4, 4, 32), dtype)
+    qkv = torch.stack((q, k, v), dim=2).requires_grad_()
+    out, lse, _ = flash_attn_qkvpacked_func(qkv, causal=causal, return_attn_probs=True)
+    (dqkv,) = torch.autograd.grad(out, qkv, dout)
+    assert dqkv.shape == qkv.shape
+    ours = {"out": out, "lse": lse, "dq": dqkv[:, :, 0], "dk": dqkv[:, :, 1], "dv": dqkv[:, :, 2]}
+    oracle = _run(_naive(None, causal), *(t.double() for t in (q, k, v, dout)))
+    baseline = _run(_naive(None, causal), q, k, v, dout)
+    for name in _NAMES:
+        assert_matches_oracle(name, ours[name], oracle[name], baseline[name], grad=name[0] == "d", seed=seed)
+
+
+@pytest.mark.parametrize("nheads_kv", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_kvpacked_matches_oracle(nheads_kv: int, causal: bool, seed: int) -> None:
+    q, k, v, dout = _inputs(Shape(2, 23, 41, 4, nheads_kv, 48), torch.float16)
+    kv = torch.stack((k, v), dim=2).requires_grad_()
+    qq = q.clone().requires_grad_()
+    out, lse, _ = flash_attn_kvpacked_func(qq, kv, causal=causal, return_attn_probs=True)
+    dq, dkv = torch.autograd.grad(out, (qq, kv), dout)
+    assert dkv.shape == kv.shape
+    ours = {"out": out, "lse": lse, "dq": dq, "dk": dkv[:, :, 0], "dv": dkv[:, :, 1]}
+    oracle = _run(_naive(None, causal), *(t.double() for t in (q, k, v, dout)))
+    baseline = _run(_naive(None, causal), q, k, v, dout)
+    for name in _NAMES:
+        assert_matches_oracle(name, ours[name], oracle[name], baseline[name], grad=name[0] == "d", seed=seed)
+
+
+def test_packed_views_are_not_copied(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """The op receives strided views into qkv, not concatenated or contiguous copies."""
+    qkv = torch.randn(2, 11, 3, 2, 16)
+    seen = []
+    original = tiled.attention_fwd
+
+    def spy(q, k, v, *args, **kwargs):
+        seen.extend((q, k, v))
+        return original(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(tiled, "attention_fwd", spy)
+    flash_attn_qkvpacked_func(qkv)
+    assert all(t.data_ptr() == qkv[:, :, i].data_ptr() for i, t in enumerate(seen))
+    assert not any(t.is_contiguous() for t in seen)
+
+
+@pytest.mark.parametrize("func", ["flash_attn_func", "qkvpacked", "kvpacked"])
+def test_return_attn_probs(func: str, seed: int) -> None:
+    q, k, v, _ = _inputs(Shape(2, 13, 13, 4, 4, 32), torch.float16)
+    q.requires_grad_()
+    if func == "flash_attn_func":
+        result = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    elif func == "qkvpacked":
+        result = flash_attn_qkvpacked_func(torch.stack((q, k, v), 2), causal=True, return_attn_probs=True)
+    else:
+        result = flash_attn_kvpacked_func(q, torch.stack((k, v), 2), causal=True, return_attn_probs=True)
+    assert isinstance(result, tuple) and len(result) == 3
+    out, lse, probs = result
+    assert out.shape == q.shape and lse.shape == (2, 4, 13) and probs.shape == (2, 4, 13, 13)
+    assert lse.dtype == torch.float32 and probs.dtype == torch.float16
+    assert not lse.requires_grad and not probs.requires_grad
+    expected = naive.attention_probs(q.double(), k.double(), v.double(), causal=True)
+    baseline = naive.attention_probs(q, k, v, causal=True)
+    assert_matches_oracle("S_dmask", probs, expected, baseline, seed=seed)
+    assert torch.all(probs.triu(diagonal=1) == 0)
+    torch.testing.assert_close(probs.float().sum(-1), torch.ones(2, 4, 13), atol=1e-2, rtol=0)
+
+
+def test_default_returns_only_out() -> None:
+    q, k, v, _ = _inputs(Shape(1, 4, 4, 1, 1, 8), torch.float32)
+    assert isinstance(flash_attn_func(q, k, v), torch.Tensor)
+    assert isinstance(flash_attn_qkvpacked_func(torch.stack((q, k, v), 2)), torch.Tensor)
+    assert isinstance(flash_attn_kvpacked_func(q, torch.stack((k, v), 2)), torch.Tensor)
+
+
+@pytest.mark.parametrize("wanted", [("q",), ("k", "v"), ("v",), ("q", "k")], ids="+".join)
+def test_gradients_for_only_some_inputs(wanted: tuple[str, ...], seed: int) -> None:
+    q, k, v, dout = _inputs(Shape(2, 21, 30, 4, 2, 32), torch.float16)
+    leaves = {"q": q, "k": k, "v": v}
+    for name in wanted:
+        leaves[name].requires_grad_()
+    out = flash_attn_func(q, k, v, causal=True)
+    out.backward(dout)
+    oracle = _run(_naive(None, True), *(t.double() for t in (q, k, v, dout)))
+    baseline = _run(_naive(None, True), q, k, v, dout)
+    for name, leaf in leaves.items():
+        if name in wanted:
+            grad_name = f"d{name}"
+            assert_matches_oracle(
+                grad_name, leaf.grad, oracle[grad_name], baseline[grad_name], grad=True, seed=seed
+            )
+        else:
+            assert leaf.grad is None
+
+
+def test_backward_twice_with_retain_graph(seed: int) -> None:
+    q, k, v, dout = (t.requires_grad_() for t in _inputs(Shape(1, 16, 16, 2, 2, 32), torch.float32))
+    dout = dout.detach()
+    out = flash_attn_func(q, k, v, causal=True)
+    out.backward(dout, retain_graph=True)
+    first = [t.grad.clone() for t in (q, k, v)]
+    out.backward(dout)
+    for t, once in zip((q, k, v), first, strict=True):
+        torch.testing.assert_close(t.grad, 2 * once)
+
+
+def test_double_backward_raises() -> None:
+    q, k, v, _ = (t.requires_grad_() for t in _inputs(Shape(1, 8, 8, 2, 2, 16), torch.float32))
+    out = flash_attn_func(q, k, v)
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        dq.sum().backward()
+    assert "create_graph" in DOUBLE_BACKWARD_MESSAGE
+
+
+def test_first_order_with_create_graph_is_unaffected(seed: int) -> None:
+    q, k, v, _ = (t.requires_grad_() for t in _inputs(Shape(1, 8, 8, 2, 2, 16), torch.float32))
+    out = flash_attn_func(q, k, v)
+    (dq_graph,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    (dq_plain,) = torch.autograd.grad(flash_attn_func(q, k, v).sum(), q)
+    torch.testing.assert_close(dq_graph.detach(), dq_plain, rtol=0, atol=0)
+
+
+@pytest.fixture
+def forbid_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Empty problems must be answered without reaching a backend."""
+
+    def launch(*args, **kwargs):
+        raise AssertionError("a backend was launched on an empty problem")
+
+    monkeypatch.setattr(tiled, "attention_fwd", launch)
+    monkeypatch.setattr(tiled, "attention_bwd", launch)
+
+
+def test_empty_batch(forbid_launch: None) -> None:
+    q, k, v, _ = (t.requires_grad_() for t in _inputs(Shape(0, 5, 7, 4, 2, 16), torch.float16))
+    out, lse, probs = flash_attn_func(q, k, v, return_attn_probs=True)
+    assert out.shape == (0, 5, 4, 16) and lse.shape == (0, 4, 5) and probs.shape == (0, 4, 5, 7)
+    out.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_no_queries(forbid_launch: None) -> None:
+    q, k, v, _ = (t.requires_grad_() for t in _inputs(Shape(2, 0, 7, 4, 2, 16), torch.float16))
+    out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == (2, 0, 4, 16) and lse.shape == (2, 4, 0)
+    out.sum().backward()
+    assert torch.equal(k.grad, torch.zeros_like(k)) and torch.equal(v.grad, torch.zeros_like(v))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_no_keys_gives_zero_output_and_minus_inf_lse(forbid_launch: None, causal: bool) -> None:
+    q, k, v, dout = _inputs(Shape(2, 5, 0, 4, 2, 16), torch.float32)
+    q.requires_grad_()
+    k.requires_grad_()
+    v.requires_grad_()
+    out, lse, probs = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.all(torch.isneginf(lse)) and lse.shape == (2, 4, 5)
+    assert probs.shape == (2, 4, 5, 0)
+    out.backward(dout)
+    assert torch.equal(q.grad, torch.zeros_like(q))
+    assert k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_fully_masked_rows(seed: int) -> None:
+    """Causal with seqlen_q > seqlen_k: the first rows see no key (out 0, lse −inf, zero and finite grads)."""
+    q, k, v, dout = _inputs(Shape(1, 12, 5, 2, 2, 16), torch.float32)
+    ours = _check_against_oracle(
+        _flash(None, True), q, k, v, dout, softmax_scale=None, causal=True, seed=seed
+    )
+    masked = 12 - 5
+    assert torch.equal(ours["out"][:, :masked], torch.zeros_like(ours["out"][:, :masked]))
+    assert torch.all(torch.isneginf(ours["lse"][:, :, :masked]))
+    assert torch.all(torch.isfinite(ours["lse"][:, :, masked:]))
+    assert torch.equal(ours["dq"][:, :masked], torch.zeros_like(ours["dq"][:, :masked]))
+    for name in ("dq", "dk", "dv"):
+        assert torch.all(torch.isfinite(ours[name]))
+
+
+def test_transposed_views(seed: int) -> None:
+    """(B, H, N, D) tensors transposed to (B, N, H, D): non-contiguous, unit last stride, read in place."""
+    shape = Shape(2, 19, 26, 4, 2, 32)
+    q, k, v, dout = _inputs(shape, torch.float16)
+
+    def fn(q, k, v):
+        views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+        assert not any(t.is_contiguous() for t in views)
+        out, lse, _ = flash_attn_func(*views, causal=True, return_attn_probs=True)
+        return out, lse
+
+    dout_view = dout.transpose(1, 2).contiguous().transpose(1, 2)
+    _check_against_oracle(fn, q, k, v, dout_view, softmax_scale=None, causal=True, seed=seed)
+
+
+def test_strided_last_dim_is_copied(seed: int) -> None:
+    q, k, v, dout = _inputs(Shape(1, 9, 9, 2, 2, 16), torch.float32)
+
+    def fn(q, k, v):
+        views = [torch.stack((t, t), dim=-1)[..., 0] for t in (q, k, v)]
+        assert all(t.stride(-1) == 2 for t in views)
+        out, lse, _ = flash_attn_func(*views, return_attn_probs=True)
+        return out, lse
+
+    _check_against_oracle(fn, q, k, v, dout, softmax_scale=None, causal=False, seed=seed)
+
+
+def test_non_contiguous_dout(seed: int) -> None:
+    q, k, v, _ = _inputs(Shape(2, 15, 15, 2, 2, 32), torch.float16)
+    # A (B, N, D, H) buffer seen as (B, N, H, D): the gradient arrives with a non-unit last stride.
+    dout = torch.randn(2, 15, 32, 2, dtype=torch.float16).transpose(2, 3)
+    assert dout.stride(-1) != 1
+    _check_against_oracle(_flash(None, False), q, k, v, dout, softmax_scale=None, causal=False, seed=seed)
+
+
+@pytest.mark.parametrize("softmax_scale", [None, 0.0, -0.3, 0.05, 10.0], ids=str)
+def test_softmax_scale_variants(softmax_scale: float | None, seed: int) -> None:
+    q, k, v, dout = _inputs(Shape(2, 17, 29, 4, 2, 32), torch.float32)
+    _check_against_oracle(
+        _flash(softmax_scale, True), q, k, v, dout, softmax_scale=softmax_scale, causal=True, seed=seed
+    )
+
+
+def test_zero_scale_is_uniform_attention() -> None:
+    q, k, v, _ = _inputs(Shape(1, 6, 10, 2, 2, 8), torch.float64)
+    out = flash_attn_func(q, k, v, softmax_scale=0.0)
+    torch.testing.assert_close(out, v.mean(dim=1, keepdim=True).expand_as(out))
+
+
+def test_float64_reference_passes_gradcheck() -> None:
+    q, k, v, _ = (t.requires_grad_() for t in _inputs(Shape(1, 5, 6, 2, 1, 4), torch.float64))
+    assert torch.autograd.gradcheck(lambda q, k, v: flash_attn_func(q, k, v, causal=True), (q, k, v))
+
+
+def test_output_does_not_alias_inputs() -> None:
+    q, k, v, _ = _inputs(Shape(1, 4, 4, 1, 1, 8), torch.float32)
+    out = flash_attn_func(q, k, v)
+    assert out.data_ptr() not in {t.data_ptr() for t in (q, k, v)}
+
+
+def test_forced_reference_backend_matches_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    q, k, v, _ = _inputs(Shape(1, 10, 10, 2, 2, 16), torch.float32)
+    auto = flash_attn_func(q, k, v, causal=True)
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    torch.testing.assert_close(flash_attn_func(q, k, v, causal=True), auto, rtol=0, atol=0)
+
+
+def test_signatures_match_flash_attn() -> None:
+    options = [
+        ("dropout_p", 0.0),
+        ("softmax_scale", None),
+        ("causal", False),
+        ("window_size", (-1, -1)),
+        ("softcap", 0.0),
+        ("alibi_slopes", None),
+        ("deterministic", False),
+        ("return_attn_probs", False),
+    ]
+    expected = {
+        flash_attn_func: ["q", "k", "v"],
+        flash_attn_qkvpacked_func: ["qkv"],
+        flash_attn_kvpacked_func: ["q", "kv"],
+    }
+    for func, tensors in expected.items():
+        params = list(inspect.signature(func).parameters.values())
+        assert [p.name for p in params] == tensors + [name for name, _ in options]
+        assert all(p.default is inspect.Parameter.empty for p in params[: len(tensors)])
+        assert [p.default for p in params[len(tensors) :]] == [default for _, default in options]
+
+
+def test_public_names() -> None:
+    assert set(flashtile.__all__) == {
+        "FlashAttention",
+        "__version__",
+        "flash_attn_func",
+        "flash_attn_kvpacked_func",
+        "flash_attn_qkvpacked_func",
+    }
+    assert isinstance(flashtile.__version__, str)
+
+
+def _module_reference(layer: FlashAttention, x: torch.Tensor) -> torch.Tensor:
+    """The same layer written out with float64 naive attention."""
+    batch, seqlen, _ = x.shape
+    heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
+    weight = layer.Wqkv.weight.double()
+    bias = None if layer.Wqkv.bias is None else layer.Wqkv.bias.double()
+    qkv = torch.nn.functional.linear(x.double(), weight, bias)
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    q = q.view(batch, seqlen, heads, head_dim)
+    k = k.view(batch, seqlen, kv_heads, head_dim)
+    v = v.view(batch, seqlen, kv_heads, head_dim)
+    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, causal=layer.causal)
+    out_weight = layer.out_proj.weight.double()
+    out_bias = None if layer.out_proj.bias is None else layer.out_proj.bias.double()
+    return torch.nn.functional.linear(out.reshape(batch, seqlen, -1), out_weight, out_bias)
+
+
+@pytest.mark.parametrize(
+    ("num_kv_heads", "causal", "bias"),
+    [(None, False, True), (None, True, False), (2, True, True), (1, False, True)],
+    ids=["MHA", "MHA-causal-nobias", "GQA-causal", "MQA"],
+)
+def test_flash_attention_module_matches_naive(
+    num_kv_heads: int | None, causal: bool, bias: bool, seed: int
+) -> None:
+    layer = FlashAttention(64, num_heads=4, num_kv_heads=num_kv_heads, causal=causal, bias=bias)
+    x = torch.randn(2, 19, 64, requires_grad=True)
+    out = layer(x)
+    assert out.shape == x.shape
+    expected = _module_reference(layer, x)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    assert x.grad is not None and layer.Wqkv.weight.grad is not None
+    assert torch.all(torch.isfinite(layer.Wqkv.weight.grad))
+    layer.zero_grad()
+    x_ref = x.detach().clone().requires_grad_()
+    _module_reference(layer, x_ref).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_flash_attention_module_rejects_bad_heads() -> None:
+    with pytest.raises(ValueError, match="embed_dim must be a multiple of num_heads"):
+        FlashAttention(60, num_heads=8)
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
+        FlashAttention(64, num_heads=4, num_kv_heads=3)
+
+
+def test_flash_attention_module_fp16_matches_oracle(seed: int) -> None:
+    layer = FlashAttention(64, num_heads=4, num_kv_heads=2, causal=True, dtype=torch.float16)
+    x = torch.randn(2, 11, 64, dtype=torch.float16)
+    out = layer(x)
+    assert out.dtype == torch.float16
+    err = (out.double() - _module_reference(layer, x)).abs().max().item()
+    assert math.isfinite(err) and err < 2e-2

@@ -1,0 +1,398 @@
+"""Bad arguments raise the right exception, naming the argument and what was received, before any launch."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from flashtile import backend as flashtile_backend
+from flashtile import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, validation
+from flashtile.reference import naive, tiled
+
+
+def _qkv(
+    batch: int = 2,
+    seqlen_q: int = 5,
+    seqlen_k: int = 7,
+    nheads: int = 4,
+    nheads_kv: int = 2,
+    head_dim: int = 16,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, dtype=dtype)
+    k = torch.randn(batch, seqlen_k, nheads_kv, head_dim, dtype=dtype)
+    v = torch.randn(batch, seqlen_k, nheads_kv, head_dim, dtype=dtype)
+    return q, k, v
+
+
+def _raises(exc: type[Exception], fn, *fragments: str) -> str:
+    """Run ``fn``, expect ``exc``, and check that its message contains every fragment; return the message."""
+    with pytest.raises(exc) as info:
+        fn()
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} missing from the message: {message}"
+    return message
+
+
+@pytest.fixture
+def no_launch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace every backend by one that records its calls: a validation error must come before any launch."""
+    calls: list[str] = []
+
+    def record(name: str):
+        def launch(*args, **kwargs):
+            calls.append(name)
+            raise AssertionError(f"{name} launched although validation should have failed")
+
+        return launch
+
+    monkeypatch.setattr(tiled, "attention_fwd", record("reference fwd"))
+    monkeypatch.setattr(tiled, "attention_bwd", record("reference bwd"))
+    monkeypatch.setattr(importlib.import_module("flashtile.kernels.fwd"), "attn_fwd", record("triton fwd"))
+    return calls
+
+
+def test_q_not_a_tensor(no_launch: list[str]) -> None:
+    _, k, v = _qkv()
+    _raises(TypeError, lambda: flash_attn_func([[1.0]], k, v), "q must be a torch.Tensor", "list")
+    assert no_launch == []
+
+
+def test_unsupported_dtype_lists_supported_ones(no_launch: list[str]) -> None:
+    q, k, v = (t.to(torch.int32) for t in _qkv())
+    _raises(
+        TypeError,
+        lambda: flash_attn_func(q, k, v),
+        "q.dtype is torch.int32",
+        "torch.float16, torch.bfloat16, torch.float32, torch.float64",
+    )
+    assert no_launch == []
+
+
+def test_triton_backend_rejects_float64_and_lists_its_dtypes(
+    monkeypatch: pytest.MonkeyPatch, no_launch: list[str]
+) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    q, k, v = _qkv(dtype=torch.float64)
+    _raises(
+        TypeError,
+        lambda: flash_attn_func(q, k, v),
+        "q.dtype is torch.float64",
+        "triton backend",
+        "accepted: torch.float16, torch.bfloat16, torch.float32",
+        "FLASHTILE_BACKEND=reference",
+    )
+    assert no_launch == []
+
+
+def test_triton_on_cuda_accepts_only_half_precision() -> None:
+    assert validation.supported_dtypes("triton", torch.device("cuda")) == (torch.float16, torch.bfloat16)
+    assert torch.float64 in validation.supported_dtypes("reference", torch.device("cuda"))
+
+
+def test_qkv_dtype_mismatch(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        TypeError,
+        lambda: flash_attn_func(q, k.half(), v),
+        "same dtype",
+        "q torch.float32",
+        "k torch.float16",
+        "v torch.float32",
+    )
+    assert no_launch == []
+
+
+def test_devices_differ(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(ValueError, lambda: flash_attn_func(q, k.to("meta"), v), "same device", "q on cpu", "k on meta")
+    assert no_launch == []
+
+
+def test_triton_on_cpu_without_interpreter(monkeypatch: pytest.MonkeyPatch, no_launch: list[str]) -> None:
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = _qkv()
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "FLASHTILE_BACKEND=triton", "TRITON_INTERPRET")
+    assert no_launch == []
+
+
+def test_unknown_backend_lists_accepted_values(monkeypatch: pytest.MonkeyPatch, no_launch: list[str]) -> None:
+    monkeypatch.setenv("FLASHTILE_BACKEND", "cudnn")
+    q, k, v = _qkv()
+    _raises(
+        ValueError, lambda: flash_attn_func(q, k, v), "FLASHTILE_BACKEND='cudnn'", "auto, triton, reference"
+    )
+    assert no_launch == []
+
+
+def test_backend_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLASHTILE_BACKEND", raising=False)
+    assert flashtile_backend.resolve(torch.device("cpu")) == "reference"
+    assert flashtile_backend.resolve(torch.device("cuda")) == "triton"
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    assert flashtile_backend.resolve(torch.device("cuda")) == "reference"
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert flashtile_backend.resolve(torch.device("cpu")) == "triton"
+    assert flashtile_backend.available_backends(torch.device("cpu")) == ["triton", "reference"]
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert flashtile_backend.available_backends(torch.device("cpu")) == ["reference"]
+
+
+def test_wrong_rank(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        ValueError,
+        lambda: flash_attn_func(q[0], k, v),
+        "q must have 4 dimensions",
+        "(batch_size, seqlen_q, nheads, headdim)",
+        "(5, 4, 16)",
+    )
+    assert no_launch == []
+
+
+def test_batch_mismatch_shows_all_shapes(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        ValueError,
+        lambda: flash_attn_func(q, k[:1], v[:1]),
+        "batch_size",
+        "q (2, 5, 4, 16), k (1, 7, 2, 16), v (1, 7, 2, 16)",
+    )
+    assert no_launch == []
+
+
+def test_head_dim_mismatch_shows_all_shapes(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        ValueError,
+        lambda: flash_attn_func(q, k[..., :8], v[..., :8]),
+        "headdim",
+        "q (2, 5, 4, 16), k (2, 7, 2, 8), v (2, 7, 2, 8)",
+    )
+    assert no_launch == []
+
+
+def test_seqlen_k_differs_between_k_and_v(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        ValueError, lambda: flash_attn_func(q, k, v[:, :6]), "seqlen_k", "k (2, 7, 2, 16), v (2, 6, 2, 16)"
+    )
+    assert no_launch == []
+
+
+def test_nheads_kv_differs_between_k_and_v(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(ValueError, lambda: flash_attn_func(q, k, v[:, :, :1]), "nheads_k", "v (2, 7, 1, 16)")
+    assert no_launch == []
+
+
+def test_nheads_not_a_multiple_of_nheads_kv(no_launch: list[str]) -> None:
+    q, k, v = _qkv(nheads=4, nheads_kv=3)
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "nheads of q (4)", "nheads_k of k and v (3)")
+    assert no_launch == []
+
+
+def test_zero_heads(no_launch: list[str]) -> None:
+    q, k, v = _qkv(nheads=0, nheads_kv=0)
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "at least 1", "q (2, 5, 0, 16)")
+    assert no_launch == []
+
+
+@pytest.mark.parametrize("head_dim", [0, 257], ids=lambda d: f"D{d}")
+def test_head_dim_out_of_range(head_dim: int, no_launch: list[str]) -> None:
+    q, k, v = _qkv(head_dim=head_dim, nheads_kv=4)
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "headdim", "[1, 256]", f"got {head_dim}")
+    assert no_launch == []
+
+
+def test_non_unit_last_stride_is_copied_and_correct() -> None:
+    q, k, v = _qkv(head_dim=8)
+    # Every other element of a doubled last dimension: stride(-1) == 2.
+    strided = [torch.stack((t, torch.zeros_like(t)), dim=-1).flatten(-2)[..., ::2] for t in (q, k, v)]
+    assert all(t.stride(-1) == 2 for t in strided)
+    torch.testing.assert_close(flash_attn_func(*strided), flash_attn_func(q, k, v), rtol=0, atol=0)
+
+
+def test_softmax_scale_none_is_one_over_sqrt_head_dim() -> None:
+    q, k, v = _qkv(head_dim=16)
+    torch.testing.assert_close(
+        flash_attn_func(q, k, v), flash_attn_func(q, k, v, softmax_scale=1 / math.sqrt(16)), rtol=0, atol=0
+    )
+    assert validation.check_softmax_scale(None, 64) == 0.125
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf, -math.inf], ids=str)
+def test_softmax_scale_non_finite(scale: float, no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(ValueError, lambda: flash_attn_func(q, k, v, softmax_scale=scale), "softmax_scale", str(scale))
+    assert no_launch == []
+
+
+def test_softmax_scale_not_a_number(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(TypeError, lambda: flash_attn_func(q, k, v, softmax_scale="0.5"), "softmax_scale", "'0.5'")
+    assert no_launch == []
+
+
+@pytest.mark.parametrize("dropout_p", [-0.1, 1.0, 1.5, math.nan], ids=str)
+def test_dropout_p_outside_unit_interval(dropout_p: float, no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(ValueError, lambda: flash_attn_func(q, k, v, dropout_p=dropout_p), "dropout_p", str(dropout_p))
+    assert no_launch == []
+
+
+def test_dropout_not_implemented(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        NotImplementedError,
+        lambda: flash_attn_func(q, k, v, dropout_p=0.1),
+        "dropout_p",
+        "not implemented yet",
+        "0.1",
+    )
+    assert no_launch == []
+
+
+@pytest.mark.parametrize("window_size", [(4, 0), (-1, 0), (0, -1), [2, 2]], ids=str)
+def test_window_size_not_implemented(window_size, no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(
+        NotImplementedError,
+        lambda: flash_attn_func(q, k, v, window_size=window_size),
+        "window_size",
+        repr(window_size),
+    )
+    assert no_launch == []
+
+
+@pytest.mark.parametrize(
+    ("window_size", "exc"), [((-2, -1), ValueError), ((1,), TypeError), ((1.5, 2), TypeError)], ids=str
+)
+def test_window_size_malformed(window_size, exc: type[Exception], no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(exc, lambda: flash_attn_func(q, k, v, window_size=window_size), "window_size", repr(window_size))
+    assert no_launch == []
+
+
+def test_window_size_default_list_accepted() -> None:
+    q, k, v = _qkv()
+    torch.testing.assert_close(flash_attn_func(q, k, v, window_size=[-1, -1]), flash_attn_func(q, k, v))
+
+
+def test_softcap_zero_disables() -> None:
+    q, k, v = _qkv()
+    torch.testing.assert_close(
+        flash_attn_func(q, k, v, softcap=0.0), flash_attn_func(q, k, v), rtol=0, atol=0
+    )
+    torch.testing.assert_close(flash_attn_func(q, k, v, softcap=0), flash_attn_func(q, k, v), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("softcap", [-1.0, math.nan, math.inf], ids=str)
+def test_softcap_negative_or_non_finite(softcap: float, no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(ValueError, lambda: flash_attn_func(q, k, v, softcap=softcap), "softcap", str(softcap))
+    assert no_launch == []
+
+
+def test_softcap_positive_not_implemented(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(NotImplementedError, lambda: flash_attn_func(q, k, v, softcap=30.0), "softcap", "30.0")
+    assert no_launch == []
+
+
+def test_alibi_slopes_not_implemented(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    slopes = torch.ones(4, dtype=torch.float32)
+    _raises(
+        NotImplementedError,
+        lambda: flash_attn_func(q, k, v, alibi_slopes=slopes),
+        "alibi_slopes",
+        "shape (4,)",
+        "not implemented yet",
+    )
+    assert no_launch == []
+
+
+@pytest.mark.parametrize("flag", ["causal", "deterministic", "return_attn_probs"])
+def test_flags_must_be_bool(flag: str, no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(TypeError, lambda: flash_attn_func(q, k, v, **{flag: 1}), flag, "got 1 (int)")
+    assert no_launch == []
+
+
+def test_deterministic_accepted_and_bitwise_reproducible() -> None:
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    grads = []
+    for _ in range(3):
+        out = flash_attn_func(q, k, v, causal=True, deterministic=True)
+        grads.append(torch.autograd.grad(out.sum(), (q, k, v)))
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_qkvpacked_wrong_packing(no_launch: list[str]) -> None:
+    qkv = torch.randn(2, 5, 2, 4, 16)
+    _raises(
+        ValueError,
+        lambda: flash_attn_qkvpacked_func(qkv),
+        "qkv",
+        "(batch_size, seqlen, 3, nheads, headdim)",
+        "(2, 5, 2, 4, 16)",
+    )
+    _raises(ValueError, lambda: flash_attn_qkvpacked_func(qkv[:, :, 0]), "qkv must have 5 dimensions")
+    assert no_launch == []
+
+
+def test_qkvpacked_head_dim_names_the_packed_tensor(no_launch: list[str]) -> None:
+    qkv = torch.randn(1, 3, 3, 2, 300)
+    _raises(ValueError, lambda: flash_attn_qkvpacked_func(qkv), "headdim", "got 300", "qkv (1, 3, 3, 2, 300)")
+    assert no_launch == []
+
+
+def test_kvpacked_wrong_packing(no_launch: list[str]) -> None:
+    q = torch.randn(2, 5, 4, 16)
+    kv = torch.randn(2, 7, 3, 2, 16)
+    _raises(
+        ValueError,
+        lambda: flash_attn_kvpacked_func(q, kv),
+        "kv",
+        "(batch_size, seqlen_k, 2, nheads_k, headdim)",
+        "(2, 7, 3, 2, 16)",
+    )
+    _raises(ValueError, lambda: flash_attn_kvpacked_func(q, kv[:, :, 0]), "kv must have 5 dimensions")
+    assert no_launch == []
+
+
+def test_kvpacked_gqa_mismatch_names_kv(no_launch: list[str]) -> None:
+    q = torch.randn(2, 5, 4, 16)
+    kv = torch.randn(2, 7, 2, 3, 16)
+    _raises(ValueError, lambda: flash_attn_kvpacked_func(q, kv), "nheads of q (4)", "kv (2, 7, 2, 3, 16)")
+    assert no_launch == []
+
+
+def test_kvpacked_dtype_mismatch_names_kv(no_launch: list[str]) -> None:
+    q = torch.randn(2, 5, 4, 16)
+    kv = torch.randn(2, 7, 2, 2, 16, dtype=torch.float64)
+    _raises(TypeError, lambda: flash_attn_kvpacked_func(q, kv), "q torch.float32", "kv torch.float64")
+    assert no_launch == []
+
+
+def test_sparse_tensor_rejected(no_launch: list[str]) -> None:
+    q, k, v = _qkv()
+    _raises(TypeError, lambda: flash_attn_func(q.to_sparse(), k, v), "q must be a dense", "sparse")
+    assert no_launch == []
+
+
+def test_valid_call_matches_naive() -> None:
+    q, k, v = _qkv()
+    out = flash_attn_func(q, k, v, causal=True)
+    expected, _ = naive.attention(q.double(), k.double(), v.double(), causal=True)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
