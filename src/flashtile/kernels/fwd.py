@@ -16,8 +16,9 @@ import triton.language as tl
 from flashtile.kernels import configs
 from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
 
-LOG2_E = 1.4426950408889634
-LN_2 = 0.6931471805599453
+LOG2_E = math.log2(math.e)
+# Kernels may read only constexpr globals.
+LN_2 = tl.constexpr(math.log(2.0))
 
 
 @triton.jit

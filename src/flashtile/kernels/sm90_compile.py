@@ -1,0 +1,121 @@
+"""Compile the kernels for Hopper (sm_90) on any machine, GPU or not, and report what the compiler made.
+
+Triton compiles for a named target without a device (ptxas ships in its wheel), so CI can prove that
+every configuration the dispatcher can pick compiles, uses wgmma and TMA, and does not spill.
+Run a compile in a subprocess: a compiler abort ends the whole process.
+
+    python -m flashtile.kernels.sm90_compile fwd 128 causal
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+
+_FLOAT_ARGS = {"qk_scale", "softmax_scale"}
+_FP32_POINTERS = {"lse_ptr", "delta_ptr"}
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    kernel: str
+    registers: int
+    local_bytes: int
+    shared_bytes: int
+    has_wgmma: bool
+    has_tma: bool
+
+
+def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32" if name in _FP32_POINTERS else f"*{dtype}"
+        else:
+            sig[name] = "fp32" if name in _FLOAT_ARGS else "i32"
+    return sig
+
+
+def _kernels_for(kind: str, head_dim: int, causal: bool, warp_specialize: bool | None):
+    import torch
+
+    from flashtile.kernels import bwd, configs, fwd
+
+    # Hopper configs are chosen for a CUDA device of capability 9.x; name it without needing one.
+    configs._is_hopper = lambda device: True
+    device = torch.device("cuda")
+    bd = configs.block_d(head_dim)
+    common = dict(H=16, GROUP=2, HEAD_DIM=head_dim, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=False)
+    if kind == "fwd":
+        cfg = configs.fwd_config(head_dim, causal, device)
+        ws = cfg.warp_specialize and not causal if warp_specialize is None else warp_specialize
+        ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, WARP_SPECIALIZE=ws)
+        return [(fwd.attn_fwd_kernel, ce, cfg)]
+    cfg = configs.bwd_config(head_dim, causal, device)
+    return [
+        (bwd.attn_bwd_dkdv_kernel, dict(common, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1), cfg),
+        (bwd.attn_bwd_dq_kernel, dict(common, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2), cfg),
+    ]
+
+
+def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", warp_specialize=None):
+    """Compile in this process (use ``compile_in_subprocess`` from tests)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    reports = []
+    for fn, constexprs, cfg in _kernels_for(kind, head_dim, causal, warp_specialize):
+        src = ASTSource(fn=fn, signature=_signature(fn, constexprs, dtype), constexprs=constexprs)
+        compiled = triton.compile(
+            src,
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+        )
+        ptx = compiled.asm["ptx"]
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.asm["cubin"])
+            f.flush()
+            usage = subprocess.run(
+                [os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True, check=True
+            ).stdout
+        regs = re.search(r"REG:(\d+)", usage)
+        local = re.search(r"LOCAL:(\d+)", usage)
+        reports.append(
+            CompileReport(
+                kernel=fn.__name__,
+                registers=int(regs.group(1)) if regs else -1,
+                local_bytes=int(local.group(1)) if local else -1,
+                shared_bytes=int(compiled.metadata.shared),
+                has_wgmma="wgmma" in ptx,
+                has_tma="cp.async.bulk.tensor" in ptx,
+            )
+        )
+    return reports
+
+
+def compile_in_subprocess(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", timeout: float = 600):
+    """Compile in a fresh interpreter without TRITON_INTERPRET; returns the reports or raises with its stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, str(head_dim), "causal" if causal else "full", dtype],
+        capture_output=True, text=True, env=env, timeout=timeout,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"sm_90 compile of {kind} D={head_dim} causal={causal} failed:\n{proc.stderr[-3000:]}")
+    return [CompileReport(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+if __name__ == "__main__":
+    kind_arg, dim_arg, mask_arg = sys.argv[1:4]
+    dtype_arg = sys.argv[4] if len(sys.argv) > 4 else "bf16"
+    out = compile_here(kind_arg, int(dim_arg), mask_arg == "causal", dtype_arg)
+    print(json.dumps([asdict(r) for r in out]))
