@@ -1,0 +1,633 @@
+"""``flashtile bench``: check, then time, flashtile and its peers on the grid, in one process.
+
+For each kernel configuration every peer is first checked against a float64 naive-attention oracle with the
+accuracy rule of ``flashtile.reference.compare`` (2× the low-precision baseline's error for the output, 3× for
+the gradients); a peer that fails gets no number. The check runs on a slice of the configuration: the same
+N, D, causal flag, dtype and GQA ratio on the first ``b`` sequences and ``h`` heads, chosen so the
+oracle's B·H·N² float64 scores fit (see ``check_slice``). Peers that pass are timed on the full
+configuration; rows go to the CSV after each configuration, tables and plots come at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import flashtile.bench.peers as registry
+from flashtile.bench import grid, results
+from flashtile.bench.grid import DTYPES, MODES, Config, Preset
+from flashtile.bench.peers import Peer
+from flashtile.bench.results import Environment, Result
+from flashtile.bench.timing import rotation_copies, time_calls
+from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, Comparison, compare
+
+DECODE_MESSAGE = "flashtile bench --decode: not yet available: decoding lands in a later issue."
+
+# Largest float64 score tensor (B·H·N_q·N_k elements, 1 GiB) and largest q-shaped tensor (B·N·H·D elements)
+# the check works on; the second keeps the host-side comparison under a second.
+_SCORE_BUDGET = 2**27
+_TOKEN_BUDGET = 2**22
+# Naive float64 attention with its backward keeps about this many score-sized tensors alive at once.
+_LIVE_SCORE_TENSORS = 8
+_DETAIL_CHARS = 400
+_LOG_WIDTH = 132
+_FATAL_CUDA = (
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+)
+
+
+class _FatalDeviceError(RuntimeError):
+    """A CUDA error that leaves the context unusable: the run stops after writing what it has."""
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    status: str
+    detail: str
+    error: float | None = None
+
+
+@dataclass
+class _Reference:
+    """Inputs of the check slice with the float64 oracle's and the low-precision baseline's results."""
+
+    config: Config
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    dout: torch.Tensor
+    out64: torch.Tensor
+    out_low: torch.Tensor
+    grads64: tuple[torch.Tensor, ...] | None
+    grads_low: tuple[torch.Tensor, ...] | None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``flashtile bench``."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="check and time flashtile against its peers on the TARGETS.md grid",
+        description=(
+            "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s. "
+            "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
+            "Without a GPU the defaults are tiny CPU shapes."
+        ),
+    )
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help="a few small cells, short timing")
+    preset.add_argument(
+        "--paper",
+        action="store_true",
+        help="the full grid (N 512..16k, D 64/128/256, causal and not, fwd/bwd/fwd_bwd, bf16) in under 10 "
+        "minutes on an H100: FlexAttention compiled with dynamic shapes, SDPA math skipped from N = 4k",
+    )
+    preset.add_argument("--decode", action="store_true", help="decoding with a KV cache (a later issue)")
+    axes = parser.add_argument_group("axes (each overrides the preset)")
+    axes.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    axes.add_argument("--dtype", nargs="+", choices=tuple(DTYPES))
+    axes.add_argument("--head-dim", nargs="+", type=int, metavar="D")
+    axes.add_argument("--seqlen", nargs="+", type=grid.parse_seqlen, metavar="N", help="e.g. 512 4k 16k")
+    axes.add_argument("--causal", choices=("true", "false", "both"))
+    axes.add_argument("--batch", type=int, help="fixed batch (default: tokens / N)")
+    axes.add_argument("--heads", type=int, help="fixed query heads (default: hidden / D)")
+    axes.add_argument("--tokens", type=int, help="B·N when --batch is not given (default 16384)")
+    axes.add_argument("--hidden", type=int, help="H·D when --heads is not given (default 2048)")
+    axes.add_argument("--gqa-ratio", type=int, help="query heads per KV head (default 1)")
+    axes.add_argument("--mode", nargs="+", choices=MODES)
+    axes.add_argument(
+        "--peers", nargs="+", metavar="NAME", help="implementations to run (default: all available)"
+    )
+    run = parser.add_argument_group("timing and output")
+    run.add_argument(
+        "--flex-compile", choices=("static", "dynamic"), help="FlexAttention compile per shape or once"
+    )
+    run.add_argument("--warmup-ms", type=float, help="warm-up time per measurement")
+    run.add_argument("--rep-ms", type=float, help="timed time per measurement")
+    run.add_argument("--min-reps", type=int, help="fewest timed calls per measurement")
+    run.add_argument(
+        "--time-budget", type=float, metavar="S", help="stop measuring after S seconds (rest: skipped)"
+    )
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", type=Path, default=results.DEFAULT_CSV, help="CSV to append to (%(default)s)")
+    run.add_argument("--plot-dir", type=Path, help="where the PNGs go (default: next to the CSV)")
+    run.add_argument("--no-plot", action="store_true")
+    run.add_argument("--plot-only", action="store_true", help="only draw the latest run in --out")
+    parser.set_defaults(func=main)
+    return parser
+
+
+def _device(choice: str) -> torch.device:
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device")
+    return torch.device(choice)
+
+
+def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
+    """The preset the flags name, for this device, with every axis flag applied."""
+    name = "paper" if args.paper else "quick" if args.quick else "default"
+    base = grid.preset(name, device.type)
+    for flag in ("batch", "heads", "tokens", "hidden", "gqa_ratio", "min_reps"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    if args.head_dim is not None and min(args.head_dim) < 1:
+        raise ValueError(f"--head-dim must be positive, got {args.head_dim}")
+    timing = dataclasses.replace(
+        base.timing,
+        **{
+            k: v
+            for k, v in (("warmup_ms", args.warmup_ms), ("rep_ms", args.rep_ms), ("min_reps", args.min_reps))
+            if v is not None
+        },
+    )
+    causal = {"true": (True,), "false": (False,), "both": (False, True)}.get(args.causal)
+    return base.with_overrides(
+        seqlens=tuple(dict.fromkeys(args.seqlen)) if args.seqlen else None,
+        head_dims=tuple(dict.fromkeys(args.head_dim)) if args.head_dim else None,
+        causal=causal,
+        modes=tuple(m for m in MODES if m in args.mode) if args.mode else None,
+        dtypes=tuple(dict.fromkeys(args.dtype)) if args.dtype else None,
+        batch=args.batch,
+        heads=args.heads,
+        tokens=args.tokens,
+        hidden=args.hidden,
+        gqa_ratio=args.gqa_ratio,
+        flex_compile=args.flex_compile,
+        time_budget_s=args.time_budget,
+        timing=timing,
+    )
+
+
+def select_peers(names: list[str] | None, preset: Preset) -> tuple[list[Peer], list[str]]:
+    """The peers to run and a note for each default peer that could not be imported."""
+    every = registry.available_peers(preset.device, flex_compile=preset.flex_compile)
+    by_name = {p.name: p for p in every}
+    if names is None:
+        chosen = [p for p in every if p.default and p.unavailable is None]
+        notes = [f"{p.name}: not measured, {p.unavailable}" for p in every if p.default and p.unavailable]
+        return chosen, notes
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(
+            f"--peers: unknown {', '.join(unknown)}; on {preset.device} choose from {', '.join(by_name)}"
+        )
+    return [by_name[n] for n in dict.fromkeys(names)], []
+
+
+def check_slice(config: Config, device: torch.device) -> Config:
+    """The largest slice (fewer sequences first, then fewer KV-head groups) whose float64 oracle fits.
+
+    Same N_q, N_k, D, causal flag, dtype and GQA ratio, so the same kernel and tile schedule run; only the
+    launch grid is smaller. At N = 16k the slice is one sequence and one KV head's group of query heads.
+    """
+    score_budget = _SCORE_BUDGET
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        score_budget = min(score_budget, free // (_LIVE_SCORE_TENSORS * 8))
+    rows = max(
+        1,
+        min(
+            score_budget // (config.seqlen_q * config.seqlen_k),
+            _TOKEN_BUDGET // (config.seqlen_q * config.head_dim),
+        ),
+    )
+    if config.batch * config.heads <= rows:
+        return config
+    if config.heads <= rows:
+        return config.with_slice(rows // config.heads, config.heads_kv)
+    return config.with_slice(1, max(1, min(config.heads_kv, rows // config.gqa_ratio)))
+
+
+def _reference(config: Config, need_grads: bool, device: torch.device) -> _Reference:
+    from flashtile.reference.naive import attention
+
+    q = torch.randn(config.batch, config.seqlen_q, config.heads, config.head_dim, device=device)
+    k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim, device=device)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    inputs = tuple(t.to(config.torch_dtype) for t in (q, k, v))
+    dout = dout.to(config.torch_dtype)
+
+    def naive(dtype: torch.dtype) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        leaves = [t.detach().to(dtype).requires_grad_(need_grads) for t in inputs]
+        out, _ = attention(*leaves, softmax_scale=config.softmax_scale, causal=config.causal)
+        grads = torch.autograd.grad(out, leaves, dout.to(dtype)) if need_grads else None
+        return out.detach(), grads
+
+    out64, grads64 = naive(torch.float64)
+    out_low, grads_low = naive(config.torch_dtype)
+    return _Reference(config, inputs, dout, out64, out_low, grads64, grads_low)
+
+
+def _short(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:_DETAIL_CHARS]
+
+
+def _failure(exc: BaseException, warned: Iterable[str] = ()) -> _Verdict:
+    """Classify an exception: out of memory, unsupported (no kernel for these inputs), or an error."""
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text:
+        return _Verdict("oom", _short(exc))
+    if "No available kernel" in text:
+        reasons = "; ".join(dict.fromkeys(w.strip().replace("\n", " ") for w in warned if w.strip()))
+        return _Verdict("unsupported", (reasons or "no available kernel for these inputs")[:_DETAIL_CHARS])
+    if isinstance(exc, NotImplementedError):
+        return _Verdict("unsupported", _short(exc))
+    if isinstance(exc, RuntimeError) and any(s in text for s in _FATAL_CUDA):
+        raise _FatalDeviceError(_short(exc)) from exc
+    return _Verdict("error", f"{type(exc).__name__}: {_short(exc)}"[:_DETAIL_CHARS])
+
+
+def _judge(comparisons: list[Comparison], config: Config) -> _Verdict:
+    failed = [c for c in comparisons if not c.passed]
+    if failed:
+        worst = max(
+            failed, key=lambda c: c.max_abs_error / c.allowed if math.isfinite(c.max_abs_error) else math.inf
+        )
+        return _Verdict("wrong", "; ".join(str(c) for c in failed)[:_DETAIL_CHARS], worst.max_abs_error)
+    where = f"checked on B={config.batch} H={config.heads}/{config.heads_kv}"
+    errors = ", ".join(f"{c.name} {c.max_abs_error:.1e}/{c.allowed:.1e}" for c in comparisons)
+    return _Verdict("ok", f"{where}: max|err|/allowed {errors}")
+
+
+def _check_peer(peer: Peer, ref: _Reference, need_grads: bool) -> tuple[_Verdict, _Verdict | None]:
+    """The forward verdict and, when asked, the backward verdict of one peer on the check slice."""
+    config = ref.config
+    leaves = [t.detach().clone().requires_grad_(True) for t in ref.inputs]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = peer.fn(*leaves, config.causal, config.softmax_scale)
+        except Exception as exc:
+            verdict = _failure(exc, (str(w.message) for w in caught))
+            return verdict, verdict
+    fwd = _judge([compare("out", out, ref.out64, ref.out_low, OUTPUT_FACTOR)], config)
+    if not need_grads:
+        return fwd, None
+    if fwd.status != "ok":
+        return fwd, fwd
+    try:
+        grads = torch.autograd.grad(out, leaves, ref.dout)
+    except Exception as exc:
+        return fwd, _failure(exc)
+    names = ("dq", "dk", "dv")
+    comparisons = [
+        compare(n, g, g64, g_low, GRAD_FACTOR)
+        for n, g, g64, g_low in zip(names, grads, ref.grads64, ref.grads_low, strict=True)
+    ]
+    return fwd, _judge(comparisons, config)
+
+
+def _make_inputs(config: Config, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """Rotated copies of random (q, k, v, dout); q, k, v require grad."""
+    fwd = config.with_mode("fwd").bytes_moved()
+    copies = rotation_copies(int(fwd), int(3 * fwd), device)
+    made = []
+    for _ in range(copies):
+        q = torch.randn(config.batch, config.seqlen_q, config.heads, config.head_dim, device=device)
+        k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim, device=device)
+        v = torch.randn_like(k)
+        dout = torch.randn_like(q)
+        q, k, v = (t.to(config.torch_dtype).requires_grad_(True) for t in (q, k, v))
+        made.append((q, k, v, dout.to(config.torch_dtype)))
+    return made
+
+
+def _measured_fn(
+    peer: Peer, config: Config, inputs: list[tuple[torch.Tensor, ...]]
+) -> Callable[[int], object]:
+    """``fn(i)`` for the timer: forward, backward alone (``autograd.grad`` on a kept graph), or both."""
+    call, causal, scale = peer.fn, config.causal, config.softmax_scale
+    if config.mode == "fwd":
+        return lambda i: call(*inputs[i][:3], causal, scale)
+    if config.mode == "bwd":
+        outs = [call(q, k, v, causal, scale) for q, k, v, _ in inputs]
+        return lambda i: torch.autograd.grad(outs[i], inputs[i][:3], inputs[i][3], retain_graph=True)
+
+    def fwd_bwd(i: int) -> object:
+        q, k, v, dout = inputs[i]
+        return torch.autograd.grad(call(q, k, v, causal, scale), (q, k, v), dout)
+
+    return fwd_bwd
+
+
+class _Runner:
+    """Runs the cells one kernel configuration at a time and keeps the results and the time each peer took."""
+
+    def __init__(self, preset: Preset, peers: list[Peer], device: torch.device, progress: Progress) -> None:
+        self.preset, self.peers, self.device, self.progress = preset, peers, device, progress
+        self.deadline = time.monotonic() + preset.time_budget_s if preset.time_budget_s else None
+        self.peer_seconds: dict[str, float] = defaultdict(float)
+        self.task = progress.add_task("starting", total=len(preset.configs()) * len(peers))
+
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def _free(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def run_configuration(self, configs: list[Config]) -> list[Result]:
+        """All modes of one kernel configuration, every peer."""
+        done: list[Result] = []
+        todo: dict[str, list[Config]] = {}
+        for peer in self.peers:
+            for config in configs:
+                verdict = self._excluded(peer, config)
+                if verdict:
+                    done.append(Result(config, peer.name, verdict.status, verdict.detail))
+                    self.progress.advance(self.task)
+                else:
+                    todo.setdefault(peer.name, []).append(config)
+        if not todo:
+            return done
+        verdicts = self._check(configs[0], todo)
+        inputs: list[tuple[torch.Tensor, ...]] | None = None
+        no_inputs = ""
+        for peer in self.peers:
+            for config in todo.get(peer.name, []):
+                self.progress.update(self.task, description=f"{config.label()} · {peer.name}")
+                verdict = verdicts[(peer.name, config.mode)]
+                if verdict.status != "ok":
+                    done.append(
+                        Result(config, peer.name, verdict.status, verdict.detail, error=verdict.error)
+                    )
+                elif self._out_of_time():
+                    done.append(Result(config, peer.name, "skipped", self._budget_reason()))
+                else:
+                    if inputs is None:
+                        try:
+                            inputs = _make_inputs(config, self.device)
+                        except torch.OutOfMemoryError as exc:
+                            inputs, no_inputs = [], f"allocating the inputs: {_short(exc)}"
+                        self._free()
+                    if inputs:
+                        done.append(self._time(peer, config, inputs, verdict))
+                    else:
+                        done.append(Result(config, peer.name, "oom", no_inputs))
+                self.progress.advance(self.task)
+        del inputs
+        self._free()
+        return done
+
+    def _budget_reason(self) -> str:
+        return f"run time budget of {self.preset.time_budget_s:.0f} s spent"
+
+    def _excluded(self, peer: Peer, config: Config) -> _Verdict | None:
+        if peer.fn is None:
+            return _Verdict("unsupported", f"unavailable: {peer.unavailable}")
+        reason = peer.supports(config)
+        if reason:
+            return _Verdict("unsupported", reason)
+        for skip in self.preset.skips:
+            if reason := skip.applies(peer.name, config):
+                return _Verdict("skipped", reason)
+        if self._out_of_time():
+            return _Verdict("skipped", self._budget_reason())
+        return None
+
+    def _check(self, config: Config, todo: dict[str, list[Config]]) -> dict[tuple[str, str], _Verdict]:
+        """A verdict for every (peer, mode) to run, from one oracle shared by all peers."""
+        needs_grads = {name: any(c.mode != "fwd" for c in cs) for name, cs in todo.items()}
+        piece = check_slice(config, self.device)
+        self.progress.update(self.task, description=f"{config.label()} · float64 oracle on B={piece.batch}")
+        verdicts: dict[tuple[str, str], _Verdict] = {}
+        try:
+            ref = _reference(piece, any(needs_grads.values()), self.device)
+        except Exception as exc:
+            failed = _failure(exc)
+            self._free()
+            oracle = _Verdict(
+                "error",
+                f"float64 oracle on B={piece.batch} H={piece.heads} failed, not checked: "
+                f"{failed.status}: {failed.detail}"[:_DETAIL_CHARS],
+            )
+            return {(name, c.mode): oracle for name, cs in todo.items() for c in cs}
+        for peer in self.peers:
+            if peer.name not in todo:
+                continue
+            self.progress.update(self.task, description=f"{config.label()} · checking {peer.name}")
+            start = time.monotonic()
+            fwd, bwd = _check_peer(peer, ref, needs_grads[peer.name])
+            self._free()
+            self.peer_seconds[peer.name] += time.monotonic() - start
+            for c in todo[peer.name]:
+                verdicts[(peer.name, c.mode)] = fwd if c.mode == "fwd" else bwd
+        del ref
+        self._free()
+        return verdicts
+
+    def _time(
+        self, peer: Peer, config: Config, inputs: list[tuple[torch.Tensor, ...]], check: _Verdict
+    ) -> Result:
+        start = time.monotonic()
+        failed = None
+        try:
+            timing = time_calls(
+                _measured_fn(peer, config, inputs), len(inputs), self.device, self.preset.timing
+            )
+        except Exception as exc:
+            failed = _failure(exc)
+        self.peer_seconds[peer.name] += time.monotonic() - start
+        if failed is not None:
+            # Only now, with the traceback and the autograd graphs it held gone, can the memory go back.
+            self._free()
+            return Result(config, peer.name, failed.status, failed.detail)
+        detail = f"{check.detail}; {timing.reps} calls over {len(inputs)} input copies"
+        if peer.note:
+            detail = f"{peer.note}; {detail}"
+        return Result(config, peer.name, "ok", detail, timing=timing)
+
+
+def _configurations(configs: list[Config]) -> list[list[Config]]:
+    """The cells grouped by kernel configuration (all modes of one shape together), in order."""
+    groups: dict[Config, list[Config]] = {}
+    for c in configs:
+        groups.setdefault(c.with_mode(""), []).append(c)
+    return list(groups.values())
+
+
+def _format_tflops(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def render_tables(found: list[Result], env: Environment, order: list[str], console: Console) -> None:
+    """One table per (dtype, mode, causal, head dim): TFLOP/s per implementation and N, and flashtile/best."""
+    tables: dict[tuple[str, str, bool, int], list[Result]] = defaultdict(list)
+    for r in found:
+        tables[(r.config.dtype, r.config.mode, r.config.causal, r.config.head_dim)].append(r)
+    cpu = env.device == "cpu"
+    for key in sorted(tables, key=lambda k: (k[0], MODES.index(k[1]), k[2], k[3])):
+        dtype, mode, causal, head_dim = key
+        cells = {(r.impl, r.config.seqlen_q): r for r in tables[key]}
+        seqlens = sorted({n for _, n in cells})
+        impls = [i for i in order if any((i, n) in cells for n in seqlens)]
+        where = "CPU numbers, tiny shapes: a smoke test, not performance" if cpu else env.gpu
+        table = Table(
+            title=f"{mode} · {'causal' if causal else 'non-causal'} · D={head_dim} · {dtype} · TFLOP/s",
+            caption=where,
+            title_justify="left",
+            caption_justify="left",
+        )
+        table.add_column("impl")
+        for n in seqlens:
+            sample = next(cells[(i, n)].config for i in impls if (i, n) in cells)
+            table.add_column(f"N={grid.seqlen_label(n)}\nB={sample.batch} H={sample.heads}", justify="right")
+        notes: dict[str, int] = {}
+        best = _best_peers(cells, seqlens)
+        for impl in impls:
+            row = [impl]
+            for n in seqlens:
+                r = cells.get((impl, n))
+                row.append(_cell(r, notes, bold=best.get(n, (None,))[0] == impl))
+            table.add_row(*row)
+        if "flashtile" in impls:
+            table.add_row(
+                "flashtile / best", *[_ratio(cells.get(("flashtile", n)), best.get(n)) for n in seqlens]
+            )
+        console.print(table)
+        for text, number in notes.items():
+            console.print(f"  [{number}] {text}", highlight=False, soft_wrap=True)
+
+
+def _best_peers(cells: dict[tuple[str, int], Result], seqlens: list[int]) -> dict[int, tuple[str, float]]:
+    """For each N, the fastest correct implementation other than flashtile."""
+    best: dict[int, tuple[str, float]] = {}
+    for (impl, n), r in cells.items():
+        if impl != "flashtile" and r.tflops is not None and (n not in best or r.tflops > best[n][1]):
+            best[n] = (impl, r.tflops)
+    return best
+
+
+def _cell(r: Result | None, notes: dict[str, int], bold: bool) -> str:
+    if r is None:
+        return ""
+    if r.status == "ok" and r.tflops is not None:
+        text = _format_tflops(r.tflops)
+        return f"[bold]{text}[/bold]" if bold else text
+    if r.status == "wrong":
+        return f"[red]wrong (err {r.error:.1e})[/red]" if r.error is not None else "[red]wrong[/red]"
+    label = {"oom": "OOM", "unsupported": "n/a", "skipped": "skipped", "error": "error"}.get(
+        r.status, r.status
+    )
+    note = notes.setdefault(f"{r.impl} {r.status}: {r.detail}", len(notes) + 1)
+    return f"[dim]{label} [{note}][/dim]" if r.status != "error" else f"[red]error [{note}][/red]"
+
+
+def _ratio(ours: Result | None, best: tuple[str, float] | None) -> str:
+    if ours is None or ours.tflops is None or best is None:
+        return "–"
+    ratio = ours.tflops / best[1]
+    return f"[{'green' if ratio >= 1.0 else 'red'}]{ratio:.2f}×[/]"
+
+
+def summarise(found: list[Result], console: Console) -> None:
+    """Geometric mean of flashtile / best peer per (dtype, mode) over the cells where both have a number."""
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    by_cell: dict[Config, list[Result]] = defaultdict(list)
+    for r in found:
+        by_cell[r.config].append(r)
+    for config, rs in by_cell.items():
+        ours = next((r.tflops for r in rs if r.impl == "flashtile" and r.tflops), None)
+        others = [r.tflops for r in rs if r.impl != "flashtile" and r.tflops]
+        if ours and others:
+            ratios[(config.dtype, config.mode)].append(ours / max(others))
+    for (dtype, mode), values in sorted(ratios.items(), key=lambda kv: (kv[0][0], MODES.index(kv[0][1]))):
+        geomean = math.exp(sum(math.log(x) for x in values) / len(values))
+        wins = sum(x >= 1.0 for x in values)
+        console.print(
+            f"flashtile / best peer, {mode} {dtype}: geometric mean {geomean:.2f}× over {len(values)} cells, "
+            f"≥ 1.0× in {wins}",
+            highlight=False,
+        )
+
+
+def _plot(csv_path: Path, plot_dir: Path | None, console: Console, date: str | None) -> int:
+    from flashtile.bench.plots import plot_results
+
+    if not csv_path.exists():
+        print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
+        return 2
+    for path in plot_results(csv_path, plot_dir or csv_path.parent, date=date):
+        console.print(f"plot: {path}", highlight=False)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """The ``flashtile bench`` command; returns the exit status."""
+    # Off a terminal (CI, a remote run's captured log) rich assumes 80 columns, which wraps the tables.
+    console = Console() if Console().is_terminal else Console(width=_LOG_WIDTH)
+    if args.decode:
+        print(DECODE_MESSAGE, file=sys.stderr)
+        return 2
+    if args.plot_only:
+        return _plot(args.out, args.plot_dir, console, date=None)
+    try:
+        device = _device(args.device)
+        preset = build_preset(args, device)
+        configs = preset.configs()
+        peers, notes = select_peers(args.peers, preset)
+    except ValueError as exc:
+        print(f"flashtile bench: {exc}", file=sys.stderr)
+        return 2
+    torch.manual_seed(args.seed)
+    env = results.environment(device)
+    console.print(
+        f"flashtile bench ({preset.name}) on {env.gpu}, torch {env.torch}, triton {env.triton or '–'}, "
+        f"commit {env.commit}: {len(configs)} cells × {len(peers)} implementations → {args.out}",
+        highlight=False,
+    )
+    for note in notes:
+        console.print(f"  {note}", highlight=False, soft_wrap=True)
+    found: list[Result] = []
+    started = time.monotonic()
+    status = 0
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    with progress:
+        runner = _Runner(preset, peers, device, progress)
+        for group in _configurations(configs):
+            try:
+                rows = runner.run_configuration(group)
+            except _FatalDeviceError as exc:
+                console.print(f"[red]flashtile bench: CUDA context lost, stopping: {exc}[/red]")
+                status = 1
+                break
+            results.append_rows(args.out, [r.row(env) for r in rows])
+            found.extend(rows)
+    render_tables(found, env, [p.name for p in peers], console)
+    summarise(found, console)
+    seconds = ", ".join(
+        f"{name} {s:.0f} s" for name, s in sorted(runner.peer_seconds.items(), key=lambda kv: -kv[1])
+    )
+    console.print(
+        f"{len(found)} rows appended to {args.out} in {time.monotonic() - started:.0f} s "
+        f"(check and timing, compilation included: {seconds or 'none'})",
+        highlight=False,
+    )
+    if not args.no_plot and found:
+        status = _plot(args.out, args.plot_dir, console, date=env.date) or status
+    return status

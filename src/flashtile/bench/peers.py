@@ -1,0 +1,265 @@
+"""The implementations measured beside flashtile, each behind one calling convention.
+
+Every peer is called as ``fn(q, k, v, causal, softmax_scale) -> out`` on flash_attn's layout:
+q ``(B, N_q, H, D)``, k and v ``(B, N_k, H_KV, D)``, out ``(B, N_q, H, D)``, differentiable.
+``supports(config)`` returns None when the peer can run a cell, else the reason the table shows. A peer
+whose import fails is still listed, with ``unavailable`` set to the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from flashtile.bench.grid import Config
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], torch.Tensor]
+SupportsFn = Callable[[Config], "str | None"]
+
+_HALF = ("fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One implementation: its name, how to call it, which cells it runs, and why it is missing if it is."""
+
+    name: str
+    fn: AttentionFn | None
+    supports: SupportsFn
+    unavailable: str | None = None
+    note: str = ""
+    default: bool = True
+
+
+def _anything(config: Config) -> str | None:
+    return None
+
+
+def _unavailable(name: str, exc: BaseException) -> Peer:
+    return Peer(name, None, _anything, unavailable=f"{type(exc).__name__}: {exc}")
+
+
+def _first(result: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Some flash_attn builds return ``(out, lse)``, others ``out``."""
+    return result[0] if isinstance(result, tuple) else result
+
+
+def _needs_cuda_half(config: Config, dtypes: tuple[str, ...] = _HALF) -> str | None:
+    if config.device != "cuda":
+        return "needs a CUDA device"
+    if config.dtype not in dtypes:
+        return f"{config.dtype} not supported (only {', '.join(dtypes)})"
+    return None
+
+
+def _capability() -> tuple[int, int]:
+    return torch.cuda.get_device_capability()
+
+
+def flashtile_peer(device: str) -> Peer:
+    try:
+        from flashtile import flash_attn_func
+        from flashtile.backend import resolve
+    except ImportError as exc:
+        return _unavailable("flashtile", exc)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        return flash_attn_func(q, k, v, softmax_scale=scale, causal=causal)
+
+    try:
+        note = f"backend {resolve(torch.device(device))}"
+    except ValueError as exc:
+        return _unavailable("flashtile", exc)
+    return Peer("flashtile", fn, _anything, note=note)
+
+
+def sdpa_peer(name: str, backend_name: str) -> Peer:
+    """``F.scaled_dot_product_attention`` pinned to one backend through ``sdpa_kernel``."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, backend_name)
+    except (ImportError, AttributeError) as exc:
+        return _unavailable(name, exc)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        with sdpa_kernel(backend):
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                is_causal=causal,
+                scale=scale,
+                enable_gqa=q.shape[2] != k.shape[2],
+            )
+        return out.transpose(1, 2)
+
+    def supports(config: Config) -> str | None:
+        if config.causal and config.seqlen_q != config.seqlen_k:
+            return "SDPA's is_causal is top-left aligned; flash_attn's is bottom-right"
+        if backend_name == "MATH":
+            return None
+        if backend_name == "EFFICIENT_ATTENTION":
+            return _needs_cuda_half(config, ("fp16", "bf16", "fp32"))
+        return _needs_cuda_half(config)
+
+    return Peer(name, fn, supports)
+
+
+def _causal_mask_mod(offset: int) -> Callable[..., torch.Tensor]:
+    """flash_attn's bottom-right causal mask as a mask_mod: query i sees key j iff j ≤ i + offset."""
+
+    def causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        return kv_idx <= q_idx + offset
+
+    return causal
+
+
+def _raise_recompile_limits() -> None:
+    """Each benchmark shape is a new graph: lift Dynamo's limit (8) and fail loudly instead of falling back to
+    eager execution, which would time uncompiled FlexAttention under the compiled peer's name."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
+    dynamo_config.fail_on_recompile_limit_hit = True
+
+
+def flex_peer(compile_mode: str = "static") -> Peer:
+    """``torch.compile(flex_attention)``; ``compile_mode`` "static" compiles per shape, "dynamic" once per
+    head dim and mask; the causal block mask is built once per (N_q, N_k, device) and cached."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError as exc:
+        return _unavailable("flex", exc)
+
+    compiled: list[Callable[..., torch.Tensor]] = []
+    mask_mods: dict[int, Callable[..., torch.Tensor]] = {}
+    block_masks: dict[tuple[int, int, str], object] = {}
+
+    def block_mask(seqlen_q: int, seqlen_k: int, device: torch.device) -> object:
+        key = (seqlen_q, seqlen_k, str(device))
+        if key not in block_masks:
+            offset = seqlen_k - seqlen_q
+            # One mask_mod per offset: Dynamo guards on its identity, so a fresh closure would recompile.
+            mask_mod = mask_mods.setdefault(offset, _causal_mask_mod(offset))
+            block_masks[key] = create_block_mask(mask_mod, None, None, seqlen_q, seqlen_k, device=device)
+        return block_masks[key]
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        if not compiled:
+            _raise_recompile_limits()
+            compiled.append(torch.compile(flex_attention, dynamic=compile_mode == "dynamic"))
+        mask = block_mask(q.shape[1], k.shape[1], q.device) if causal else None
+        out = compiled[0](
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            block_mask=mask,
+            scale=scale,
+            enable_gqa=q.shape[2] != k.shape[2],
+        )
+        return out.transpose(1, 2)
+
+    def supports(config: Config) -> str | None:
+        return _needs_cuda_half(config, ("fp16", "bf16", "fp32"))
+
+    return Peer(
+        "flex", fn, supports, note=f"torch.compile(flex_attention, dynamic={compile_mode == 'dynamic'})"
+    )
+
+
+def fa2_peer() -> Peer:
+    try:
+        from flash_attn import flash_attn_func
+    except Exception as exc:
+        return _unavailable("fa2", exc)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
+
+    def supports(config: Config) -> str | None:
+        if reason := _needs_cuda_half(config):
+            return reason
+        if _capability() < (8, 0):
+            return "FlashAttention-2 needs sm_80 or newer"
+        if config.head_dim > 256 or config.head_dim % 8:
+            return f"head dim {config.head_dim} not supported (multiples of 8 up to 256)"
+        return None
+
+    return Peer("fa2", fn, supports)
+
+
+def fa3_peer() -> Peer:
+    try:
+        from flash_attn_interface import flash_attn_func
+    except Exception as exc:
+        return _unavailable("fa3", exc)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
+
+    def supports(config: Config) -> str | None:
+        if reason := _needs_cuda_half(config):
+            return reason
+        if _capability() != (9, 0):
+            return "FlashAttention-3 runs on sm_90 only"
+        return None
+
+    return Peer("fa3", fn, supports)
+
+
+def fa4_peer() -> Peer:
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as exc:
+        return _unavailable("fa4", exc)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
+
+    def supports(config: Config) -> str | None:
+        if reason := _needs_cuda_half(config):
+            return reason
+        if _capability()[0] not in (9, 10):
+            return "FlashAttention-4 runs on sm_90 and sm_100"
+        return None
+
+    return Peer("fa4", fn, supports)
+
+
+def naive_peer(default: bool = True) -> Peer:
+    """The reference that materialises S and P, in the inputs' dtype: plain PyTorch attention."""
+    try:
+        from flashtile.reference.naive import attention
+    except ImportError as exc:
+        return _unavailable("naive", exc)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+        return attention(q, k, v, softmax_scale=scale, causal=causal)[0]
+
+    return Peer("naive", fn, _anything, default=default)
+
+
+def available_peers(device: str, *, flex_compile: str = "static") -> list[Peer]:
+    """Every peer for a device kind ("cuda" or "cpu"), flashtile first; missing ones carry ``unavailable``.
+
+    Peers with ``default`` False (naive attention on the GPU, out of memory beyond a few thousand tokens) run
+    only when named with ``--peers``.
+    """
+    if device == "cpu":
+        return [flashtile_peer(device), sdpa_peer("sdpa-math", "MATH"), naive_peer()]
+    return [
+        flashtile_peer(device),
+        sdpa_peer("sdpa-cudnn", "CUDNN_ATTENTION"),
+        sdpa_peer("sdpa-flash", "FLASH_ATTENTION"),
+        sdpa_peer("sdpa-efficient", "EFFICIENT_ATTENTION"),
+        sdpa_peer("sdpa-math", "MATH"),
+        flex_peer(flex_compile),
+        fa2_peer(),
+        fa3_peer(),
+        fa4_peer(),
+        naive_peer(default=False),
+    ]

@@ -1,0 +1,86 @@
+"""Figures from a results CSV: TFLOP/s against sequence length, as in the FlashAttention papers.
+
+One PNG per (dtype, mode) of a run, one panel per (causal, head dim), one line per implementation. Only rows
+whose status is "ok" are drawn; a missing point means the implementation had no valid number there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from flashtile.bench.grid import MODES, seqlen_label
+from flashtile.bench.results import read_rows
+
+_MODE_TITLES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward + backward"}
+
+
+def _latest_date(rows: list[dict[str, str]]) -> str | None:
+    return max((r["date"] for r in rows), default=None)
+
+
+def plot_results(csv_path: Path, out_dir: Path, date: str | None = None) -> list[Path]:
+    """Draw the run started at ``date`` (default: the latest run in the CSV); returns the files written."""
+    rows = read_rows(csv_path)
+    date = date or _latest_date(rows)
+    run = [r for r in rows if r["date"] == date]
+    ok = [r for r in run if r["status"] == "ok" and r["tflops"]]
+    if not ok:
+        return []
+    impls = list(dict.fromkeys(r["impl"] for r in run))
+    by_figure: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    for r in ok:
+        by_figure[(r["dtype"], r["mode"])].append(r)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    order = sorted(by_figure, key=lambda k: (k[0], MODES.index(k[1]) if k[1] in MODES else len(MODES)))
+    for dtype, mode in order:
+        path = out_dir / f"{csv_path.stem}_{mode}_{dtype}.png"
+        _figure(by_figure[(dtype, mode)], impls, mode, dtype, run[0]).savefig(path, dpi=120)
+        written.append(path)
+    return written
+
+
+def _figure(
+    rows: list[dict[str, str]], impls: list[str], mode: str, dtype: str, meta: dict[str, str]
+) -> Figure:
+    causals = sorted({r["causal"] for r in rows}, key=lambda c: c == "true")
+    head_dims = sorted({int(r["head_dim"]) for r in rows})
+    fig = Figure(figsize=(max(7.0, 4.2 * len(head_dims)), 1.0 + 3.4 * len(causals)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(causals), len(head_dims), squeeze=False)
+    colors = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
+    for i, causal in enumerate(causals):
+        for j, head_dim in enumerate(head_dims):
+            ax = axes[i][j]
+            panel = [r for r in rows if r["causal"] == causal and int(r["head_dim"]) == head_dim]
+            seqlens = sorted({int(r["seqlen_q"]) for r in panel})
+            for impl in impls:
+                points = sorted((int(r["seqlen_q"]), float(r["tflops"])) for r in panel if r["impl"] == impl)
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    bold = impl == "flashtile"
+                    ax.plot(
+                        xs, ys, marker="o", label=impl, color=colors[impl], linewidth=2.4 if bold else 1.3
+                    )
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(seqlens, [seqlen_label(n) for n in seqlens])
+            ax.minorticks_off()
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.set_title(
+                f"{'causal' if causal == 'true' else 'non-causal'}, head dim {head_dim}", fontsize=10
+            )
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel("TFLOP/s")
+            ax.legend(fontsize=7)
+    device = "CPU numbers (smoke test, not performance)" if meta["device"] == "cpu" else meta["gpu"]
+    fig.suptitle(
+        f"Attention {_MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
+        f"torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}",
+        fontsize=10,
+    )
+    return fig

@@ -1,0 +1,212 @@
+"""Benchmark rows and the CSV they are appended to, each row carrying the environment it was measured in."""
+
+from __future__ import annotations
+
+import csv
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+from flashtile.bench.grid import Config
+from flashtile.bench.timing import Timing
+
+COLUMNS = (
+    "commit",
+    "gpu",
+    "driver",
+    "torch",
+    "triton",
+    "cudnn",
+    "date",
+    "device",
+    "impl",
+    "mode",
+    "dtype",
+    "causal",
+    "batch",
+    "heads",
+    "heads_kv",
+    "seqlen_q",
+    "seqlen_k",
+    "head_dim",
+    "p20_ms",
+    "p50_ms",
+    "p80_ms",
+    "tflops",
+    "gbytes_per_s",
+    "status",
+    "detail",
+)
+STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "skipped")
+DEFAULT_CSV = Path("benchmarks/results/bench.csv")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a row was measured on; ``date`` is the run's start (UTC), shared by all its rows."""
+
+    commit: str
+    gpu: str
+    driver: str
+    torch: str
+    triton: str
+    cudnn: str
+    date: str
+    device: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """One (configuration, implementation) outcome; ``timing`` only when ``status`` is "ok"."""
+
+    config: Config
+    impl: str
+    status: str
+    detail: str = ""
+    timing: Timing | None = None
+    error: float | None = None
+
+    @property
+    def tflops(self) -> float | None:
+        return self.config.flops() / (self.timing.p50_ms * 1e9) if self.timing else None
+
+    @property
+    def gbytes_per_s(self) -> float | None:
+        return self.config.bytes_moved() / (self.timing.p50_ms * 1e6) if self.timing else None
+
+    def row(self, env: Environment) -> dict[str, str]:
+        c, t = self.config, self.timing
+        values = {
+            **{
+                name: getattr(env, name)
+                for name in ("commit", "gpu", "driver", "torch", "triton", "cudnn", "date")
+            },
+            "device": c.device,
+            "impl": self.impl,
+            "mode": c.mode,
+            "dtype": c.dtype,
+            "causal": "true" if c.causal else "false",
+            "batch": str(c.batch),
+            "heads": str(c.heads),
+            "heads_kv": str(c.heads_kv),
+            "seqlen_q": str(c.seqlen_q),
+            "seqlen_k": str(c.seqlen_k),
+            "head_dim": str(c.head_dim),
+            "p20_ms": f"{t.p20_ms:.6g}" if t else "",
+            "p50_ms": f"{t.p50_ms:.6g}" if t else "",
+            "p80_ms": f"{t.p80_ms:.6g}" if t else "",
+            "tflops": f"{self.tflops:.6g}" if t else "",
+            "gbytes_per_s": f"{self.gbytes_per_s:.6g}" if t else "",
+            "status": self.status,
+            "detail": self.detail,
+        }
+        return {name: values[name] for name in COLUMNS}
+
+
+def _git(*args: str) -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=here, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _commit() -> str:
+    """The checked-out commit of the measured code, with "+dirty" when tracked files differ from it."""
+    head = _git("rev-parse", "--short=12", "HEAD")
+    if head is None:
+        return "unknown"
+    return head + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _driver() -> str:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ""
+    try:
+        done = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else ""
+
+
+def _cudnn() -> str:
+    version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    if not version:
+        return ""
+    # cuDNN 9 encodes major·10000 + minor·100 + patch; cuDNN 8 encoded major·1000 + minor·100 + patch.
+    major, rest = divmod(version, 10000 if version >= 90000 else 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def environment(device: torch.device) -> Environment:
+    """Commit, device name, driver, library versions and the current UTC time."""
+    on_gpu = device.type == "cuda"
+    return Environment(
+        commit=_commit(),
+        gpu=torch.cuda.get_device_name(device) if on_gpu else f"CPU: {_cpu_name()}",
+        driver=_driver() if on_gpu else "",
+        torch=torch.__version__,
+        triton=_package_version("triton"),
+        cudnn=_cudnn() if on_gpu else "",
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        device=device.type,
+    )
+
+
+def append_rows(path: Path, rows: list[dict[str, str]]) -> None:
+    """Append rows to the CSV at ``path``, writing the header first when the file is new or empty."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not path.exists() or path.stat().st_size == 0
+    if not fresh:
+        with path.open(newline="") as f:
+            header = next(csv.reader(f), [])
+        if tuple(header) != COLUMNS:
+            raise ValueError(
+                f"{path} has columns {header}, not the {len(COLUMNS)} this version writes "
+                f"({', '.join(COLUMNS)}): pass --out with a new file"
+            )
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if fresh:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """Every row of a results CSV as a dict keyed by column name."""
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))

@@ -1,0 +1,128 @@
+"""How one call is timed: warm-up, per-call CUDA events (or the host clock on the CPU), median with p20/p80.
+
+The caller passes ``fn(i)``, which runs the measured operation on input copy ``i``; calls rotate over the
+copies so that inputs read in one call are not still in L2 for the next (``rotation_copies`` picks how many).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+# An L2 size for the CPU's last-level cache and for GPUs whose properties do not report one.
+_FALLBACK_CACHE_BYTES = 64 * 2**20
+_MAX_COPIES = 64
+# The share of free device memory the rotated copies may take, leaving room for outputs and autograd state.
+_COPY_MEMORY_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class TimingBudget:
+    """How long to warm up and measure one (implementation, configuration) pair, in milliseconds."""
+
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    min_reps: int = 10
+    max_reps: int = 200
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times in milliseconds over ``reps`` timed calls."""
+
+    p20_ms: float
+    p50_ms: float
+    p80_ms: float
+    reps: int
+
+
+def cache_bytes(device: torch.device) -> int:
+    """The L2 size of a CUDA device, or an assumed last-level cache size on the CPU."""
+    if device.type == "cuda":
+        size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        return int(size) or _FALLBACK_CACHE_BYTES
+    return _FALLBACK_CACHE_BYTES
+
+
+def rotation_copies(bytes_per_call: int, bytes_per_copy: int, device: torch.device) -> int:
+    """How many input copies to rotate over so that one rotation touches at least three caches' worth.
+
+    ``bytes_per_call`` is what one call reads and writes; ``bytes_per_copy`` is what one copy keeps allocated
+    (inputs, outputs and autograd state), which caps the count by free device memory. Never fewer than two
+    copies where two fit: with one, the tail of the previous call is still in cache.
+    """
+    wanted = max(2, math.ceil(3 * cache_bytes(device) / max(bytes_per_call, 1)))
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        fit = int(_COPY_MEMORY_SHARE * free // max(bytes_per_copy, 1))
+    else:
+        fit = 8
+    return max(1, min(wanted, fit, _MAX_COPIES))
+
+
+def _quantiles(times_ms: list[float]) -> tuple[float, float, float]:
+    q = torch.tensor(times_ms, dtype=torch.float64).quantile(
+        torch.tensor([0.2, 0.5, 0.8], dtype=torch.float64)
+    )
+    return float(q[0]), float(q[1]), float(q[2])
+
+
+def _rep_counts(estimate_ms: float, budget: TimingBudget) -> tuple[int, int]:
+    estimate_ms = max(estimate_ms, 1e-4)
+    warmup = max(1, math.ceil(budget.warmup_ms / estimate_ms))
+    reps = min(budget.max_reps, max(budget.min_reps, math.ceil(budget.rep_ms / estimate_ms)))
+    return min(warmup, 10 * budget.max_reps), reps
+
+
+def _time_cuda(fn: Callable[[int], object], copies: int, budget: TimingBudget) -> Timing:
+    fn(0)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe = min(3, budget.max_reps)
+    start.record()
+    for i in range(probe):
+        fn(i % copies)
+    end.record()
+    torch.cuda.synchronize()
+    warmup, reps = _rep_counts(start.elapsed_time(end) / probe, budget)
+    for i in range(warmup):
+        fn(i % copies)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn(i % copies)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return Timing(*_quantiles([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]), reps=reps)
+
+
+def _time_cpu(fn: Callable[[int], object], copies: int, budget: TimingBudget) -> Timing:
+    fn(0)
+    probe = min(3, budget.max_reps)
+    begin = time.perf_counter()
+    for i in range(probe):
+        fn(i % copies)
+    warmup, reps = _rep_counts(1e3 * (time.perf_counter() - begin) / probe, budget)
+    for i in range(warmup):
+        fn(i % copies)
+    times = []
+    for i in range(reps):
+        begin = time.perf_counter()
+        fn(i % copies)
+        times.append(1e3 * (time.perf_counter() - begin))
+    return Timing(*_quantiles(times), reps=reps)
+
+
+def time_calls(
+    fn: Callable[[int], object], copies: int, device: torch.device, budget: TimingBudget
+) -> Timing:
+    """Time ``fn(i % copies)``: one untimed first call (compilation, autotuning), a short probe that sizes the
+    warm-up and the repeat count from ``budget``, then one timing per call; p20/p50/p80 over the calls."""
+    if device.type == "cuda":
+        return _time_cuda(fn, copies, budget)
+    return _time_cpu(fn, copies, budget)

@@ -1,0 +1,210 @@
+"""The ``flashtile`` console script and ``flashtile bench`` on tiny CPU grids, run in-process."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+import flashtile.bench.peers as registry
+from flashtile.bench import bench, grid, results
+from flashtile.bench.grid import Config
+from flashtile.bench.peers import Peer
+from flashtile.cli import main
+
+TINY = [
+    "bench",
+    "--device",
+    "cpu",
+    "--seqlen",
+    "32",
+    "48",
+    "--head-dim",
+    "16",
+    "--batch",
+    "1",
+    "--heads",
+    "2",
+    "--mode",
+    "fwd",
+    "bwd",
+    "--causal",
+    "both",
+    "--warmup-ms",
+    "1",
+    "--rep-ms",
+    "2",
+    "--min-reps",
+    "2",
+]
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["check"], ["bench"], ["roofline"], ["memory"]], ids=lambda c: c[0] if c else "top"
+)
+def test_help_exits_zero_and_names_the_command(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--help"]) == 0
+    printed = capsys.readouterr().out
+    assert "usage: flashtile" in printed
+    if not command:
+        for name in ("check", "bench", "roofline", "memory"):
+            assert name in printed
+
+
+def test_bench_on_cpu_writes_documented_csv_and_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results" / "bench.csv"
+    assert main([*TINY, "--out", str(out)]) == 0
+    header, rows = _rows(out)
+    assert tuple(header) == results.COLUMNS
+    ours = [r for r in rows if r["impl"] == "flashtile"]
+    assert len(ours) == 2 * 2 * 2, "one row per seqlen, causal flag and mode"
+    for r in ours:
+        assert r["status"] == "ok", r["detail"]
+        assert r["device"] == "cpu"
+        assert 0 < float(r["p20_ms"]) <= float(r["p50_ms"]) <= float(r["p80_ms"])
+        assert float(r["tflops"]) > 0 and float(r["gbytes_per_s"]) > 0
+    assert {r["impl"] for r in rows} >= {"flashtile", "sdpa-math", "naive"}
+    assert {r["status"] for r in rows} <= set(results.STATUSES)
+    pngs = sorted(p.name for p in out.parent.glob("*.png"))
+    assert pngs == ["bench_bwd_fp32.png", "bench_fwd_fp32.png"]
+    printed = capsys.readouterr().out
+    assert "CPU numbers" in printed and "flashtile / best" in printed
+
+
+def test_second_run_appends_and_plot_only_redraws(tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    args = [
+        *TINY,
+        "--seqlen",
+        "32",
+        "--mode",
+        "fwd",
+        "--causal",
+        "false",
+        "--peers",
+        "flashtile",
+        "--no-plot",
+    ]
+    assert main([*args, "--out", str(out)]) == 0
+    assert main([*args, "--out", str(out)]) == 0
+    _, rows = _rows(out)
+    assert len(rows) == 2
+    plots = tmp_path / "plots"
+    assert main(["bench", "--plot-only", "--out", str(out), "--plot-dir", str(plots)]) == 0
+    assert [p.name for p in plots.glob("*.png")] == ["bench_fwd_fp32.png"]
+
+
+def test_wrong_peer_gets_no_number(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real = registry.available_peers
+
+    def with_wrong_peer(device: str, **kwargs: object) -> list[Peer]:
+        peers = real(device, **kwargs)
+        math = next(p for p in peers if p.name == "sdpa-math")
+
+        def doubled_scale(
+            q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+        ) -> torch.Tensor:
+            return math.fn(q, k, v, causal, 2 * scale)
+
+        return [*peers, Peer("wrong", doubled_scale, lambda config: None)]
+
+    monkeypatch.setattr(registry, "available_peers", with_wrong_peer)
+    out = tmp_path / "bench.csv"
+    assert main([*TINY, "--out", str(out), "--no-plot"]) == 0
+    _, rows = _rows(out)
+    wrong = [r for r in rows if r["impl"] == "wrong"]
+    assert len(wrong) == 8
+    for r in wrong:
+        assert r["status"] == "wrong"
+        assert r["p50_ms"] == r["tflops"] == ""
+        assert "max|err|" in r["detail"]
+    assert all(r["status"] == "ok" for r in rows if r["impl"] == "flashtile")
+
+
+def test_requested_unavailable_peer_is_listed_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real = registry.available_peers
+
+    def with_missing_peer(device: str, **kwargs: object) -> list[Peer]:
+        return [
+            *real(device, **kwargs),
+            Peer("missing", None, lambda c: None, unavailable="ImportError: no wheel"),
+        ]
+
+    monkeypatch.setattr(registry, "available_peers", with_missing_peer)
+    out = tmp_path / "bench.csv"
+    assert main([*TINY, "--peers", "flashtile", "missing", "--out", str(out), "--no-plot"]) == 0
+    _, rows = _rows(out)
+    missing = [r for r in rows if r["impl"] == "missing"]
+    assert missing and all(r["status"] == "unsupported" and "no wheel" in r["detail"] for r in missing)
+
+
+def test_unknown_peer_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*TINY, "--peers", "nosuch", "--out", str(tmp_path / "b.csv")]) == 2
+    assert "unknown nosuch" in capsys.readouterr().err
+
+
+def test_decode_says_not_yet_available(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--decode"]) == 2
+    assert "not yet available: decoding lands in a later issue" in capsys.readouterr().err
+
+
+def test_paper_preset_is_the_targets_grid() -> None:
+    paper = grid.preset("paper", "cuda")
+    cells = paper.configs()
+    assert len(cells) == 6 * 3 * 2 * 3
+    assert {c.batch * c.seqlen_q for c in cells} == {16384}
+    assert {c.heads * c.head_dim for c in cells} == {2048}
+    assert {c.dtype for c in cells} == {"bf16"}
+    with pytest.raises(ValueError, match="needs a device of kind cuda"):
+        grid.preset("paper", "cpu")
+
+
+def test_flop_and_byte_counts_follow_targets_conventions() -> None:
+    config = Config(
+        "cuda",
+        "bf16",
+        "fwd",
+        False,
+        batch=16,
+        heads=16,
+        heads_kv=16,
+        seqlen_q=1024,
+        seqlen_k=1024,
+        head_dim=128,
+    )
+    forward = 4 * 16 * 16 * 1024 * 1024 * 128
+    assert config.flops() == forward
+    assert config.with_mode("bwd").flops() == 2.5 * forward
+    assert config.with_mode("fwd_bwd").flops() == 3.5 * forward
+    causal = Config("cuda", "bf16", "fwd", True, 16, 16, 16, 1024, 1024, 128)
+    assert causal.flops() == forward / 2
+    tensor = 16 * 1024 * 16 * 128 * 2
+    assert config.bytes_moved() == 4 * tensor
+    assert config.with_mode("bwd").bytes_moved() == 8 * tensor
+    gqa = Config("cuda", "bf16", "fwd", False, 16, 16, 4, 1024, 1024, 128)
+    assert gqa.bytes_moved() == 2 * tensor + 2 * tensor // 4
+
+
+def test_check_slice_keeps_the_kernel_configuration() -> None:
+    big = Config(
+        "cpu", "bf16", "bwd", True, batch=1, heads=8, heads_kv=2, seqlen_q=16384, seqlen_k=16384, head_dim=128
+    )
+    piece = bench.check_slice(big, torch.device("cpu"))
+    assert (piece.batch, piece.heads, piece.heads_kv) == (1, 4, 1)
+    assert (piece.seqlen_q, piece.head_dim, piece.causal, piece.dtype) == (16384, 128, True, "bf16")
+    small = Config("cpu", "bf16", "fwd", False, 2, 4, 4, 64, 64, 32)
+    assert bench.check_slice(small, torch.device("cpu")) == small
