@@ -211,7 +211,7 @@ def flash_attn_qkvpacked_func(
     validation.check_tensors(qkv=qkv)
     validation.check_qkvpacked_shape(qkv)
     q, k, v = qkv.unbind(dim=2)
-    validation.check_qkv_shapes(q, k, v, packed=f"q, k, v = qkv.unbind(2) with qkv {tuple(qkv.shape)}")
+    validation.check_qkv_shapes(q, k, v, packed=("qkv", qkv))
     return _attention(
         q,
         k,
@@ -296,7 +296,7 @@ def flash_attn_kvpacked_func(
     validation.check_tensors(q=q, kv=kv)
     validation.check_kvpacked_shape(kv)
     k, v = kv.unbind(dim=2)
-    validation.check_qkv_shapes(q, k, v, packed=f"k, v = kv.unbind(2) with kv {tuple(kv.shape)}")
+    validation.check_qkv_shapes(q, k, v, packed=("kv", kv))
     return _attention(
         q,
         k,

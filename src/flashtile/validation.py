@@ -82,35 +82,42 @@ def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
         )
 
 
-def check_qkv_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: str = "") -> None:
+def check_qkv_shapes(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: tuple[str, torch.Tensor] | None = None
+) -> None:
     """``q`` is (B, N_q, H, D); ``k`` and ``v`` are (B, N_k, H_KV, D) with ``H % H_KV == 0`` and 1 ≤ D ≤ 256.
 
-    ``packed`` says where q, k and v came from when the caller passed a packed tensor, for the messages.
+    ``packed`` names the packed tensor (``("qkv", qkv)`` or ``("kv", kv)``) that some of q, k, v are views
+    of, so that the messages show what the caller passed.
     """
     check_rank("q", q, "(batch_size, seqlen_q, nheads, headdim)")
     check_rank("k", k, "(batch_size, seqlen_k, nheads_k, headdim)")
     check_rank("v", v, "(batch_size, seqlen_k, nheads_k, headdim)")
-    shapes = f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)}" + (f"; {packed}" if packed else "")
+
+    # Formatted only on failure: shapes may be symbolic under torch.compile.
+    def fail(problem: str) -> ValueError:
+        shapes = f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)}"
+        if packed is not None:
+            shapes += f"; unpacked from {packed[0]} {_shape(packed[1])}"
+        return ValueError(f"{problem}; got {shapes}")
+
     if not q.shape[0] == k.shape[0] == v.shape[0]:
-        raise ValueError(f"q, k and v must have the same batch_size (dim 0); got {shapes}")
+        raise fail("q, k and v must have the same batch_size (dim 0)")
     if k.shape[1] != v.shape[1]:
-        raise ValueError(f"k and v must have the same seqlen_k (dim 1); got {shapes}")
+        raise fail("k and v must have the same seqlen_k (dim 1)")
     if not q.shape[3] == k.shape[3] == v.shape[3]:
-        raise ValueError(f"q, k and v must have the same headdim (dim 3); got {shapes}")
+        raise fail("q, k and v must have the same headdim (dim 3)")
     if k.shape[2] != v.shape[2]:
-        raise ValueError(f"k and v must have the same nheads_k (dim 2); got {shapes}")
+        raise fail("k and v must have the same nheads_k (dim 2)")
     nheads, nheads_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
     if nheads < 1 or nheads_k < 1:
-        raise ValueError(f"nheads (q dim 2) and nheads_k (k, v dim 2) must be at least 1; got {shapes}")
+        raise fail("nheads (q dim 2) and nheads_k (k, v dim 2) must be at least 1")
     if nheads % nheads_k != 0:
-        raise ValueError(
-            f"nheads of q ({nheads}) must be a multiple of nheads_k of k and v ({nheads_k}) for MQA/GQA; "
-            f"got {shapes}"
+        raise fail(
+            f"nheads of q ({nheads}) must be a multiple of nheads_k of k and v ({nheads_k}) for MQA/GQA"
         )
     if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise ValueError(
-            f"headdim (dim 3 of q, k, v) must be in [1, {MAX_HEAD_DIM}]; got {head_dim} ({shapes})"
-        )
+        raise fail(f"headdim (dim 3 of q, k, v) must be in [1, {MAX_HEAD_DIM}], not {head_dim}")
 
 
 def check_qkvpacked_shape(qkv: torch.Tensor) -> None:
@@ -132,6 +139,11 @@ def check_kvpacked_shape(kv: torch.Tensor) -> None:
         )
 
 
+def _is_finite(x: float) -> bool:
+    # Comparisons rather than math.isfinite, which torch.compile cannot trace on symbolic floats.
+    return -math.inf < x < math.inf
+
+
 def _is_real(x: object) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
@@ -143,7 +155,7 @@ def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
     if not _is_real(softmax_scale):
         raise TypeError(f"softmax_scale must be a float or None; got {softmax_scale!r}")
     scale = float(softmax_scale)
-    if not math.isfinite(scale):
+    if not _is_finite(scale):
         raise ValueError(f"softmax_scale must be finite; got {softmax_scale!r}")
     return scale
 
@@ -185,7 +197,7 @@ def check_softcap(softcap: object) -> None:
     if not _is_real(softcap):
         raise TypeError(f"softcap must be a float ≥ 0; got {softcap!r}")
     cap = float(softcap)
-    if not math.isfinite(cap) or cap < 0.0:
+    if not _is_finite(cap) or cap < 0.0:
         raise ValueError(f"softcap must be a finite float ≥ 0 (0 disables it); got {softcap!r}")
     if cap > 0.0:
         raise NotImplementedError(

@@ -1,0 +1,148 @@
+"""The custom ops pass torch.library.opcheck; the public API compiles (fullgraph=True) to eager's results."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from flashtile import (
+    FlashAttention,
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiler() -> None:
+    torch.compiler.reset()
+
+
+def _op_args(
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    nheads: int,
+    nheads_kv: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    requires_grad: bool = True,
+) -> tuple[torch.Tensor, ...]:
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, requires_grad=requires_grad)
+    k = torch.randn(batch, seqlen_k, nheads_kv, head_dim, dtype=dtype, requires_grad=requires_grad)
+    v = torch.randn(batch, seqlen_k, nheads_kv, head_dim, dtype=dtype, requires_grad=requires_grad)
+    return q, k, v
+
+
+OPCHECK_CASES = [
+    pytest.param((2, 17, 17, 2, 2, 32), False, torch.float32, id="MHA-fp32"),
+    pytest.param((1, 19, 33, 4, 2, 40), True, torch.float16, id="GQA-causal-fp16"),
+    pytest.param((1, 33, 19, 4, 1, 16), True, torch.float32, id="MQA-causal-masked-rows-fp32"),
+    pytest.param((2, 5, 0, 2, 2, 16), False, torch.float32, id="no-keys"),
+    pytest.param((0, 5, 7, 2, 2, 16), True, torch.float32, id="empty-batch"),
+]
+
+
+@pytest.mark.parametrize(("dims", "causal", "dtype"), OPCHECK_CASES)
+def test_opcheck_reference(dims: tuple[int, ...], causal: bool, dtype: torch.dtype, seed: int) -> None:
+    q, k, v = _op_args(*dims, dtype)
+    scale = dims[-1] ** -0.5
+    torch.library.opcheck(torch.ops.flashtile.attn_fwd.default, (q, k, v, scale, causal, "reference"))
+    out, lse = torch.ops.flashtile.attn_fwd(q, k, v, scale, causal, "reference")
+    dout = torch.randn_like(out)
+    detached = [t.detach() for t in (q, k, v, out)]
+    torch.library.opcheck(
+        torch.ops.flashtile.attn_bwd.default, (dout, *detached, lse, scale, causal, "reference")
+    )
+
+
+def test_opcheck_triton_interpreter(seed: int) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton backend on the CPU needs TRITON_INTERPRET=1 before triton is imported")
+    q, k, v = _op_args(1, 9, 12, 2, 1, 16, torch.float16)
+    torch.library.opcheck(torch.ops.flashtile.attn_fwd.default, (q, k, v, 0.25, True, "triton"))
+    out, lse = torch.ops.flashtile.attn_fwd(q, k, v, 0.25, True, "triton")
+    detached = [t.detach() for t in (q, k, v, out)]
+    torch.library.opcheck(
+        torch.ops.flashtile.attn_bwd.default, (torch.randn_like(out), *detached, lse, 0.25, True, "triton")
+    )
+
+
+def test_unknown_backend_argument_rejected() -> None:
+    q, k, v = _op_args(1, 4, 4, 1, 1, 8, torch.float32, requires_grad=False)
+    with pytest.raises(ValueError, match="backend must be one of triton, reference; got 'cuda'"):
+        torch.ops.flashtile.attn_fwd(q, k, v, 1.0, False, "cuda")
+
+
+def _eager_and_compiled(fn, *inputs: torch.Tensor, dynamic: bool | None = None):
+    """Outputs and input gradients of ``fn`` run eagerly and compiled with fullgraph=True."""
+    compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic)
+    results = []
+    for f in (fn, compiled):
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        out = f(*leaves)
+        first = out[0] if isinstance(out, tuple) else out
+        grads = torch.autograd.grad(first, leaves, torch.ones_like(first))
+        results.append((out, grads))
+    return results
+
+
+def _assert_same(eager, compiled) -> None:
+    (out_e, grads_e), (out_c, grads_c) = eager, compiled
+    outs_e = out_e if isinstance(out_e, tuple) else (out_e,)
+    outs_c = out_c if isinstance(out_c, tuple) else (out_c,)
+    for a, b in zip((*outs_e, *grads_e), (*outs_c, *grads_c), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_compile_flash_attn_func(causal: bool, seed: int) -> None:
+    q, k, v = _op_args(2, 13, 21, 4, 2, 32, torch.float32)
+
+    def fn(q, k, v):
+        return flash_attn_func(q, k, v, causal=causal)
+
+    _assert_same(*_eager_and_compiled(fn, q, k, v))
+
+
+def test_compile_return_attn_probs(seed: int) -> None:
+    q, k, v = _op_args(1, 9, 9, 2, 2, 16, torch.float32)
+
+    def fn(q, k, v):
+        return flash_attn_func(q, k, v, softmax_scale=0.3, causal=True, return_attn_probs=True)
+
+    _assert_same(*_eager_and_compiled(fn, q, k, v))
+
+
+def test_compile_packed_variants(seed: int) -> None:
+    qkv = torch.randn(2, 11, 3, 2, 16)
+    q = torch.randn(2, 7, 4, 16)
+    kv = torch.randn(2, 11, 2, 1, 16)
+    _assert_same(*_eager_and_compiled(lambda qkv: flash_attn_qkvpacked_func(qkv, causal=True), qkv))
+    _assert_same(*_eager_and_compiled(lambda q, kv: flash_attn_kvpacked_func(q, kv, causal=True), q, kv))
+
+
+def test_compile_dynamic_shapes(seed: int) -> None:
+    compiled = torch.compile(
+        lambda q, k, v: flash_attn_func(q, k, v, causal=True), fullgraph=True, dynamic=True
+    )
+    for seqlen in (9, 17):
+        q, k, v = _op_args(1, seqlen, seqlen + 3, 2, 2, 16, torch.float32, requires_grad=False)
+        torch.testing.assert_close(compiled(q, k, v), flash_attn_func(q, k, v, causal=True), rtol=0, atol=0)
+
+
+def test_compile_module(seed: int) -> None:
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2, causal=True)
+    x = torch.randn(2, 10, 32)
+    compiled = torch.compile(layer, fullgraph=True)
+    torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+
+
+def test_compile_triton_interpreter(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton backend on the CPU needs TRITON_INTERPRET=1 before triton is imported")
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    q, k, v = _op_args(1, 9, 12, 2, 1, 16, torch.float16)
+    _assert_same(*_eager_and_compiled(lambda q, k, v: flash_attn_func(q, k, v, causal=True), q, k, v))
