@@ -208,7 +208,7 @@ def test_zero_heads(no_launch: list[str]) -> None:
 @pytest.mark.parametrize("head_dim", [0, 257], ids=lambda d: f"D{d}")
 def test_head_dim_out_of_range(head_dim: int, no_launch: list[str]) -> None:
     q, k, v = _qkv(head_dim=head_dim, nheads_kv=4)
-    _raises(ValueError, lambda: flash_attn_func(q, k, v), "headdim", "[1, 256]", f"got {head_dim}")
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "headdim", "[1, 256]", f"not {head_dim}")
     assert no_launch == []
 
 
@@ -353,7 +353,7 @@ def test_qkvpacked_wrong_packing(no_launch: list[str]) -> None:
 
 def test_qkvpacked_head_dim_names_the_packed_tensor(no_launch: list[str]) -> None:
     qkv = torch.randn(1, 3, 3, 2, 300)
-    _raises(ValueError, lambda: flash_attn_qkvpacked_func(qkv), "headdim", "got 300", "qkv (1, 3, 3, 2, 300)")
+    _raises(ValueError, lambda: flash_attn_qkvpacked_func(qkv), "headdim", "not 300", "qkv (1, 3, 3, 2, 300)")
     assert no_launch == []
 
 
