@@ -43,7 +43,9 @@ def attn_bwd_preprocess_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
     o = tl.load(
-        o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :], mask=mask, other=0.0
+        o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
+        mask=mask,
+        other=0.0,
     )
     do = tl.load(
         do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
@@ -195,7 +197,10 @@ def attn_bwd_dkdv_kernel(
             q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
         )
         do_desc = tl.make_tensor_descriptor(
-            do_ptr + b * stride_dob + h * stride_doh, [seqlen_q, HEAD_DIM], [stride_don, 1], [BLOCK_M, BLOCK_D]
+            do_ptr + b * stride_dob + h * stride_doh,
+            [seqlen_q, HEAD_DIM],
+            [stride_don, 1],
+            [BLOCK_M, BLOCK_D],
         )
         row_stats = (b * H + h) * seqlen_q
         dk, dv = _attn_bwd_dkdv_steps(

@@ -160,7 +160,11 @@ def attn_fwd_kernel(
 
 def precision_options(dtype: torch.dtype) -> dict[str, str]:
     """fp32 inputs get true fp32 dots; Triton's default would round them to tf32."""
-    return {"default_dot_input_precision": "ieee"} if dtype == torch.float32 and not configs.is_interpreter() else {}
+    return (
+        {"default_dot_input_precision": "ieee"}
+        if dtype == torch.float32 and not configs.is_interpreter()
+        else {}
+    )
 
 
 def attn_fwd(

@@ -85,7 +85,10 @@ def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", wa
             f.write(compiled.asm["cubin"])
             f.flush()
             usage = subprocess.run(
-                [os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True, check=True
+                [os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name],
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
         regs = re.search(r"REG:(\d+)", usage)
         local = re.search(r"LOCAL:(\d+)", usage)
@@ -110,7 +113,9 @@ def compile_in_subprocess(kind: str, head_dim: int, causal: bool, dtype: str = "
         capture_output=True, text=True, env=env, timeout=timeout,
     )  # fmt: skip
     if proc.returncode != 0:
-        raise RuntimeError(f"sm_90 compile of {kind} D={head_dim} causal={causal} failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"sm_90 compile of {kind} D={head_dim} causal={causal} failed:\n{proc.stderr[-3000:]}"
+        )
     return [CompileReport(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
 
 

@@ -63,7 +63,11 @@ def compare(
     diff = _finite_diff(ours_cpu, oracle_cpu)
     nonfinite = int((~torch.isfinite(diff)).sum())
     diff = torch.nan_to_num(diff, nan=float("inf"))
-    baseline_err = float(torch.nan_to_num(_finite_diff(baseline_cpu, oracle_cpu), nan=float("inf")).max()) if diff.numel() else 0.0
+    baseline_err = (
+        float(torch.nan_to_num(_finite_diff(baseline_cpu, oracle_cpu), nan=float("inf")).max())
+        if diff.numel()
+        else 0.0
+    )
     if diff.numel() == 0:
         return Comparison(name, 0.0, 0.0, 0.0, (), atol, 0)
     flat = int(diff.argmax())
