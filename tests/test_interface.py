@@ -510,6 +510,20 @@ def test_flash_attention_module_matches_naive(
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_autocast_runs_in_the_projections_dtype(seed: int) -> None:
+    """Autocast does not cast the attention inputs: attention runs in the bf16 that the projection gave."""
+    layer = FlashAttention(32, num_heads=2, causal=True)
+    x = torch.randn(2, 7, 32, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert x.grad is not None and torch.all(torch.isfinite(x.grad))
+    q, k, v = _inputs(Shape(1, 5, 5, 1, 1, 8), torch.float32)[:3]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert flash_attn_func(q, k, v).dtype == torch.float32
+
+
 def test_flash_attention_module_rejects_bad_heads() -> None:
     with pytest.raises(ValueError, match="embed_dim must be a multiple of num_heads"):
         FlashAttention(60, num_heads=8)

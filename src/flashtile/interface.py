@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from flashtile import backend as _backend
-from flashtile import ops as _ops  # noqa: F401  (registers torch.ops.flashtile.*)
+from flashtile import ops as _ops
 from flashtile import validation
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -47,7 +47,7 @@ def _attention(
     )
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
-    out, lse = torch.ops.flashtile.attn_fwd(q, k, v, scale, causal, backend)
+    out, lse = _ops.attn_fwd(q, k, v, scale, causal, backend)
     if not return_attn_probs:
         return out
     from flashtile.reference.naive import attention_probs
@@ -96,7 +96,8 @@ def flash_attn_func(
     flows through it. This is flashtile's one divergence from flash_attn, whose softmax_lse is +inf there.
 
     Which implementation runs is chosen by ``FLASHTILE_BACKEND`` (see :mod:`flashtile.backend`): the Triton
-    kernels on CUDA, the tiled PyTorch reference on the CPU.
+    kernels on CUDA, the tiled PyTorch reference on the CPU. Autocast does not cast q, k and v: as in
+    flash_attn, attention runs in the dtype it receives (under autocast, the dtype the projections produced).
 
     Arguments:
         q: (batch_size, seqlen_q, nheads, headdim).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from flashtile import backend as _backend
-from flashtile import ops as _ops  # noqa: F401  (registers torch.ops.flashtile.*)
+from flashtile import ops as _ops
 from flashtile import validation
 from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, Comparison, compare
 
@@ -113,7 +113,7 @@ def _reference_fn(scale: float, causal: bool):
 
 def _op_fn(scale: float, causal: bool, backend: str):
     def fn(q, k, v):
-        return torch.ops.flashtile.attn_fwd(q, k, v, scale, causal, backend)
+        return _ops.attn_fwd(q, k, v, scale, causal, backend)
 
     return fn
 
