@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import subprocess
 import sys
@@ -38,7 +39,6 @@ def _flops(batch: int, heads: int, seqlen: int, head_dim: int, causal: bool, mod
 
 def run_one(spec: dict) -> list[dict]:
     import torch
-    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
@@ -56,7 +56,9 @@ def run_one(spec: dict) -> list[dict]:
         q, k, v, do = (torch.randn(2, 1000, 4, 128, device=dev, dtype=torch.bfloat16) for _ in range(4))
         ref = [t.float().requires_grad_() for t in (q, k, v)]
         with sdpa_kernel(SDPBackend.MATH):
-            ro = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in ref), is_causal=causal).transpose(1, 2)
+            ro = torch.nn.functional.scaled_dot_product_attention(
+                *(t.transpose(1, 2) for t in ref), is_causal=causal
+            ).transpose(1, 2)
         ro.backward(do.float())
         if mode == "fwd":
             o, _ = attn_fwd(q, k, v, 128**-0.5, causal, config=cfg)
@@ -72,20 +74,30 @@ def run_one(spec: dict) -> list[dict]:
             q, k, v, do = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4))
             scale = head_dim**-0.5
             if mode == "fwd":
-                fn = lambda: attn_fwd(q, k, v, scale, causal, config=cfg)  # noqa: E731
+                fn = functools.partial(attn_fwd, q, k, v, scale, causal, config=cfg)
             else:
                 o, lse = attn_fwd(q, k, v, scale, causal, config=fcfg)
-                fn = lambda: attn_bwd(do, q, k, v, o, lse, scale, causal, config=cfg)  # noqa: E731
+                fn = functools.partial(attn_bwd, do, q, k, v, o, lse, scale, causal, config=cfg)
             ms = do_bench(fn, warmup=50, rep=300, return_mode="median") if ok else float("nan")
-            rows.append(dict(mode=mode, cfg=str(spec["cfg"]), causal=causal, batch=batch, seqlen=seqlen,
-                             head_dim=head_dim, ms=ms, tflops=_flops(batch, heads, seqlen, head_dim, causal, mode) / ms / 1e9,
-                             max_err=err))  # fmt: skip
+            tflops = _flops(batch, heads, seqlen, head_dim, causal, mode) / ms / 1e9
+            rows.append(
+                dict(
+                    mode=mode,
+                    cfg=str(spec["cfg"]),
+                    causal=causal,
+                    batch=batch,
+                    seqlen=seqlen,
+                    head_dim=head_dim,
+                    ms=ms,
+                    tflops=tflops,
+                    max_err=err,
+                )
+            )
     return rows
 
 
 def run_cudnn() -> list[dict]:
     import torch
-    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
@@ -93,16 +105,31 @@ def run_cudnn() -> list[dict]:
     for causal in (False, True):
         for batch, seqlen, head_dim in CELLS:
             heads = 2048 // head_dim
-            q, k, v, do = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16,
-                                       requires_grad=True) for _ in range(4))  # fmt: skip
+            shape = (batch, heads, seqlen, head_dim)
+            q, k, v, do = (
+                torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(4)
+            )
+            sdpa = torch.nn.functional.scaled_dot_product_attention
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                fwd = functools.partial(sdpa, q, k, v, is_causal=causal)
                 ms_f = do_bench(fwd, warmup=50, rep=300, return_mode="median")
-                o = fwd()
-                ms_b = do_bench(lambda: o.backward(do, retain_graph=True), warmup=50, rep=300, return_mode="median")
+                bwd = functools.partial(fwd().backward, do, retain_graph=True)
+                ms_b = do_bench(bwd, warmup=50, rep=300, return_mode="median")
             for mode, ms in (("fwd", ms_f), ("bwd", ms_b)):
-                rows.append(dict(mode=mode, cfg="cudnn", causal=causal, batch=batch, seqlen=seqlen, head_dim=head_dim,
-                                 ms=ms, tflops=_flops(batch, heads, seqlen, head_dim, causal, mode) / ms / 1e9, max_err=0.0))  # fmt: skip
+                tflops = _flops(batch, heads, seqlen, head_dim, causal, mode) / ms / 1e9
+                rows.append(
+                    dict(
+                        mode=mode,
+                        cfg="cudnn",
+                        causal=causal,
+                        batch=batch,
+                        seqlen=seqlen,
+                        head_dim=head_dim,
+                        ms=ms,
+                        tflops=tflops,
+                        max_err=0.0,
+                    )
+                )
     return rows
 
 
@@ -124,8 +151,8 @@ def main() -> None:
         specs += [{"mode": "bwd", "cfg": list(c)} for c in BWD_CONFIGS]
     all_rows = []
     for spec in specs:
-        proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
+        cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS ")]
         if proc.returncode != 0 or not lines:
             print(f"{spec}: FAILED rc={proc.returncode}\n{proc.stderr[-1500:]}", flush=True)
@@ -133,8 +160,11 @@ def main() -> None:
         rows = json.loads(lines[-1][5:])
         all_rows += rows
         for r in rows:
-            print(f"{r['mode']:4} {r['cfg']:28} causal={r['causal']!s:5} N={r['seqlen']:6} D={r['head_dim']:3} "
-                  f"{r['tflops']:7.1f} TFLOP/s  err={r['max_err']:.2e}", flush=True)  # fmt: skip
+            cell = f"causal={r['causal']!s:5} N={r['seqlen']:6} D={r['head_dim']:3}"
+            print(
+                f"{r['mode']:4} {r['cfg']:28} {cell} {r['tflops']:7.1f} TFLOP/s  err={r['max_err']:.2e}",
+                flush=True,
+            )
     with open(args.csv, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(all_rows[0]))
         writer.writeheader()

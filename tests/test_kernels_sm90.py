@@ -15,5 +15,5 @@ def test_compiles_for_sm90_with_wgmma_and_tma(kind, head_dim, causal):
     for report in compile_in_subprocess(kind, head_dim, causal):
         assert report.has_wgmma, f"{report.kernel}: no wgmma in the PTX (slower MMA path)"
         assert report.has_tma, f"{report.kernel}: no TMA bulk tensor copies in the PTX"
-        assert report.local_bytes == 0, f"{report.kernel}: {report.local_bytes} bytes of local memory (spills)"
+        assert report.local_bytes == 0, f"{report.kernel}: {report.local_bytes} B of local memory (spills)"
         assert report.shared_bytes <= 232448, f"{report.kernel}: {report.shared_bytes} B of shared memory"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 
 _TMA_ALIGN_BYTES = 16
@@ -27,7 +26,7 @@ def as_descriptor_operand(t: torch.Tensor, head_dim_padded: int) -> torch.Tensor
     """Return ``t`` (B, N, H, D) itself when a descriptor can read it, else a padded contiguous copy."""
     if t.shape[-1] == head_dim_padded and _fits_descriptor(t):
         return t
-    return F.pad(t, (0, head_dim_padded - t.shape[-1])).contiguous()
+    return torch.nn.functional.pad(t, (0, head_dim_padded - t.shape[-1])).contiguous()
 
 
 def install_scratch_allocator(device: torch.device) -> None:

@@ -29,7 +29,7 @@ def attn_bwd_preprocess_kernel(
     stride_don,
     stride_doh,
     seqlen_q,
-    H: tl.constexpr,
+    H,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -141,8 +141,8 @@ def attn_bwd_dkdv_kernel(
     num_n_blocks,
     qk_scale,
     softmax_scale,
-    H: tl.constexpr,
-    GROUP: tl.constexpr,
+    H,
+    GROUP,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -153,7 +153,7 @@ def attn_bwd_dkdv_kernel(
     pid = tl.program_id(0).to(tl.int64)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
-    H_KV: tl.constexpr = H // GROUP
+    H_KV = H // GROUP
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
 
@@ -286,8 +286,8 @@ def attn_bwd_dq_kernel(
     num_m_blocks,
     qk_scale,
     softmax_scale,
-    H: tl.constexpr,
-    GROUP: tl.constexpr,
+    H,
+    GROUP,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -377,8 +377,17 @@ def attn_bwd(
     cfg = config or configs.bwd_config(head_dim, causal, q.device)
     bd = configs.block_d(d_pad)
     dot_fp32 = configs.is_interpreter() or q.dtype == torch.float32
-    common = dict(H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=dot_fp32,
-                  num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype))  # fmt: skip
+    common = dict(
+        H=heads,
+        GROUP=heads // heads_kv,
+        HEAD_DIM=d_pad,
+        BLOCK_D=bd,
+        IS_CAUSAL=causal,
+        DOT_FP32=dot_fp32,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        **precision_options(q.dtype),
+    )
 
     delta = torch.empty_like(lse)
     pre_block = 64

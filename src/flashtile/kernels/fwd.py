@@ -56,11 +56,8 @@ def _attn_fwd_steps(
                 keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             s = tl.where(keep, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        if MASKED:
-            # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
-            m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
-        else:
-            m_ref = m_new
+        # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
         p = tl.math.exp2(s - m_ref[:, None])
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -93,8 +90,8 @@ def attn_fwd_kernel(
     seqlen_k,
     num_m_blocks,
     qk_scale,
-    H: tl.constexpr,
-    GROUP: tl.constexpr,
+    H,
+    GROUP,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,

@@ -52,7 +52,7 @@ def _kernels_for(kind: str, head_dim: int, causal: bool, warp_specialize: bool |
     configs._is_hopper = lambda device: True
     device = torch.device("cuda")
     bd = configs.block_d(head_dim)
-    common = dict(H=16, GROUP=2, HEAD_DIM=head_dim, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=False)
+    common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=False)
     if kind == "fwd":
         cfg = configs.fwd_config(head_dim, causal, device)
         ws = cfg.warp_specialize and not causal if warp_specialize is None else warp_specialize
@@ -106,12 +106,16 @@ def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", wa
 
 
 def compile_in_subprocess(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", timeout: float = 600):
-    """Compile in a fresh interpreter without TRITON_INTERPRET; returns the reports or raises with its stderr."""
+    """Compile in a fresh interpreter without TRITON_INTERPRET; return the reports or raise its stderr."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    mask = "causal" if causal else "full"
     proc = subprocess.run(
-        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, str(head_dim), "causal" if causal else "full", dtype],
-        capture_output=True, text=True, env=env, timeout=timeout,
-    )  # fmt: skip
+        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, str(head_dim), mask, dtype],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise RuntimeError(
             f"sm_90 compile of {kind} D={head_dim} causal={causal} failed:\n{proc.stderr[-3000:]}"
