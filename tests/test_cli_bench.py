@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 import flashtile.bench.peers as registry
 from flashtile.bench import bench, grid, results
 from flashtile.bench.grid import Config
-from flashtile.bench.peers import Peer
+from flashtile.bench.peers import AttentionFn, Peer
 from flashtile.cli import main
 
 TINY = [
@@ -208,3 +210,94 @@ def test_check_slice_keeps_the_kernel_configuration() -> None:
     assert (piece.seqlen_q, piece.head_dim, piece.causal, piece.dtype) == (16384, 128, True, "bf16")
     small = Config("cpu", "bf16", "fwd", False, 2, 4, 4, 64, 64, 32)
     assert bench.check_slice(small, torch.device("cpu")) == small
+
+
+def _add_peers(monkeypatch: pytest.MonkeyPatch, make: Callable[[list[Peer]], list[Peer]]) -> None:
+    real = registry.available_peers
+    monkeypatch.setattr(registry, "available_peers", lambda device, **kwargs: make(real(device, **kwargs)))
+
+
+def test_partial_oracle_covers_the_last_sequence_and_heads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Room for two (sequence, head) rows of the float64 oracle: one sequence, one KV head and its 2 heads.
+    monkeypatch.setattr(bench, "_TOKEN_BUDGET", 2 * 32 * 16)
+
+    def last_head_off(peers: list[Peer]) -> list[Peer]:
+        ours = peers[0].fn
+
+        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+            out = ours(q, k, v, causal, scale)
+            return torch.cat([out[:, :, :-1], 1.5 * out[:, :, -1:]], dim=2)
+
+        return [*peers, Peer("last-head-off", fn, lambda config: None)]
+
+    _add_peers(monkeypatch, last_head_off)
+    out = tmp_path / "bench.csv"
+    gqa = [
+        "--batch",
+        "2",
+        "--heads",
+        "4",
+        "--gqa-ratio",
+        "2",
+        "--seqlen",
+        "32",
+        "--causal",
+        "true",
+        "--no-plot",
+    ]
+    assert main([*TINY, *gqa, "--out", str(out)]) == 0
+    _, rows = _rows(out)
+    ours = [r for r in rows if r["impl"] == "flashtile"]
+    assert [r["status"] for r in ours] == ["ok", "ok"]
+    assert all("last 1/2 sequences, 2/4 heads" in r["detail"] and r["heads_kv"] == "2" for r in ours)
+    assert [r["status"] for r in rows if r["impl"] == "last-head-off"] == ["wrong", "wrong"]
+
+
+def test_failures_are_classified_and_shown(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def raising(exc: Exception, warning: str | None = None) -> AttentionFn:
+        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+            if warning:
+                warnings.warn(warning, UserWarning, stacklevel=1)
+            raise exc
+
+        return fn
+
+    def failing(peers: list[Peer]) -> list[Peer]:
+        return [
+            *peers,
+            Peer(
+                "oom",
+                raising(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 GiB")),
+                lambda c: None,
+            ),
+            Peer(
+                "nokernel",
+                raising(
+                    RuntimeError("No available kernel. Aborting execution."), "Flash attention needs sm80"
+                ),
+                lambda c: None,
+            ),
+            Peer("broken", raising(ValueError("bad stride")), lambda c: None),
+            Peer("picky", None, lambda c: None, unavailable="never"),
+        ]
+
+    _add_peers(monkeypatch, failing)
+    out = tmp_path / "bench.csv"
+    assert main([*TINY, "--seqlen", "32", "--causal", "false", "--out", str(out), "--no-plot"]) == 0
+    _, rows = _rows(out)
+    status = {(r["impl"], r["mode"]): (r["status"], r["detail"]) for r in rows}
+    assert status[("oom", "fwd")][0] == "oom"
+    assert status[("nokernel", "bwd")] == ("unsupported", "Flash attention needs sm80")
+    assert status[("broken", "fwd")] == ("error", "ValueError: bad stride")
+    assert ("picky", "fwd") not in status, "an unavailable peer not asked for is a note, not a row"
+    printed = capsys.readouterr().out
+    assert (
+        "OOM" in printed
+        and "n/a [" in printed
+        and "error [" in printed
+        and "picky: not measured, never" in printed
+    )

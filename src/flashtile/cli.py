@@ -86,3 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     return _exit_status(args.func, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
