@@ -122,3 +122,28 @@ def test_forward_is_race_free_at_large_batch(seed):
     first, _ = attn_fwd(q, k, v, 0.125, True)
     for _ in range(200):
         assert torch.equal(attn_fwd(q, k, v, 0.125, True)[0], first)
+
+
+@pytest.mark.parametrize("scale", [-0.3, 0.0, 2.5])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_any_finite_softmax_scale(device, scale, seed):
+    q, dout = (torch.randn(1, 50, 2, 32, dtype=torch.float16, device=device) for _ in range(2))
+    k, v = (torch.randn(1, 70, 1, 32, dtype=torch.float16, device=device) for _ in range(2))
+    out, lse = attn_fwd(q, k, v, scale, True)
+    grads = attn_bwd(dout, q, k, v, out, lse, scale, True)
+
+    def run_naive(dt: torch.dtype):
+        leaves = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+        o, lse_ref = naive.attention(*leaves, softmax_scale=scale, causal=True)
+        o.backward(dout.to(dt))
+        return o, lse_ref, *(t.grad for t in leaves)
+
+    for name, ours, ref, base in zip(
+        ("out", "lse", "dq", "dk", "dv"),
+        (out, lse, *grads),
+        run_naive(torch.float64),
+        run_naive(q.dtype),
+        strict=True,
+    ):
+        assert_matches_oracle(name, ours, ref, base, grad=name.startswith("d"), seed=seed)

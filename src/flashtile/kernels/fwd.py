@@ -48,17 +48,19 @@ def _attn_fwd_steps(
         if DOT_FP32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * qk_scale  # [BLOCK_M, BLOCK_N]
+        s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         if MASKED:
             offs_n = n0 + tl.arange(0, BLOCK_N)
             keep = offs_n[None, :] < seqlen_k
             if IS_CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             s = tl.where(keep, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, and the scaling
+        # folds into one FMA per score below.
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
         # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
         m_ref = tl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-        p = tl.math.exp2(s - m_ref[:, None])
+        p = tl.math.exp2(s * qk_scale - m_ref[:, None])
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -185,6 +187,12 @@ def attn_fwd(
     if seqlen_k == 0:
         return out.zero_(), lse.fill_(-math.inf)
 
+    # softmax(scale·q·kᵀ) is unchanged by (q, scale) → (−q, −scale), and with scale 0 every score is 0:
+    # the kernel then only ever sees a positive scale.
+    if softmax_scale < 0:
+        q, softmax_scale = -q, -softmax_scale
+    elif softmax_scale == 0:
+        q, softmax_scale = torch.zeros_like(q), 1.0
     d_pad = padded_head_dim(head_dim)
     q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
     o = out if d_pad == head_dim else torch.empty_like(q)
