@@ -85,7 +85,7 @@ def test_bench_on_cpu_writes_documented_csv_and_plots(
     assert "CPU numbers" in printed and "flashtile / best" in printed
 
 
-def test_second_run_appends_and_plot_only_redraws(tmp_path: Path) -> None:
+def test_second_run_appends_and_plot_only_redraws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.csv"
     args = [
         *TINY,
@@ -104,8 +104,11 @@ def test_second_run_appends_and_plot_only_redraws(tmp_path: Path) -> None:
     _, rows = _rows(out)
     assert len(rows) == 2
     plots = tmp_path / "plots"
+    capsys.readouterr()
     assert main(["bench", "--plot-only", "--out", str(out), "--plot-dir", str(plots)]) == 0
     assert [p.name for p in plots.glob("*.png")] == ["bench_fwd_fp32.png"]
+    printed = capsys.readouterr().out
+    assert "fwd · non-causal · D=16" in printed and "flashtile" in printed
 
 
 def test_wrong_peer_gets_no_number(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -133,6 +136,7 @@ def test_wrong_peer_gets_no_number(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         assert r["p50_ms"] == r["tflops"] == ""
         assert "max|err|" in r["detail"]
     assert all(r["status"] == "ok" for r in rows if r["impl"] == "flashtile")
+    assert all(results.Result.from_row(r).error > 0 for r in wrong)
 
 
 def test_requested_unavailable_peer_is_listed_with_its_reason(

@@ -128,7 +128,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     run.add_argument("--out", type=Path, default=results.DEFAULT_CSV, help="CSV to append to (%(default)s)")
     run.add_argument("--plot-dir", type=Path, help="where the PNGs go (default: next to the CSV)")
     run.add_argument("--no-plot", action="store_true")
-    run.add_argument("--plot-only", action="store_true", help="only draw the latest run in --out")
+    run.add_argument(
+        "--plot-only", action="store_true", help="measure nothing: tabulate and draw the latest run in --out"
+    )
     parser.set_defaults(func=main)
     return parser
 
@@ -582,6 +584,25 @@ def _plot(csv_path: Path, plot_dir: Path | None, console: Console, date: str | N
     return 0
 
 
+def _report(csv_path: Path, plot_dir: Path | None, console: Console) -> int:
+    """Tables, summary and plots of the latest run in a CSV, without measuring anything."""
+    if not csv_path.exists():
+        print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
+        return 2
+    rows = results.read_rows(csv_path)
+    date = max((r["date"] for r in rows), default=None)
+    run = [r for r in rows if r["date"] == date]
+    if run:
+        found = [Result.from_row(r) for r in run]
+        env = results.environment_of(run[0])
+        console.print(
+            f"run of {env.date} on {env.gpu}, torch {env.torch}, commit {env.commit}", highlight=False
+        )
+        render_tables(found, env, list(dict.fromkeys(r.impl for r in found)), console)
+        summarise(found, console)
+    return _plot(csv_path, plot_dir, console, date=date)
+
+
 def main(args: argparse.Namespace) -> int:
     """The ``flashtile bench`` command; returns the exit status."""
     # Off a terminal (CI, a remote run's captured log) rich assumes 80 columns, which wraps the tables.
@@ -590,7 +611,7 @@ def main(args: argparse.Namespace) -> int:
         print(DECODE_MESSAGE, file=sys.stderr)
         return 2
     if args.plot_only:
-        return _plot(args.out, args.plot_dir, console, date=None)
+        return _report(args.out, args.plot_dir, console)
     try:
         device = _device(args.device)
         preset = build_preset(args, device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import platform
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -79,6 +80,31 @@ class Result:
     @property
     def gbytes_per_s(self) -> float | None:
         return self.config.bytes_moved() / (self.timing.p50_ms * 1e6) if self.timing else None
+
+    @classmethod
+    def from_row(cls, row: dict[str, str]) -> Result:
+        """The result a CSV row records; ``error`` is read back from a "wrong" row's detail."""
+        config = Config(
+            device=row["device"],
+            dtype=row["dtype"],
+            mode=row["mode"],
+            causal=row["causal"] == "true",
+            **{
+                name: int(row[name])
+                for name in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")
+            },
+        )
+        timing = None
+        if row["p50_ms"]:
+            timing = Timing(float(row["p20_ms"]), float(row["p50_ms"]), float(row["p80_ms"]), reps=0)
+        found = (
+            re.search(r"max\|err\| ([-+0-9.eE]+|inf|nan)", row["detail"])
+            if row["status"] == "wrong"
+            else None
+        )
+        return cls(
+            config, row["impl"], row["status"], row["detail"], timing, float(found[1]) if found else None
+        )
 
     def row(self, env: Environment) -> dict[str, str]:
         c, t = self.config, self.timing
@@ -185,6 +211,11 @@ def environment(device: torch.device) -> Environment:
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         device=device.type,
     )
+
+
+def environment_of(row: dict[str, str]) -> Environment:
+    """The environment a CSV row was measured in."""
+    return Environment(**{name: row[name] for name in Environment.__dataclass_fields__})
 
 
 def append_rows(path: Path, rows: list[dict[str, str]]) -> None:
