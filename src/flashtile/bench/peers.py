@@ -128,8 +128,12 @@ def _raise_recompile_limits() -> None:
 
 
 def flex_peer(compile_mode: str = "static") -> Peer:
-    """``torch.compile(flex_attention)``; ``compile_mode`` "static" compiles per shape, "dynamic" once per
-    head dim and mask; the causal block mask is built once per (N_q, N_k, device) and cached."""
+    """``torch.compile(flex_attention)``; the causal block mask is built once per (N_q, N_k, device), cached.
+
+    ``compile_mode`` "static" compiles each shape; "dynamic" lets B and N vary, which costs about three
+    graphs per (head dim, mask): the first shape, the dynamic one, and batch 1. FlexAttention specialises
+    the head count either way.
+    """
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError as exc:
