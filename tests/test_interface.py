@@ -100,6 +100,7 @@ REFERENCE_SHAPES = [
 ]
 
 
+@pytest.mark.usefixtures("nan_poisoned_allocations")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", REFERENCE_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dtype_id)
@@ -138,9 +139,10 @@ def triton_backend(monkeypatch: pytest.MonkeyPatch) -> Counter:
     return launches
 
 
+@pytest.mark.usefixtures("nan_poisoned_allocations")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", TRITON_SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dtype_id)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=_dtype_id)
 def test_flash_attn_func_triton_interpreter(
     shape: Shape, dtype: torch.dtype, causal: bool, seed: int, triton_backend: Counter
 ) -> None:
@@ -162,6 +164,7 @@ def test_qkvpacked_triton_interpreter(causal: bool, seed: int, triton_backend: C
     assert triton_backend == {"attn_fwd": 1, "attn_bwd": 1}
 
 
+@pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_triton_interpreter_strided_layouts(seed: int, triton_backend: Counter) -> None:
     """Transposed q/k/v views, k and v from a packed kv, and a dout with a non-unit last stride."""
     q, k, v, _ = _inputs(Shape(2, 21, 30, 4, 2, 32), torch.float16)
@@ -419,7 +422,9 @@ def test_zero_scale_is_uniform_attention() -> None:
 
 
 def test_float64_reference_passes_gradcheck() -> None:
+    """float64 inputs keep a float64 lse, so the reference backend is exact enough for gradcheck."""
     q, k, v, _ = (t.requires_grad_() for t in _inputs(Shape(1, 5, 6, 2, 1, 4), torch.float64))
+    assert flash_attn_func(q, k, v, return_attn_probs=True)[1].dtype == torch.float64
     assert torch.autograd.gradcheck(lambda q, k, v: flash_attn_func(q, k, v, causal=True), (q, k, v))
 
 
