@@ -9,14 +9,16 @@ import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    wants_gpu = "gpu" in (config.getoption("markexpr") or "") and "not gpu" not in config.getoption("markexpr")
+    wants_gpu = "gpu" in (config.getoption("markexpr") or "") and "not gpu" not in config.getoption(
+        "markexpr"
+    )
     if wants_gpu:
         import torch
 
         if not torch.cuda.is_available():
             raise pytest.UsageError("`-m gpu` asks for the GPU suite but torch sees no CUDA device")
     elif "TRITON_INTERPRET" not in os.environ:
-        # Triton reads this once at import: on a machine with no GPU its interpreter is the only way to run kernels.
+        # Triton reads this once at import; with no GPU, its interpreter is the only way to run the kernels.
         os.environ["TRITON_INTERPRET"] = "1"
 
 

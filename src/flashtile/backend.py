@@ -22,8 +22,12 @@ def _interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+# Looked up once at import: torch.compile cannot trace importlib inside a compiled region.
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
 def _triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_INSTALLED
 
 
 def requested() -> str:

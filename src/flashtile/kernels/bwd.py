@@ -14,7 +14,7 @@ import triton.language as tl
 
 from flashtile.kernels import configs
 from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
-from flashtile.kernels.fwd import LOG2_E, precision_options
+from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, precision_options
 
 
 @triton.jit
@@ -108,7 +108,7 @@ def _attn_bwd_dkdv_steps(
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUNTIME_SIZES)
 def attn_bwd_dkdv_kernel(
     q_ptr,
     k_ptr,
@@ -257,7 +257,7 @@ def _attn_bwd_dq_steps(
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUNTIME_SIZES)
 def attn_bwd_dq_kernel(
     q_ptr,
     k_ptr,

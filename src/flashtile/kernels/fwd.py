@@ -19,6 +19,9 @@ from flashtile.kernels._layout import as_descriptor_operand, install_scratch_all
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
 LN_2 = tl.constexpr(math.log(2.0))
+# Triton turns an integer argument equal to 1 into a constant; a sequence of length 1 then makes the
+# loop pipeliner fail (regression: tests/test_kernels.py gpu-1x1 cases), so sizes stay runtime values.
+RUNTIME_SIZES = ["seqlen_q", "seqlen_k", "num_m_blocks", "num_n_blocks"]
 
 
 @triton.jit
@@ -69,7 +72,7 @@ def _attn_fwd_steps(
     return acc, l_i, m_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUNTIME_SIZES)
 def attn_fwd_kernel(
     q_ptr,
     k_ptr,
