@@ -18,7 +18,8 @@ MAX_HEAD_DIM = 256
 _REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TRITON_CUDA_DTYPES = (torch.float16, torch.bfloat16)
 # The interpreter also runs fp32, which lets the CPU test suite check the kernels without rounding noise.
-_TRITON_INTERPRETER_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Not bf16: Triton 3.6's interpreter mis-rounds it (gradients up to 4.7x the tiled reference's error).
+_TRITON_INTERPRETER_DTYPES = (torch.float16, torch.float32)
 
 
 def _names(dtypes: Sequence[torch.dtype]) -> str:
