@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import platform
 import re
 import shutil
@@ -147,7 +148,12 @@ def _git(*args: str) -> str | None:
 
 
 def _commit() -> str:
-    """The checked-out commit of the measured code, with "+dirty" when tracked files differ from it."""
+    """The checked-out commit of the measured code, with "+dirty" when tracked files differ from it.
+
+    ``FLASHTILE_COMMIT`` names it where the code runs from a copy without its git history (a GPU box).
+    """
+    if os.environ.get("FLASHTILE_COMMIT"):
+        return os.environ["FLASHTILE_COMMIT"]
     head = _git("rev-parse", "--short=12", "HEAD")
     if head is None:
         return "unknown"
