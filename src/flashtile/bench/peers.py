@@ -125,6 +125,11 @@ def _raise_recompile_limits() -> None:
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
     dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
     dynamo_config.fail_on_recompile_limit_hit = True
+    # The benchmark times backward repeatedly on one graph (retain_graph=True); compiled backwards that
+    # donate their buffers refuse that, and PyTorch's own error message prescribes this switch.
+    import torch._functorch.config as functorch_config
+
+    functorch_config.donated_buffer = False
 
 
 def flex_peer(compile_mode: str = "static") -> Peer:
