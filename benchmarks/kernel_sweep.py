@@ -1,35 +1,38 @@
-"""Config sweep for the Triton kernels on one GPU: checks each config, then times it beside cuDNN.
+"""Config sweep for the Triton kernels on one GPU: checks each variant, then times it beside cuDNN.
 
-Each config runs in its own process (a compiler abort only loses that config). Prints one line per
-(config, cell) and appends rows to the CSV given by --csv. Usage on the GPU machine:
-    PYTHONPATH=src python benchmarks/kernel_sweep.py --csv $OUT/sweep.csv
+Each variant runs in its own process (a compiler abort only loses that variant); inputs rotate among
+three sets so no variant is timed on a warm L2. Prints one line per (variant, cell) and writes a CSV:
+    PYTHONPATH=src python benchmarks/kernel_sweep.py --csv $OUT/sweep.csv [--only fwd|bwd]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import functools
+import itertools
 import json
 import subprocess
 import sys
 
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize)
 FWD_CONFIGS = [
     (128, 128, 8, 3, False),
-    (128, 128, 8, 4, False),
-    (128, 64, 4, 3, False),
-    (128, 128, 4, 3, True),
-    (128, 64, 4, 3, True),
     (128, 64, 8, 3, False),
 ]
+# (BLOCK_M1, BLOCK_N1, warps1, stages1, BLOCK_M2, BLOCK_N2, warps2, stages2): dK/dV kernel, then dQ kernel.
+BWD_BASE = (64, 128, 8, 3, 128, 64, 8, 3)
 BWD_CONFIGS = [
-    (64, 128, 128, 64, 8, 3),
-    (64, 128, 128, 64, 8, 2),
-    (32, 128, 128, 32, 8, 3),
-    (64, 64, 64, 64, 4, 3),
-    (64, 128, 128, 128, 8, 2),
+    BWD_BASE,
+    (64, 128, 8, 2, 128, 64, 8, 3),
+    (64, 64, 4, 3, 128, 64, 8, 3),
+    (64, 128, 8, 3, 128, 128, 8, 2),
+    (64, 128, 8, 3, 64, 64, 4, 3),
+    (64, 128, 8, 3, 64, 128, 4, 3),
+    (64, 128, 8, 3, 128, 64, 8, 4),
+    (64, 128, 8, 3, 128, 32, 4, 3),
 ]
 CELLS = [(1, 16384, 128), (4, 4096, 128)]
+ROTATION = 3
 
 
 def _flops(batch: int, heads: int, seqlen: int, head_dim: int, causal: bool, mode: str) -> float:
@@ -37,53 +40,68 @@ def _flops(batch: int, heads: int, seqlen: int, head_dim: int, causal: bool, mod
     return f * (2.5 if mode == "bwd" else 1.0)
 
 
+def _specialize_sizes(kernels) -> None:
+    """Let Triton specialise the sequence sizes again (to measure what keeping them runtime costs)."""
+    for kernel in kernels:
+        for param in kernel.params:
+            param.do_not_specialize = False
+
+
+def _rotating(fn, sets):
+    cycle = itertools.cycle(sets)
+    return lambda: fn(*next(cycle))
+
+
 def run_one(spec: dict) -> list[dict]:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from flashtile.kernels import configs
-    from flashtile.kernels.bwd import attn_bwd
-    from flashtile.kernels.fwd import attn_fwd
+    from flashtile.kernels import bwd, configs, fwd
 
+    if spec.get("specialize"):
+        _specialize_sizes((fwd.attn_fwd_kernel, bwd.attn_bwd_dkdv_kernel, bwd.attn_bwd_dq_kernel))
     rows = []
     dev = torch.device("cuda")
     mode = spec["mode"]
     cfg = configs.FwdConfig(*spec["cfg"]) if mode == "fwd" else configs.BwdConfig(*spec["cfg"])
-    fcfg = configs.fwd_config(spec.get("d", 128), False, dev)
+    fcfg = configs.fwd_config(128, False, dev)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     for causal in (False, True):
-        # Check on an odd shape first: a wrong config gets no timing.
+        # Check on an odd shape first: a wrong variant gets no timing.
         q, k, v, do = (torch.randn(2, 1000, 4, 128, device=dev, dtype=torch.bfloat16) for _ in range(4))
         ref = [t.float().requires_grad_() for t in (q, k, v)]
         with sdpa_kernel(SDPBackend.MATH):
-            ro = torch.nn.functional.scaled_dot_product_attention(
-                *(t.transpose(1, 2) for t in ref), is_causal=causal
-            ).transpose(1, 2)
+            ro = sdpa(*(t.transpose(1, 2) for t in ref), is_causal=causal).transpose(1, 2)
         ro.backward(do.float())
         if mode == "fwd":
-            o, _ = attn_fwd(q, k, v, 128**-0.5, causal, config=cfg)
+            o, _ = fwd.attn_fwd(q, k, v, 128**-0.5, causal, config=cfg)
             err = (o.float() - ro).abs().max().item()
         else:
-            o, lse = attn_fwd(q, k, v, 128**-0.5, causal, config=fcfg)
-            grads = attn_bwd(do, q, k, v, o, lse, 128**-0.5, causal, config=cfg)
+            o, lse = fwd.attn_fwd(q, k, v, 128**-0.5, causal, config=fcfg)
+            grads = bwd.attn_bwd(do, q, k, v, o, lse, 128**-0.5, causal, config=cfg)
             err = max((g.float() - r.grad).abs().max().item() for g, r in zip(grads, ref, strict=True))
         ok = err < 0.05
         for batch, seqlen, head_dim in CELLS:
             heads = 2048 // head_dim
-            shape = (batch, seqlen, heads, head_dim)
-            q, k, v, do = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4))
             scale = head_dim**-0.5
-            if mode == "fwd":
-                fn = functools.partial(attn_fwd, q, k, v, scale, causal, config=cfg)
-            else:
-                o, lse = attn_fwd(q, k, v, scale, causal, config=fcfg)
-                fn = functools.partial(attn_bwd, do, q, k, v, o, lse, scale, causal, config=cfg)
+            shape = (batch, seqlen, heads, head_dim)
+            sets = []
+            for _ in range(ROTATION):
+                q, k, v, do = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4))
+                if mode == "fwd":
+                    sets.append((q, k, v, scale, causal))
+                else:
+                    o, lse = fwd.attn_fwd(q, k, v, scale, causal, config=fcfg)
+                    sets.append((do, q, k, v, o, lse, scale, causal))
+            launch = fwd.attn_fwd if mode == "fwd" else bwd.attn_bwd
+            fn = _rotating(lambda *a, launch=launch: launch(*a, config=cfg), sets)
             ms = do_bench(fn, warmup=50, rep=300, return_mode="median") if ok else float("nan")
             tflops = _flops(batch, heads, seqlen, head_dim, causal, mode) / ms / 1e9
             rows.append(
                 dict(
                     mode=mode,
-                    cfg=str(spec["cfg"]),
+                    cfg=str(spec["cfg"]) + (" spec" if spec.get("specialize") else ""),
                     causal=causal,
                     batch=batch,
                     seqlen=seqlen,
@@ -102,19 +120,24 @@ def run_cudnn() -> list[dict]:
     from triton.testing import do_bench
 
     rows = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     for causal in (False, True):
         for batch, seqlen, head_dim in CELLS:
             heads = 2048 // head_dim
             shape = (batch, heads, seqlen, head_dim)
-            q, k, v, do = (
-                torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(4)
-            )
-            sdpa = torch.nn.functional.scaled_dot_product_attention
+            sets = [
+                [
+                    torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                    for _ in range(4)
+                ]
+                for _ in range(ROTATION)
+            ]
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                fwd = functools.partial(sdpa, q, k, v, is_causal=causal)
-                ms_f = do_bench(fwd, warmup=50, rep=300, return_mode="median")
-                bwd = functools.partial(fwd().backward, do, retain_graph=True)
-                ms_b = do_bench(bwd, warmup=50, rep=300, return_mode="median")
+                fwd_fn = _rotating(lambda q, k, v, do, causal=causal: sdpa(q, k, v, is_causal=causal), sets)
+                ms_f = do_bench(fwd_fn, warmup=50, rep=300, return_mode="median")
+                outs = [(sdpa(q, k, v, is_causal=causal), do) for q, k, v, do in sets]
+                bwd_fn = _rotating(lambda o, do: o.backward(do, retain_graph=True), outs)
+                ms_b = do_bench(bwd_fn, warmup=50, rep=300, return_mode="median")
             for mode, ms in (("fwd", ms_f), ("bwd", ms_b)):
                 tflops = _flops(batch, heads, seqlen, head_dim, causal, mode) / ms / 1e9
                 rows.append(
@@ -135,7 +158,7 @@ def run_cudnn() -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--one", help="internal: one config as JSON")
+    parser.add_argument("--one", help="internal: one variant as JSON")
     parser.add_argument("--csv", default="sweep.csv")
     parser.add_argument("--only", choices=["fwd", "bwd"], default=None)
     args = parser.parse_args()
@@ -148,6 +171,7 @@ def main() -> None:
     if args.only in (None, "fwd"):
         specs += [{"mode": "fwd", "cfg": list(c)} for c in FWD_CONFIGS]
     if args.only in (None, "bwd"):
+        specs += [{"mode": "bwd", "cfg": list(BWD_BASE), "specialize": True}]
         specs += [{"mode": "bwd", "cfg": list(c)} for c in BWD_CONFIGS]
     all_rows = []
     for spec in specs:
@@ -162,7 +186,7 @@ def main() -> None:
         for r in rows:
             cell = f"causal={r['causal']!s:5} N={r['seqlen']:6} D={r['head_dim']:3}"
             print(
-                f"{r['mode']:4} {r['cfg']:28} {cell} {r['tflops']:7.1f} TFLOP/s  err={r['max_err']:.2e}",
+                f"{r['mode']:4} {r['cfg']:40} {cell} {r['tflops']:7.1f} TFLOP/s  err={r['max_err']:.2e}",
                 flush=True,
             )
     with open(args.csv, "w", newline="") as f:

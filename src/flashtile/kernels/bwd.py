@@ -384,8 +384,6 @@ def attn_bwd(
         BLOCK_D=bd,
         IS_CAUSAL=causal,
         DOT_FP32=dot_fp32,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
         **precision_options(q.dtype),
     )
 
@@ -404,14 +402,16 @@ def attn_bwd(
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
         *grads[1].stride()[:3], *grads[2].stride()[:3],
         seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale,
-        BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, **common,
+        BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1, num_stages=cfg.num_stages1,
+        **common,
     )  # fmt: skip
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
     attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
         q, k, v, dout, lse, delta, grads[0],
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
         seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,
-        BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, **common,
+        BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2, num_stages=cfg.num_stages2,
+        **common,
     )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:

@@ -26,15 +26,17 @@ class FwdConfig:
 
 @dataclass(frozen=True)
 class BwdConfig:
-    """Tiling of the backward: the dK/dV kernel owns BLOCK_N1 keys and streams BLOCK_M1 queries;
-    the dQ kernel owns BLOCK_M2 queries and streams BLOCK_N2 keys."""
+    """Tiling of the backward: the dK/dV kernel owns BLOCK_N1 keys and streams BLOCK_M1 queries
+    (num_warps1, num_stages1); the dQ kernel owns BLOCK_M2 queries and streams BLOCK_N2 keys."""
 
     BLOCK_M1: int
     BLOCK_N1: int
+    num_warps1: int
+    num_stages1: int
     BLOCK_M2: int
     BLOCK_N2: int
-    num_warps: int
-    num_stages: int
+    num_warps2: int
+    num_stages2: int
 
 
 def is_interpreter() -> bool:
@@ -70,11 +72,11 @@ def fwd_config(head_dim: int, causal: bool, device: torch.device) -> FwdConfig:
 def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     bd = block_d(head_dim)
     if is_interpreter() or device.type != "cuda":
-        return BwdConfig(32, 32, 32, 32, 4, 1)
+        return BwdConfig(32, 32, 4, 1, 32, 32, 4, 1)
     if _is_hopper(device):
         if bd <= 128:
-            return BwdConfig(64, 128, 128, 64, 8, 3)
-        return BwdConfig(32, 64, 64, 32, 8, 2)
+            return BwdConfig(64, 128, 8, 3, 128, 64, 8, 3)
+        return BwdConfig(32, 64, 8, 2, 64, 32, 8, 2)
     if bd <= 64:
-        return BwdConfig(32, 64, 64, 32, 4, 2)
-    return BwdConfig(16, 64, 64, 16, 4, 2)
+        return BwdConfig(32, 64, 4, 2, 64, 32, 4, 2)
+    return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)

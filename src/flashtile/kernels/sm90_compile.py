@@ -57,11 +57,21 @@ def _kernels_for(kind: str, head_dim: int, causal: bool, warp_specialize: bool |
         cfg = configs.fwd_config(head_dim, causal, device)
         ws = cfg.warp_specialize and not causal if warp_specialize is None else warp_specialize
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, WARP_SPECIALIZE=ws)
-        return [(fwd.attn_fwd_kernel, ce, cfg)]
+        return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
     cfg = configs.bwd_config(head_dim, causal, device)
     return [
-        (bwd.attn_bwd_dkdv_kernel, dict(common, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1), cfg),
-        (bwd.attn_bwd_dq_kernel, dict(common, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2), cfg),
+        (
+            bwd.attn_bwd_dkdv_kernel,
+            dict(common, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1),
+            cfg.num_warps1,
+            cfg.num_stages1,
+        ),
+        (
+            bwd.attn_bwd_dq_kernel,
+            dict(common, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2),
+            cfg.num_warps2,
+            cfg.num_stages2,
+        ),
     ]
 
 
@@ -73,12 +83,12 @@ def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", wa
 
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     reports = []
-    for fn, constexprs, cfg in _kernels_for(kind, head_dim, causal, warp_specialize):
+    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, causal, warp_specialize):
         src = ASTSource(fn=fn, signature=_signature(fn, constexprs, dtype), constexprs=constexprs)
         compiled = triton.compile(
             src,
             target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            options={"num_warps": num_warps, "num_stages": num_stages},
         )
         ptx = compiled.asm["ptx"]
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
