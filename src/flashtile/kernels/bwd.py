@@ -14,7 +14,7 @@ import triton.language as tl
 
 from flashtile.kernels import configs
 from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
-from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, precision_options
+from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, pick_kernel, precision_options
 
 
 @triton.jit
@@ -108,7 +108,7 @@ def _attn_bwd_dkdv_steps(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=RUNTIME_SIZES)
+@triton.jit
 def attn_bwd_dkdv_kernel(
     q_ptr,
     k_ptr,
@@ -257,7 +257,7 @@ def _attn_bwd_dq_steps(
     return dq
 
 
-@triton.jit(do_not_specialize=RUNTIME_SIZES)
+@triton.jit
 def attn_bwd_dq_kernel(
     q_ptr,
     k_ptr,
@@ -346,6 +346,10 @@ def attn_bwd_dq_kernel(
     dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
 
 
+attn_bwd_dkdv_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_bwd_dkdv_kernel.fn)
+attn_bwd_dq_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_bwd_dq_kernel.fn)
+
+
 def attn_bwd(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -397,7 +401,8 @@ def attn_bwd(
     install_scratch_allocator(q.device)
     qk_scale = softmax_scale * LOG2_E
     num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
-    attn_bwd_dkdv_kernel[(num_n_blocks * batch * heads_kv,)](
+    dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, seqlen_q, seqlen_k)
+    dkdv_kernel[(num_n_blocks * batch * heads_kv,)](
         q, k, v, dout, lse, delta, grads[1], grads[2],
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
         *grads[1].stride()[:3], *grads[2].stride()[:3],
@@ -406,7 +411,8 @@ def attn_bwd(
         **common,
     )  # fmt: skip
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
-    attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
+    dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, seqlen_q, seqlen_k)
+    dq_kernel[(num_m_blocks * batch * heads,)](
         q, k, v, dout, lse, delta, grads[0],
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
         seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,

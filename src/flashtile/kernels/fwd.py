@@ -19,9 +19,16 @@ from flashtile.kernels._layout import as_descriptor_operand, install_scratch_all
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
 LN_2 = tl.constexpr(math.log(2.0))
-# Triton turns an integer argument equal to 1 into a constant; a sequence of length 1 then makes the
-# loop pipeliner fail (regression: tests/test_kernels.py gpu-1x1 cases), so sizes stay runtime values.
+# Triton turns an integer argument equal to 1 into a constant, and a constant sequence length of 1 makes
+# the sm_90 loop pipeliner fail (regression: tests/test_kernels.py gpu-1x1 GQA cases). Sequences of length 1
+# therefore launch a twin of each kernel compiled with the sizes kept runtime; every other launch keeps
+# Triton's size specialisation, worth ~11 % in the backward (benchmarks/results/kernel_sweep_bwd_h100_*.csv).
 RUNTIME_SIZES = ["seqlen_q", "seqlen_k", "num_m_blocks", "num_n_blocks"]
+
+
+def pick_kernel(specialised, runtime_sizes, seqlen_q: int, seqlen_k: int):
+    """The twin to launch for these sequence lengths."""
+    return runtime_sizes if 1 in (seqlen_q, seqlen_k) else specialised
 
 
 @triton.jit
@@ -72,7 +79,7 @@ def _attn_fwd_steps(
     return acc, l_i, m_i
 
 
-@triton.jit(do_not_specialize=RUNTIME_SIZES)
+@triton.jit
 def attn_fwd_kernel(
     q_ptr,
     k_ptr,
@@ -160,6 +167,9 @@ def attn_fwd_kernel(
     tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
 
 
+attn_fwd_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_fwd_kernel.fn)
+
+
 def precision_options(dtype: torch.dtype) -> dict[str, str]:
     """fp32 inputs get true fp32 dots; Triton's default would round them to tf32."""
     return (
@@ -202,7 +212,8 @@ def attn_fwd(
     cfg = config or configs.fwd_config(head_dim, causal, q.device)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
     install_scratch_allocator(q.device)
-    attn_fwd_kernel[(num_m_blocks * batch * heads,)](
+    kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, seqlen_q, seqlen_k)
+    kernel[(num_m_blocks * batch * heads,)](
         q, k, v, o, lse,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
