@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU acceptance run, in one call on the GPU machine: environment, GPU test suite, compute-sanitizer.
-# Logs go to $OUT (the device tool's output folder) or ./gpu_out.
-#     PYTHONPATH=src bash scripts/gpu_acceptance.sh
+# Full logs go to $OUT (the device tool's output folder) or ./gpu_out.
+#     FLASHTILE_COMMIT=$(git rev-parse --short=12 HEAD) PYTHONPATH=src bash scripts/gpu_acceptance.sh
 set -uo pipefail
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -10,8 +10,15 @@ export PYTHONPATH=${PYTHONPATH:-src} PYTHONUNBUFFERED=1
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "cudnn", torch.backends.cudnn.version())'
-  git rev-parse --short HEAD 2>/dev/null || true
+  compute-sanitizer --version | tail -n 1
+  echo "commit ${FLASHTILE_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
 } | tee "$OUT/environment.txt"
-python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 2>&1 | tail -n 40 | tee "$OUT/gpu_tests.log"
+# pytest-xdist spreads the cases (mostly compilation) over 8 processes sharing the one GPU.
+python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --durations=10 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
+tests=${PIPESTATUS[0]}
 # Without the caching allocator every tensor is its own cudaMalloc, so memcheck sees an overrun past any of them.
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_kernels.py 2>&1 | tail -n 20 | tee "$OUT/sanitizer.log"
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  python3 scripts/sanitize_kernels.py 2>&1 | tee "$OUT/sanitizer.log" | tail -n 20
+sanitizer=${PIPESTATUS[0]}
+echo "gpu tests exit $tests, sanitizer exit $sanitizer" | tee -a "$OUT/environment.txt"
+[ "$tests" -eq 0 ] && [ "$sanitizer" -eq 0 ]
