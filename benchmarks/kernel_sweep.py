@@ -2,7 +2,8 @@
 
 Each variant runs in its own process (a compiler abort only loses that variant); inputs rotate among
 three sets so no variant is timed on a warm L2. Prints one line per (variant, cell) and writes a CSV:
-    PYTHONPATH=src python benchmarks/kernel_sweep.py --csv $OUT/sweep.csv [--only fwd|bwd]
+    PYTHONPATH=src python benchmarks/kernel_sweep.py --csv $OUT/sweep.csv [--only fwd|bwd] [--head-dim 256]
+Cells follow TARGETS.md (B·N = 16k tokens, H·D = 2048) at N = 16k, 4k and 1k.
 """
 
 from __future__ import annotations
@@ -14,37 +15,52 @@ import json
 import subprocess
 import sys
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize)
-FWD_CONFIGS = [
-    (128, 128, 8, 3, False),
-    (128, 64, 8, 3, False),
-]
-# (BLOCK_M1, BLOCK_N1, warps1, stages1, BLOCK_M2, BLOCK_N2, warps2, stages2): dK/dV kernel, then dQ kernel.
-BWD_BASE = (64, 128, 8, 3, 128, 64, 8, 3)
-BWD_CONFIGS = [
-    BWD_BASE,
-    (64, 128, 8, 2, 128, 64, 8, 3),
-    (64, 64, 4, 3, 128, 64, 8, 3),
-    (64, 128, 8, 3, 128, 128, 8, 2),
-    (64, 128, 8, 3, 64, 64, 4, 3),
-    (64, 128, 8, 3, 64, 128, 4, 3),
-    (64, 128, 8, 3, 128, 64, 8, 4),
-    (64, 128, 8, 3, 128, 32, 4, 3),
-]
-CELLS = [(1, 16384, 128), (4, 4096, 128)]
+# Candidates per head dim. Forward: (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize).
+FWD_CONFIGS = {
+    64: [(128, 128, 8, 3, False), (128, 64, 4, 3, False), (128, 128, 4, 3, False), (128, 64, 4, 4, False)],
+    128: [(128, 128, 8, 3, False), (128, 64, 8, 3, False)],
+    256: [(128, 64, 8, 2, False), (128, 32, 8, 2, False), (64, 64, 4, 2, False), (64, 128, 8, 2, False)],
+}
+# Backward: (BLOCK_M1, BLOCK_N1, warps1, stages1, BLOCK_M2, BLOCK_N2, warps2, stages2): dK/dV, then dQ.
+BWD_CONFIGS = {
+    64: [
+        (64, 128, 8, 3, 128, 64, 8, 3),
+        (64, 128, 4, 3, 128, 64, 4, 3),
+        (128, 128, 8, 3, 128, 128, 8, 3),
+        (64, 128, 8, 4, 128, 64, 8, 4),
+        (128, 64, 8, 3, 128, 64, 8, 3),
+        (32, 128, 4, 3, 128, 32, 4, 3),
+    ],
+    128: [
+        (64, 128, 8, 3, 128, 64, 8, 3),
+        (64, 128, 8, 2, 128, 64, 8, 3),
+        (64, 64, 4, 3, 128, 64, 8, 3),
+        (64, 128, 8, 3, 128, 128, 8, 2),
+        (64, 128, 8, 3, 64, 64, 4, 3),
+        (64, 128, 8, 3, 64, 128, 4, 3),
+        (64, 128, 8, 3, 128, 64, 8, 4),
+        (64, 128, 8, 3, 128, 32, 4, 3),
+    ],
+    256: [
+        (32, 64, 8, 2, 64, 32, 8, 2),
+        (32, 64, 8, 1, 64, 32, 8, 2),
+        (16, 64, 4, 2, 64, 32, 8, 2),
+        (32, 64, 4, 2, 64, 32, 4, 2),
+        (64, 64, 8, 2, 64, 32, 8, 2),
+        (32, 64, 8, 3, 64, 32, 8, 2),
+        (32, 64, 8, 2, 64, 64, 8, 2),
+        (32, 64, 8, 2, 128, 32, 8, 2),
+        (32, 64, 8, 2, 64, 32, 4, 3),
+        (32, 64, 8, 2, 128, 64, 8, 1),
+    ],
+}
+SEQLENS = (16384, 4096, 1024)
 ROTATION = 3
 
 
 def _flops(batch: int, heads: int, seqlen: int, head_dim: int, causal: bool, mode: str) -> float:
     f = 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
     return f * (2.5 if mode == "bwd" else 1.0)
-
-
-def _specialize_sizes(kernels) -> None:
-    """Let Triton specialise the sequence sizes again (to measure what keeping them runtime costs)."""
-    for kernel in kernels:
-        for param in kernel.params:
-            param.do_not_specialize = False
 
 
 def _rotating(fn, sets):
@@ -59,31 +75,30 @@ def run_one(spec: dict) -> list[dict]:
 
     from flashtile.kernels import bwd, configs, fwd
 
-    if spec.get("specialize"):
-        _specialize_sizes((fwd.attn_fwd_kernel, bwd.attn_bwd_dkdv_kernel, bwd.attn_bwd_dq_kernel))
     rows = []
     dev = torch.device("cuda")
     mode = spec["mode"]
     cfg = configs.FwdConfig(*spec["cfg"]) if mode == "fwd" else configs.BwdConfig(*spec["cfg"])
-    fcfg = configs.fwd_config(128, False, dev)
+    head_dim = spec["head_dim"]
+    fcfg = configs.fwd_config(head_dim, False, dev)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     for causal in (False, True):
         # Check on an odd shape first: a wrong variant gets no timing.
-        q, k, v, do = (torch.randn(2, 1000, 4, 128, device=dev, dtype=torch.bfloat16) for _ in range(4))
+        q, k, v, do = (torch.randn(2, 1000, 4, head_dim, device=dev, dtype=torch.bfloat16) for _ in range(4))
         ref = [t.float().requires_grad_() for t in (q, k, v)]
         with sdpa_kernel(SDPBackend.MATH):
             ro = sdpa(*(t.transpose(1, 2) for t in ref), is_causal=causal).transpose(1, 2)
         ro.backward(do.float())
         if mode == "fwd":
-            o, _ = fwd.attn_fwd(q, k, v, 128**-0.5, causal, config=cfg)
+            o, _ = fwd.attn_fwd(q, k, v, head_dim**-0.5, causal, config=cfg)
             err = (o.float() - ro).abs().max().item()
         else:
-            o, lse = fwd.attn_fwd(q, k, v, 128**-0.5, causal, config=fcfg)
-            grads = bwd.attn_bwd(do, q, k, v, o, lse, 128**-0.5, causal, config=cfg)
+            o, lse = fwd.attn_fwd(q, k, v, head_dim**-0.5, causal, config=fcfg)
+            grads = bwd.attn_bwd(do, q, k, v, o, lse, head_dim**-0.5, causal, config=cfg)
             err = max((g.float() - r.grad).abs().max().item() for g, r in zip(grads, ref, strict=True))
         ok = err < 0.05
-        for batch, seqlen, head_dim in CELLS:
-            heads = 2048 // head_dim
+        for seqlen in SEQLENS:
+            batch, heads = 16384 // seqlen, 2048 // head_dim
             scale = head_dim**-0.5
             shape = (batch, seqlen, heads, head_dim)
             sets = []
@@ -101,7 +116,7 @@ def run_one(spec: dict) -> list[dict]:
             rows.append(
                 dict(
                     mode=mode,
-                    cfg=str(spec["cfg"]) + (" spec" if spec.get("specialize") else ""),
+                    cfg=str(spec["cfg"]),
                     causal=causal,
                     batch=batch,
                     seqlen=seqlen,
@@ -114,7 +129,7 @@ def run_one(spec: dict) -> list[dict]:
     return rows
 
 
-def run_cudnn() -> list[dict]:
+def run_cudnn(head_dim: int) -> list[dict]:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -122,8 +137,8 @@ def run_cudnn() -> list[dict]:
     rows = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     for causal in (False, True):
-        for batch, seqlen, head_dim in CELLS:
-            heads = 2048 // head_dim
+        for seqlen in SEQLENS:
+            batch, heads = 16384 // seqlen, 2048 // head_dim
             shape = (batch, heads, seqlen, head_dim)
             sets = [
                 [
@@ -161,18 +176,19 @@ def main() -> None:
     parser.add_argument("--one", help="internal: one variant as JSON")
     parser.add_argument("--csv", default="sweep.csv")
     parser.add_argument("--only", choices=["fwd", "bwd"], default=None)
+    parser.add_argument("--head-dim", type=int, choices=sorted(FWD_CONFIGS), default=128)
     args = parser.parse_args()
     if args.one:
         spec = json.loads(args.one)
-        rows = run_cudnn() if spec["mode"] == "cudnn" else run_one(spec)
+        rows = run_cudnn(spec["head_dim"]) if spec["mode"] == "cudnn" else run_one(spec)
         print("ROWS " + json.dumps(rows), flush=True)
         return
-    specs = [{"mode": "cudnn"}]
+    d = args.head_dim
+    specs = [{"mode": "cudnn", "head_dim": d}]
     if args.only in (None, "fwd"):
-        specs += [{"mode": "fwd", "cfg": list(c)} for c in FWD_CONFIGS]
+        specs += [{"mode": "fwd", "cfg": list(c), "head_dim": d} for c in FWD_CONFIGS[d]]
     if args.only in (None, "bwd"):
-        specs += [{"mode": "bwd", "cfg": list(BWD_BASE), "specialize": True}]
-        specs += [{"mode": "bwd", "cfg": list(c)} for c in BWD_CONFIGS]
+        specs += [{"mode": "bwd", "cfg": list(c), "head_dim": d} for c in BWD_CONFIGS[d]]
     all_rows = []
     for spec in specs:
         cmd = [sys.executable, __file__, "--one", json.dumps(spec)]

@@ -1,16 +1,17 @@
 """flash_attn's public functions: flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func.
 
 Signatures, defaults and return conventions are flash_attn 2.8's. Each function validates its arguments
-(:mod:`flashtile.validation`), picks the backend (:mod:`flashtile.backend`) and calls the custom op
-``torch.ops.flashtile.attn_fwd``; nothing launches before every check has passed.
+(:mod:`flashtile.validation`), picks the backend (:mod:`flashtile.backend`) and runs attention through
+:mod:`flashtile.autograd` (the custom ops ``torch.ops.flashtile.attn_fwd``/``attn_bwd`` under
+torch.compile); nothing launches before every check has passed.
 """
 
 from __future__ import annotations
 
 import torch
 
+from flashtile import autograd as _autograd
 from flashtile import backend as _backend
-from flashtile import ops as _ops
 from flashtile import validation
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -47,7 +48,7 @@ def _attention(
     )
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
-    out, lse = _ops.attn_fwd(q, k, v, scale, causal, backend)
+    out, lse = _autograd.attention(q, k, v, scale, causal, backend)
     if not return_attn_probs:
         return out
     from flashtile.reference.naive import attention_probs

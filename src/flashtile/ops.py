@@ -1,7 +1,10 @@
-"""The custom ops ``torch.ops.flashtile.attn_fwd`` and ``attn_bwd`` and their fake implementations.
+"""The custom ops ``torch.ops.flashtile.attn_fwd`` and ``attn_bwd``, their fake implementations, and the
+plain functions ``run_attn_fwd`` and ``run_attn_bwd`` that implement them.
 
-Each op dispatches to the Triton launchers or to the tiled PyTorch reference by its ``backend`` argument
-(``"triton"`` or ``"reference"``, see :mod:`flashtile.backend`). Inputs are assumed validated.
+Each dispatches to the Triton launchers or to the tiled PyTorch reference by its ``backend`` argument
+(``"triton"`` or ``"reference"``, see :mod:`flashtile.backend`). Inputs are assumed validated. The ops are
+what torch.compile traces; eager autograd (:mod:`flashtile.autograd`) calls the plain functions, which
+skips the op dispatcher's per-call cost.
 
 Empty problems never reach a backend: with ``B = 0``, ``N_q = 0`` or ``H = 0`` the outputs are empty (and
 ``dk``, ``dv`` are zeros), and with ``N_k = 0`` every row is fully masked, so ``out = 0``, ``lse = −inf``
@@ -11,8 +14,6 @@ and ``dq = 0``.
 from __future__ import annotations
 
 import torch
-
-from flashtile import autograd as _autograd
 
 BACKENDS = ("triton", "reference")
 
@@ -35,8 +36,7 @@ def lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-@torch.library.custom_op("flashtile::attn_fwd", mutates_args=())
-def attn_fwd(
+def run_attn_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, backend: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``: ``out`` like ``q``, ``lse`` (B, H, N_q) in :func:`lse_dtype`, natural log."""
@@ -56,6 +56,9 @@ def attn_fwd(
     return out.to(q.dtype).contiguous(), lse.to(lse_dtype(q.dtype)).contiguous()
 
 
+attn_fwd = torch.library.custom_op("flashtile::attn_fwd", run_attn_fwd, mutates_args=())
+
+
 @attn_fwd.register_fake
 def _attn_fwd_fake(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, backend: str
@@ -65,8 +68,7 @@ def _attn_fwd_fake(
     return out, lse
 
 
-@torch.library.custom_op("flashtile::attn_bwd", mutates_args=())
-def attn_bwd(
+def run_attn_bwd(
     dout: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -99,6 +101,9 @@ def attn_bwd(
     )
 
 
+attn_bwd = torch.library.custom_op("flashtile::attn_bwd", run_attn_bwd, mutates_args=())
+
+
 @attn_bwd.register_fake
 def _attn_bwd_fake(
     dout: torch.Tensor,
@@ -112,8 +117,3 @@ def _attn_bwd_fake(
     backend: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-torch.library.register_autograd(
-    "flashtile::attn_fwd", _autograd.attn_fwd_backward, setup_context=_autograd.attn_fwd_setup_context
-)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from flashtile import autograd as _autograd
 from flashtile import backend as _backend
-from flashtile import ops as _ops
 from flashtile import validation
 from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, Comparison, compare
 
@@ -113,7 +113,7 @@ def _reference_fn(scale: float, causal: bool):
 
 def _op_fn(scale: float, causal: bool, backend: str):
     def fn(q, k, v):
-        return _ops.attn_fwd(q, k, v, scale, causal, backend)
+        return _autograd.attention(q, k, v, scale, causal, backend)
 
     return fn
 

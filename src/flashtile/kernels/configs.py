@@ -7,6 +7,7 @@ interpreter gets small tiles so that odd sequence lengths cross several blocks i
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -48,6 +49,8 @@ def block_d(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
+# Looked up once per device: querying the capability costs microseconds on every launch otherwise.
+@functools.cache
 def _is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
