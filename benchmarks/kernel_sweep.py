@@ -52,6 +52,10 @@ BWD_CONFIGS = {
         (32, 64, 8, 2, 128, 32, 8, 2),
         (32, 64, 8, 2, 64, 32, 4, 3),
         (32, 64, 8, 2, 128, 64, 8, 1),
+        (64, 64, 8, 2, 64, 32, 4, 3),
+        (64, 64, 8, 2, 128, 32, 8, 2),
+        (64, 64, 8, 2, 64, 32, 4, 2),
+        (64, 64, 8, 3, 64, 32, 4, 3),
     ],
 }
 SEQLENS = (16384, 4096, 1024)
@@ -177,6 +181,7 @@ def main() -> None:
     parser.add_argument("--csv", default="sweep.csv")
     parser.add_argument("--only", choices=["fwd", "bwd"], default=None)
     parser.add_argument("--head-dim", type=int, choices=sorted(FWD_CONFIGS), default=128)
+    parser.add_argument("--bwd-configs", type=json.loads, help="JSON list of backward configs to try instead")
     args = parser.parse_args()
     if args.one:
         spec = json.loads(args.one)
@@ -184,11 +189,12 @@ def main() -> None:
         print("ROWS " + json.dumps(rows), flush=True)
         return
     d = args.head_dim
-    specs = [{"mode": "cudnn", "head_dim": d}]
+    specs = [] if args.bwd_configs else [{"mode": "cudnn", "head_dim": d}]
     if args.only in (None, "fwd"):
         specs += [{"mode": "fwd", "cfg": list(c), "head_dim": d} for c in FWD_CONFIGS[d]]
     if args.only in (None, "bwd"):
-        specs += [{"mode": "bwd", "cfg": list(c), "head_dim": d} for c in BWD_CONFIGS[d]]
+        bwd_configs = args.bwd_configs or BWD_CONFIGS[d]
+        specs += [{"mode": "bwd", "cfg": list(c), "head_dim": d} for c in bwd_configs]
     all_rows = []
     for spec in specs:
         cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
