@@ -61,7 +61,7 @@ def fwd_config(head_dim: int, causal: bool, device: torch.device) -> FwdConfig:
         return FwdConfig(32, 32, 4, 1)
     if _is_hopper(device):
         if bd <= 64:
-            return FwdConfig(128, 128, 8, 3)
+            return FwdConfig(128, 128, 4, 3)
         if bd <= 128:
             return FwdConfig(128, 128, 8, 3)
         return FwdConfig(128, 64, 8, 2)
@@ -77,9 +77,14 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     if is_interpreter() or device.type != "cuda":
         return BwdConfig(32, 32, 4, 1, 32, 32, 4, 1)
     if _is_hopper(device):
+        # Head dims 64 and 256: benchmarks/results/kernel_sweep_d{64,256}*_h100_2026-11-23.csv.
+        if bd <= 64 and causal:
+            return BwdConfig(64, 128, 4, 3, 128, 64, 4, 3)
+        if bd <= 64:
+            return BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)
         if bd <= 128:
             return BwdConfig(64, 128, 8, 3, 128, 64, 8, 3)
-        return BwdConfig(32, 64, 8, 2, 64, 32, 8, 2)
+        return BwdConfig(64, 64, 8, 2, 64, 32, 4, 3)
     if bd <= 64:
         return BwdConfig(32, 64, 4, 2, 64, 32, 4, 2)
     return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)
