@@ -101,7 +101,7 @@ def run_one(spec: dict) -> list[dict]:
             grads = bwd.attn_bwd(do, q, k, v, o, lse, head_dim**-0.5, causal, config=cfg)
             err = max((g.float() - r.grad).abs().max().item() for g, r in zip(grads, ref, strict=True))
         ok = err < 0.05
-        for seqlen in SEQLENS:
+        for seqlen in spec["seqlens"]:
             batch, heads = 16384 // seqlen, 2048 // head_dim
             scale = head_dim**-0.5
             shape = (batch, seqlen, heads, head_dim)
@@ -133,7 +133,7 @@ def run_one(spec: dict) -> list[dict]:
     return rows
 
 
-def run_cudnn(head_dim: int) -> list[dict]:
+def run_cudnn(head_dim: int, seqlens: list[int]) -> list[dict]:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -141,7 +141,7 @@ def run_cudnn(head_dim: int) -> list[dict]:
     rows = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     for causal in (False, True):
-        for seqlen in SEQLENS:
+        for seqlen in seqlens:
             batch, heads = 16384 // seqlen, 2048 // head_dim
             shape = (batch, heads, seqlen, head_dim)
             sets = [
@@ -182,19 +182,24 @@ def main() -> None:
     parser.add_argument("--only", choices=["fwd", "bwd"], default=None)
     parser.add_argument("--head-dim", type=int, choices=sorted(FWD_CONFIGS), default=128)
     parser.add_argument("--bwd-configs", type=json.loads, help="JSON list of backward configs to try instead")
+    parser.add_argument("--fwd-configs", type=json.loads, help="JSON list of forward configs to try instead")
+    parser.add_argument("--seqlens", type=json.loads, help="JSON list of sequence lengths (16k, 4k, 1k)")
     args = parser.parse_args()
     if args.one:
         spec = json.loads(args.one)
-        rows = run_cudnn(spec["head_dim"]) if spec["mode"] == "cudnn" else run_one(spec)
+        rows = run_cudnn(spec["head_dim"], spec["seqlens"]) if spec["mode"] == "cudnn" else run_one(spec)
         print("ROWS " + json.dumps(rows), flush=True)
         return
     d = args.head_dim
-    specs = [] if args.bwd_configs else [{"mode": "cudnn", "head_dim": d}]
+    seqlens = args.seqlens or list(SEQLENS)
+    specs = [] if args.bwd_configs or args.fwd_configs else [{"mode": "cudnn", "head_dim": d}]
     if args.only in (None, "fwd"):
-        specs += [{"mode": "fwd", "cfg": list(c), "head_dim": d} for c in FWD_CONFIGS[d]]
+        fwd_configs = args.fwd_configs or FWD_CONFIGS[d]
+        specs += [{"mode": "fwd", "cfg": list(c), "head_dim": d} for c in fwd_configs]
     if args.only in (None, "bwd"):
         bwd_configs = args.bwd_configs or BWD_CONFIGS[d]
         specs += [{"mode": "bwd", "cfg": list(c), "head_dim": d} for c in bwd_configs]
+    specs = [{**spec, "seqlens": seqlens} for spec in specs]
     all_rows = []
     for spec in specs:
         cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
