@@ -96,7 +96,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--paper",
         action="store_true",
         help="the full grid (N 512..16k, D 64/128/256, causal and not, fwd/bwd/fwd_bwd, bf16) in under 10 "
-        "minutes on an H100: FlexAttention compiled with dynamic shapes, SDPA math skipped from N = 4k",
+        "minutes on an H100: SDPA math skipped from N = 4k",
     )
     preset.add_argument("--decode", action="store_true", help="decoding with a KV cache (a later issue)")
     axes = parser.add_argument_group("axes (each overrides the preset)")

@@ -198,7 +198,6 @@ PRESETS: dict[tuple[str, str], Preset] = {
         timing=TimingBudget(warmup_ms=10, rep_ms=40, min_reps=5, max_reps=40),
         time_budget_s=480.0,
         skips=_PAPER_SKIPS,
-        flex_compile="dynamic",
     ),
     ("default", "cpu"): Preset(
         name="default",
