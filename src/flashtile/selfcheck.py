@@ -111,7 +111,7 @@ def _reference_fn(scale: float, causal: bool):
     return fn
 
 
-def _op_fn(scale: float, causal: bool, backend: str):
+def _flashtile_fn(scale: float, causal: bool, backend: str):
     def fn(q, k, v):
         return _autograd.attention(q, k, v, scale, causal, backend)
 
@@ -165,7 +165,7 @@ def check_backends(device: torch.device, cases: Sequence[Case], seed: int = 0) -
             oracle = _forward_backward(_reference_fn(scale, case.causal), *(t.double() for t in inputs))
             baseline = _forward_backward(_reference_fn(scale, case.causal), *inputs)
             for backend in users:
-                fn = _op_fn(scale, case.causal, backend)
+                fn = _flashtile_fn(scale, case.causal, backend)
                 rows.append(_grade(backend, fn, case, dtype, inputs, oracle, baseline, counts=True))
             # SDPA gives NaN on fully masked rows by design: compare it only where every row sees a key.
             if not case.has_masked_rows:
