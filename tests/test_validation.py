@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from flashtile import backend as flashtile_backend
 from flashtile import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, validation
+from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.reference import naive, tiled
 
 
@@ -29,9 +31,13 @@ def _qkv(
 
 
 def _raises(exc: type[Exception], fn, *fragments: str) -> str:
-    """Run ``fn``, expect ``exc``, and check that its message contains every fragment; return the message."""
+    """Run ``fn``, expect ``exc``, and check that its message contains every fragment; return the message.
+
+    Every error is also a RuntimeError, which code written against flash_attn's C++ checks catches.
+    """
     with pytest.raises(exc) as info:
         fn()
+    assert isinstance(info.value, RuntimeError), f"{type(info.value).__name__} is not a RuntimeError"
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} missing from the message: {message}"
@@ -286,16 +292,17 @@ def test_window_size_default_list_accepted() -> None:
     torch.testing.assert_close(flash_attn_func(q, k, v, window_size=[-1, -1]), flash_attn_func(q, k, v))
 
 
-def test_softcap_zero_disables() -> None:
+@pytest.mark.parametrize("softcap", [0.0, 0, -1.0, -30], ids=str)
+def test_softcap_not_positive_disables(softcap: float) -> None:
+    # flash_attn: "Anything > 0 activates softcapping"; 0 and negative values leave it off.
     q, k, v = _qkv()
     torch.testing.assert_close(
-        flash_attn_func(q, k, v, softcap=0.0), flash_attn_func(q, k, v), rtol=0, atol=0
+        flash_attn_func(q, k, v, softcap=softcap), flash_attn_func(q, k, v), rtol=0, atol=0
     )
-    torch.testing.assert_close(flash_attn_func(q, k, v, softcap=0), flash_attn_func(q, k, v), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("softcap", [-1.0, math.nan, math.inf], ids=str)
-def test_softcap_negative_or_non_finite(softcap: float, no_launch: list[str]) -> None:
+@pytest.mark.parametrize("softcap", [math.nan, math.inf, -math.inf], ids=str)
+def test_softcap_non_finite(softcap: float, no_launch: list[str]) -> None:
     q, k, v = _qkv()
     _raises(ValueError, lambda: flash_attn_func(q, k, v, softcap=softcap), "softcap", str(softcap))
     assert no_launch == []
@@ -324,7 +331,27 @@ def test_alibi_slopes_not_implemented(no_launch: list[str]) -> None:
 def test_flags_must_be_bool(flag: str, no_launch: list[str]) -> None:
     q, k, v = _qkv()
     _raises(TypeError, lambda: flash_attn_func(q, k, v, **{flag: 1}), flag, "got 1 (int)")
+    _raises(TypeError, lambda: flash_attn_func(q, k, v, **{flag: torch.ones(2, dtype=torch.bool)}), flag)
     assert no_launch == []
+
+
+@pytest.mark.parametrize("make", [np.bool_, lambda b: torch.tensor(b)], ids=["numpy", "tensor"])
+def test_flags_accept_numpy_and_tensor_bools(make) -> None:
+    q, k, v = _qkv()
+    plain = flash_attn_func(q, k, v, causal=True, deterministic=True, return_attn_probs=True)
+    flags = {"causal": make(True), "deterministic": make(False), "return_attn_probs": make(True)}
+    ours = flash_attn_func(q, k, v, **flags)
+    assert isinstance(ours, tuple) and len(ours) == 3
+    torch.testing.assert_close(ours[:2], plain[:2], rtol=0, atol=0)
+    torch.testing.assert_close(flash_attn_func(q, k, v, causal=make(False)), flash_attn_func(q, k, v))
+
+
+@pytest.mark.parametrize(
+    ("error", "python_class"), [(FlashtileValueError, ValueError), (FlashtileTypeError, TypeError)]
+)
+def test_errors_are_also_runtime_errors(error: type[Exception], python_class: type[Exception]) -> None:
+    assert issubclass(error, python_class) and issubclass(error, RuntimeError)
+    assert issubclass(NotImplementedError, RuntimeError)
 
 
 def test_deterministic_accepted_and_bitwise_reproducible() -> None:

@@ -13,9 +13,11 @@ import os
 
 import torch
 
+from flashtile.errors import FlashtileValueError
+
 ENV_VAR = "FLASHTILE_BACKEND"
-CHOICES = ("auto", "triton", "reference")
 BACKENDS = ("triton", "reference")
+CHOICES = ("auto", *BACKENDS)
 
 
 def _interpreter_enabled() -> bool:
@@ -34,7 +36,7 @@ def requested() -> str:
     """The normalised value of ``FLASHTILE_BACKEND`` (``auto`` when unset); raises on an unknown value."""
     value = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
     if value not in CHOICES:
-        raise ValueError(
+        raise FlashtileValueError(
             f"{ENV_VAR}={os.environ.get(ENV_VAR)!r} is not a backend; accepted values: {', '.join(CHOICES)}"
         )
     return value
@@ -59,7 +61,8 @@ def triton_unavailable_reason(device: torch.device) -> str | None:
 def resolve(device: torch.device) -> str:
     """The backend, ``"triton"`` or ``"reference"``, that runs attention on tensors on ``device``.
 
-    Raises ValueError for an unknown ``FLASHTILE_BACKEND`` or for ``triton`` where it cannot run.
+    Raises FlashtileValueError (a ValueError and a RuntimeError) for an unknown ``FLASHTILE_BACKEND``
+    or for ``triton`` where it cannot run.
     """
     device = torch.device(device)
     choice = requested()
@@ -68,7 +71,7 @@ def resolve(device: torch.device) -> str:
     if choice == "triton":
         reason = triton_unavailable_reason(device)
         if reason is not None:
-            raise ValueError(f"{ENV_VAR}=triton was asked for but {reason}")
+            raise FlashtileValueError(f"{ENV_VAR}=triton was asked for but {reason}")
         return "triton"
     return "triton" if device.type == "cuda" and _triton_installed() else "reference"
 

@@ -43,18 +43,18 @@ def _attention(
     validation.check_same_device(**tensors)
     backend = _backend.resolve(q.device)
     validation.check_dtypes(backend, **tensors)
-    validation.check_options(
+    options = validation.check_options(
         dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs
     )
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
-    out, lse = _autograd.attention(q, k, v, scale, causal, backend)
-    if not return_attn_probs:
+    out, lse = _autograd.attention(q, k, v, scale, options.causal, backend)
+    if not options.return_attn_probs:
         return out
     from flashtile.reference.naive import attention_probs
 
     with torch.no_grad():
-        probs = attention_probs(q, k, v, softmax_scale=scale, causal=causal).to(q.dtype)
+        probs = attention_probs(q, k, v, softmax_scale=scale, causal=options.causal).to(q.dtype)
     return out, lse, probs
 
 

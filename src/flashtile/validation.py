@@ -1,17 +1,22 @@
 """Argument checks for the public API, one function per group, run before anything launches.
 
-Every error names the argument, what was received and what is accepted: TypeError for wrong types and
-dtypes, ValueError for wrong shapes and values, NotImplementedError for flash_attn options that flashtile
-does not implement yet.
+Every error names the argument, what was received and what is accepted: FlashtileTypeError (a TypeError)
+for wrong types and dtypes, FlashtileValueError (a ValueError) for wrong shapes and values, both also
+RuntimeErrors as flash_attn's are (:mod:`flashtile.errors`), and NotImplementedError for flash_attn options
+that flashtile does not implement yet.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
+
+from flashtile.errors import FlashtileTypeError, FlashtileValueError
 
 MAX_HEAD_DIM = 256
 
@@ -43,16 +48,16 @@ def check_tensors(**tensors: object) -> None:
     """Each argument is a strided (dense) torch.Tensor."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+            raise FlashtileTypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
         if t.layout != torch.strided:
-            raise TypeError(f"{name} must be a dense (strided) tensor; got layout {t.layout}")
+            raise FlashtileTypeError(f"{name} must be a dense (strided) tensor; got layout {t.layout}")
 
 
 def check_rank(name: str, t: torch.Tensor, layout: str) -> None:
     """``t`` has as many dimensions as ``layout`` names, e.g. ``"(batch_size, seqlen, nheads, headdim)"``."""
     expected = layout.count(",") + 1
     if t.dim() != expected:
-        raise ValueError(
+        raise FlashtileValueError(
             f"{name} must have {expected} dimensions {layout}; got shape {_shape(t)} ({t.dim()} dims)"
         )
 
@@ -62,7 +67,7 @@ def check_same_device(**tensors: torch.Tensor) -> None:
     devices = {t.device for t in tensors.values()}
     if len(devices) > 1:
         listed = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
-        raise ValueError(f"{', '.join(tensors)} must be on the same device; got {listed}")
+        raise FlashtileValueError(f"{', '.join(tensors)} must be on the same device; got {listed}")
 
 
 def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
@@ -70,14 +75,14 @@ def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
     dtypes = {t.dtype for t in tensors.values()}
     if len(dtypes) > 1:
         listed = ", ".join(f"{name} {t.dtype}" for name, t in tensors.items())
-        raise TypeError(f"{', '.join(tensors)} must have the same dtype; got {listed}")
+        raise FlashtileTypeError(f"{', '.join(tensors)} must have the same dtype; got {listed}")
     name, first = next(iter(tensors.items()))
     accepted = supported_dtypes(backend, first.device)
     if first.dtype not in accepted:
         hint = ""
         if backend == "triton":
             hint = f"; FLASHTILE_BACKEND=reference accepts {_names(_REFERENCE_DTYPES)}"
-        raise TypeError(
+        raise FlashtileTypeError(
             f"{name}.dtype is {first.dtype}, which the {backend} backend on {first.device.type} does not "
             f"support; accepted: {_names(accepted)}{hint}"
         )
@@ -96,11 +101,11 @@ def check_qkv_shapes(
     check_rank("v", v, "(batch_size, seqlen_k, nheads_k, headdim)")
 
     # Formatted only on failure: shapes may be symbolic under torch.compile.
-    def fail(problem: str) -> ValueError:
+    def fail(problem: str) -> FlashtileValueError:
         shapes = f"q {_shape(q)}, k {_shape(k)}, v {_shape(v)}"
         if packed is not None:
             shapes += f"; unpacked from {packed[0]} {_shape(packed[1])}"
-        return ValueError(f"{problem}; got {shapes}")
+        return FlashtileValueError(f"{problem}; got {shapes}")
 
     if not q.shape[0] == k.shape[0] == v.shape[0]:
         raise fail("q, k and v must have the same batch_size (dim 0)")
@@ -125,7 +130,7 @@ def check_qkvpacked_shape(qkv: torch.Tensor) -> None:
     """``qkv`` is (B, N, 3, H, D)."""
     check_rank("qkv", qkv, "(batch_size, seqlen, 3, nheads, headdim)")
     if qkv.shape[2] != 3:
-        raise ValueError(
+        raise FlashtileValueError(
             f"qkv must have shape (batch_size, seqlen, 3, nheads, headdim) with 3 at dim 2; got {_shape(qkv)}"
         )
 
@@ -134,7 +139,7 @@ def check_kvpacked_shape(kv: torch.Tensor) -> None:
     """``kv`` is (B, N_k, 2, H_KV, D)."""
     check_rank("kv", kv, "(batch_size, seqlen_k, 2, nheads_k, headdim)")
     if kv.shape[2] != 2:
-        raise ValueError(
+        raise FlashtileValueError(
             "kv must have shape (batch_size, seqlen_k, 2, nheads_k, headdim) with 2 at dim 2; "
             f"got {_shape(kv)}"
         )
@@ -154,20 +159,20 @@ def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
     if softmax_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if not _is_real(softmax_scale):
-        raise TypeError(f"softmax_scale must be a float or None; got {softmax_scale!r}")
+        raise FlashtileTypeError(f"softmax_scale must be a float or None; got {softmax_scale!r}")
     scale = float(softmax_scale)
     if not _is_finite(scale):
-        raise ValueError(f"softmax_scale must be finite; got {softmax_scale!r}")
+        raise FlashtileValueError(f"softmax_scale must be finite; got {softmax_scale!r}")
     return scale
 
 
 def check_dropout_p(dropout_p: object) -> None:
     """``dropout_p`` lies in [0, 1); only 0 is implemented."""
     if not _is_real(dropout_p):
-        raise TypeError(f"dropout_p must be a float in [0, 1); got {dropout_p!r}")
+        raise FlashtileTypeError(f"dropout_p must be a float in [0, 1); got {dropout_p!r}")
     p = float(dropout_p)
     if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p!r}")
+        raise FlashtileValueError(f"dropout_p must be in [0, 1); got {dropout_p!r}")
     if p > 0.0:
         raise NotImplementedError(
             f"dropout_p > 0 is not implemented yet in flashtile; got dropout_p={dropout_p!r}, accepted: 0.0"
@@ -182,10 +187,10 @@ def check_window_size(window_size: object) -> None:
         or len(window_size) != 2
         or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window_size)
     ):
-        raise TypeError(f"window_size must be a pair of ints (left, right); got {window_size!r}")
+        raise FlashtileTypeError(f"window_size must be a pair of ints (left, right); got {window_size!r}")
     left, right = (int(w) for w in window_size)
     if left < -1 or right < -1:
-        raise ValueError(f"window_size entries must be -1 (unlimited) or ≥ 0; got {window_size!r}")
+        raise FlashtileValueError(f"window_size entries must be -1 (unlimited) or ≥ 0; got {window_size!r}")
     if (left, right) != (-1, -1):
         raise NotImplementedError(
             f"sliding-window attention is not implemented yet in flashtile; got window_size={window_size!r}, "
@@ -194,15 +199,15 @@ def check_window_size(window_size: object) -> None:
 
 
 def check_softcap(softcap: object) -> None:
-    """``softcap`` is a finite real ≥ 0; 0 disables it and only 0 is implemented."""
+    """``softcap`` is a finite real; ≤ 0 disables it (as in flash_attn) and only that is implemented."""
     if not _is_real(softcap):
-        raise TypeError(f"softcap must be a float ≥ 0; got {softcap!r}")
+        raise FlashtileTypeError(f"softcap must be a float (≤ 0 disables it); got {softcap!r}")
     cap = float(softcap)
-    if not _is_finite(cap) or cap < 0.0:
-        raise ValueError(f"softcap must be a finite float ≥ 0 (0 disables it); got {softcap!r}")
+    if not _is_finite(cap):
+        raise FlashtileValueError(f"softcap must be finite (≤ 0 disables it); got {softcap!r}")
     if cap > 0.0:
         raise NotImplementedError(
-            f"softcapping is not implemented yet in flashtile; got softcap={softcap!r}, accepted: 0.0"
+            f"softcapping is not implemented yet in flashtile; got softcap={softcap!r}, accepted: ≤ 0 (off)"
         )
 
 
@@ -219,11 +224,30 @@ def check_alibi_slopes(alibi_slopes: object) -> None:
         )
 
 
-def check_flags(**flags: object) -> None:
-    """Each flag (``causal``, ``deterministic``, ``return_attn_probs``) is a bool."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool; got {value!r} ({type(value).__name__})")
+def _numpy_bool(value: object) -> bool:
+    # A NumPy bool can only exist once NumPy is imported: no import of our own.
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value`` as a Python bool: a bool, a NumPy bool or a 0-d bool tensor (as flash_attn takes them)."""
+    if isinstance(value, bool) or _numpy_bool(value):
+        return bool(value)
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() == 0:
+        return bool(value)
+    if isinstance(value, torch.Tensor):
+        received = f"a {value.dtype} tensor of shape {_shape(value)}"
+    else:
+        received = f"{value!r} ({type(value).__name__})"
+    raise FlashtileTypeError(f"{name} must be a bool (Python, NumPy or a 0-d bool tensor); got {received}")
+
+
+class Options(NamedTuple):
+    """The options as the layers below the API take them, normalised."""
+
+    causal: bool
+    return_attn_probs: bool
 
 
 def check_options(
@@ -234,14 +258,17 @@ def check_options(
     causal: object,
     deterministic: object,
     return_attn_probs: object,
-) -> None:
-    """The non-tensor arguments shared by every flash_attn_* function.
+) -> Options:
+    """The non-tensor arguments shared by every flash_attn_* function, checked and normalised.
 
     ``deterministic`` is accepted either way: the backward uses no atomics, so it is deterministic by
     construction.
     """
-    check_flags(causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs)
+    causal = check_flag("causal", causal)
+    check_flag("deterministic", deterministic)
+    return_attn_probs = check_flag("return_attn_probs", return_attn_probs)
     check_dropout_p(dropout_p)
     check_window_size(window_size)
     check_softcap(softcap)
     check_alibi_slopes(alibi_slopes)
+    return Options(causal, return_attn_probs)
