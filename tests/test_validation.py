@@ -266,7 +266,59 @@ def test_dropout_not_implemented(no_launch: list[str]) -> None:
     assert no_launch == []
 
 
-@pytest.mark.parametrize("window_size", [(4, 0), (-1, 0), (0, -1), [2, 2]], ids=str)
+@pytest.mark.parametrize(
+    ("window_size", "causal", "expected"),
+    [
+        ((-1, -1), False, (-1, -1)),
+        ((-1, -1), True, (-1, 0)),
+        ((-1, 0), False, (-1, 0)),
+        ((-5, -2), False, (-1, -1)),
+        ((7, 100), False, (-1, -1)),
+        ((7, 3), True, (-1, 0)),
+        ((3, 6), False, (3, 6)),
+        ((3, 7), True, (3, 0)),
+        ((0, 0), False, (0, 0)),
+    ],
+    ids=str,
+)
+def test_normalize_window(window_size, causal: bool, expected: tuple[int, int]) -> None:
+    # seqlen_k = 7: negative bounds and bounds ≥ 7 are unlimited (-1), causal sets right = 0.
+    assert validation.normalize_window(window_size, causal, 7) == expected
+
+
+@pytest.mark.parametrize(
+    "window_size",
+    [
+        [-1, 9],
+        (np.int64(-1), np.int32(-1)),
+        np.array([-1, 7]),
+        torch.tensor([-1, -1]),
+        (torch.tensor(-1), torch.tensor(20)),
+        torch.randint(7, 50, (2,)),
+    ],
+    ids=["list", "numpy-ints", "numpy-array", "tensor", "0d-tensors", "randint"],
+)
+def test_window_size_accepts_integer_pairs_of_any_kind(window_size) -> None:
+    # flash_attn's own tests pass torch.randint(0, seqlen_k, (2,)); each of these covers every key.
+    q, k, v = _qkv()
+    for causal in (False, True):
+        torch.testing.assert_close(
+            flash_attn_func(q, k, v, causal=causal, window_size=window_size),
+            flash_attn_func(q, k, v, causal=causal),
+            rtol=0,
+            atol=0,
+        )
+
+
+@pytest.mark.parametrize("window_size", [(-1, 0), (-3, 0), (100, 0), [-1, np.int64(0)]], ids=str)
+def test_window_with_right_zero_is_causal(window_size) -> None:
+    # flash_attn's visibility j ≤ i + seqlen_k − seqlen_q + right makes (-1, 0) causal, causal=True or not.
+    q, k, v = _qkv()
+    expected = flash_attn_func(q, k, v, causal=True)
+    torch.testing.assert_close(flash_attn_func(q, k, v, window_size=window_size), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("window_size", [(4, 0), (0, -1), [2, 2], (-1, 6), torch.tensor([3, 3])], ids=str)
 def test_window_size_not_implemented(window_size, no_launch: list[str]) -> None:
     q, k, v = _qkv()
     _raises(
@@ -274,22 +326,20 @@ def test_window_size_not_implemented(window_size, no_launch: list[str]) -> None:
         lambda: flash_attn_func(q, k, v, window_size=window_size),
         "window_size",
         repr(window_size),
+        "normalised to",
     )
     assert no_launch == []
 
 
 @pytest.mark.parametrize(
-    ("window_size", "exc"), [((-2, -1), ValueError), ((1,), TypeError), ((1.5, 2), TypeError)], ids=str
+    "window_size",
+    [(1,), (1.5, 2), (True, -1), "ab", torch.tensor([1.0, 2.0]), np.zeros((2, 2), dtype=int), None],
+    ids=str,
 )
-def test_window_size_malformed(window_size, exc: type[Exception], no_launch: list[str]) -> None:
+def test_window_size_malformed(window_size, no_launch: list[str]) -> None:
     q, k, v = _qkv()
-    _raises(exc, lambda: flash_attn_func(q, k, v, window_size=window_size), "window_size", repr(window_size))
+    _raises(TypeError, lambda: flash_attn_func(q, k, v, window_size=window_size), "window_size")
     assert no_launch == []
-
-
-def test_window_size_default_list_accepted() -> None:
-    q, k, v = _qkv()
-    torch.testing.assert_close(flash_attn_func(q, k, v, window_size=[-1, -1]), flash_attn_func(q, k, v))
 
 
 @pytest.mark.parametrize("softcap", [0.0, 0, -1.0, -30], ids=str)

@@ -44,7 +44,7 @@ def _attention(
     backend = _backend.resolve(q.device)
     validation.check_dtypes(backend, **tensors)
     options = validation.check_options(
-        dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs
+        dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs, k.shape[1]
     )
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))

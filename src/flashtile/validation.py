@@ -179,22 +179,46 @@ def check_dropout_p(dropout_p: object) -> None:
         )
 
 
-def check_window_size(window_size: object) -> None:
-    """``window_size`` is a pair of ints ≥ −1; only ``(-1, -1)`` (no window) is implemented."""
-    if (
-        not isinstance(window_size, Sequence)
-        or isinstance(window_size, str)
-        or len(window_size) != 2
-        or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window_size)
-    ):
-        raise FlashtileTypeError(f"window_size must be a pair of ints (left, right); got {window_size!r}")
-    left, right = (int(w) for w in window_size)
-    if left < -1 or right < -1:
-        raise FlashtileValueError(f"window_size entries must be -1 (unlimited) or ≥ 0; got {window_size!r}")
-    if (left, right) != (-1, -1):
+def _plain(x: object) -> object:
+    """Python values for a torch tensor or NumPy array (a list, or a scalar when 0-d); else ``x``."""
+    numpy = sys.modules.get("numpy")
+    if isinstance(x, torch.Tensor) or (numpy is not None and isinstance(x, numpy.ndarray)):
+        return x.tolist()
+    return x
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def normalize_window(window_size: object, causal: bool, seqlen_k: int) -> tuple[int, int]:
+    """``(left, right)`` as the kernels take it: −1 = unlimited, ``causal`` folded into ``right = 0``.
+
+    ``window_size`` is any pair of integers: a tuple or list, NumPy integers, 0-d integer tensors, a 1-D
+    integer tensor or array of 2. As in flash_attn's C++, a negative bound and a bound ≥ ``seqlen_k`` both
+    become −1, then ``causal`` sets ``right = 0``; ``(-1, 0)`` is plain causal attention.
+    """
+    pair = _plain(window_size)
+    bounds = [_plain(w) for w in pair] if isinstance(pair, Sequence) and not isinstance(pair, str) else []
+    if len(bounds) != 2 or not all(_is_int(w) for w in bounds):
+        received = (
+            f"a {window_size.dtype} tensor of shape {_shape(window_size)}"
+            if isinstance(window_size, torch.Tensor)
+            else repr(window_size)
+        )
+        raise FlashtileTypeError(
+            f"window_size must be a pair of integers (left, right), -1 meaning unlimited; got {received}"
+        )
+    left, right = (-1 if w < 0 or w >= seqlen_k else int(w) for w in bounds)
+    return left, 0 if causal else right
+
+
+def check_window_implemented(window_size: object, window: tuple[int, int]) -> None:
+    """Only the unlimited window ``(-1, -1)`` and the causal one ``(-1, 0)`` are implemented."""
+    if window not in ((-1, -1), (-1, 0)):
         raise NotImplementedError(
-            f"sliding-window attention is not implemented yet in flashtile; got window_size={window_size!r}, "
-            "accepted: (-1, -1)"
+            f"sliding-window attention is not implemented yet in flashtile; got window_size={window_size!r} "
+            f"(normalised to {window}), accepted: a window that covers every key, e.g. (-1, -1)"
         )
 
 
@@ -247,6 +271,7 @@ class Options(NamedTuple):
     """The options as the layers below the API take them, normalised."""
 
     causal: bool
+    window_size: tuple[int, int]
     return_attn_probs: bool
 
 
@@ -258,8 +283,11 @@ def check_options(
     causal: object,
     deterministic: object,
     return_attn_probs: object,
+    seqlen_k: int,
 ) -> Options:
     """The non-tensor arguments shared by every flash_attn_* function, checked and normalised.
+
+    ``causal`` comes back true for every window that is causal attention, ``window_size=(-1, 0)`` included.
 
     ``deterministic`` is accepted either way: the backward uses no atomics, so it is deterministic by
     construction.
@@ -268,7 +296,8 @@ def check_options(
     check_flag("deterministic", deterministic)
     return_attn_probs = check_flag("return_attn_probs", return_attn_probs)
     check_dropout_p(dropout_p)
-    check_window_size(window_size)
+    window = normalize_window(window_size, causal, seqlen_k)
+    check_window_implemented(window_size, window)
     check_softcap(softcap)
     check_alibi_slopes(alibi_slopes)
-    return Options(causal, return_attn_probs)
+    return Options(window == (-1, 0), window, return_attn_probs)
