@@ -1,12 +1,15 @@
 """flash_attn's public functions: flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func.
 
-Signatures, defaults and return conventions are flash_attn 2.8's. Each function validates its arguments
+Signatures, defaults and return conventions are flash_attn 2.8's; where flashtile still differs is listed in
+``DIVERGENCES`` (part of each function's docstring). Each function validates its arguments
 (:mod:`flashtile.validation`), picks the backend (:mod:`flashtile.backend`) and runs attention through
 :mod:`flashtile.autograd` (the custom ops ``torch.ops.flashtile.attn_fwd``/``attn_bwd`` under
 torch.compile); nothing launches before every check has passed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -16,16 +19,72 @@ from flashtile import validation
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
+# The arguments after the tensors, the same in the three functions.
+OPTIONS = """\
+dropout_p: float, default 0.0. Dropout probability, in [0, 1). Only 0.0 is implemented yet; other
+    values in range raise NotImplementedError. Set it to 0.0 during evaluation.
+softmax_scale: float or None, default None. The scaling of QKᵀ before the softmax; None means
+    1 / sqrt(headdim). Must be finite; 0 and negative values are allowed.
+causal: bool, default False. Apply the bottom-right aligned causal mask (auto-regressive modelling).
+window_size: (left, right), default (-1, -1). Sliding-window attention: query i sees the keys in
+    [i + seqlen_k − seqlen_q − left, i + seqlen_k − seqlen_q + right]. Any pair of integers (tuple,
+    list, NumPy integers or array, integer tensors); a negative bound or one ≥ seqlen_k is unlimited,
+    and causal=True sets right = 0, as in flash_attn, so (-1, 0) is causal attention. Any other
+    window after that raises NotImplementedError (not implemented yet).
+softcap: float, default 0.0. Softcapping ``softcap · tanh(scores / softcap)``; ≤ 0 disables it.
+    Non-finite values raise ValueError; softcap > 0 is not implemented yet (NotImplementedError).
+alibi_slopes: default None. ALiBi is not implemented yet: anything but None raises
+    NotImplementedError.
+deterministic: bool, default False. Accepted for compatibility: the backward uses no atomics, so its
+    gradients are bitwise reproducible either way.
+return_attn_probs: bool, default False. Also return softmax_lse and S_dmask. As in flash_attn, S_dmask
+    holds the probabilities only under dropout (dropout_p > 0: batch · nheads · seqlen_q · seqlen_k
+    elements of q's dtype, 32 GiB per sequence in bf16 at seqlen 32k with 16 heads; for testing); with
+    dropout_p = 0 it is an empty tensor and costs nothing, so the flag is the way to get softmax_lse.
+causal, deterministic and return_attn_probs take Python or NumPy bools and 0-d bool tensors."""
+
+# Every way flashtile still differs from flash_attn 2.8.
+DIVERGENCES = """\
+Where flashtile differs from flash_attn 2.8:
+
+- A fully masked row (every row when seqlen_k = 0) has softmax_lse = −inf; flash_attn gives +inf.
+  out is 0 in both.
+- Not implemented yet, raising NotImplementedError: dropout_p > 0, a window_size other than (-1, -1)
+  and (-1, 0) once normalised, softcap > 0, alibi_slopes. The varlen and KV-cache functions do not exist yet.
+- Beyond flash_attn (CUDA, float16/bfloat16 only): CPU tensors run on the PyTorch reference, which also
+  takes float32 and float64 (with float64 inputs softmax_lse is float64); Triton's CPU interpreter also
+  takes float32.
+- softmax_lse is marked non-differentiable (requires_grad=False); flash_attn returns it requiring grad
+  and silently drops any gradient sent to it.
+- Stricter checks, before any launch: non-finite softmax_scale or softcap, dropout_p < 0 and flags
+  that are not bools (e.g. the int 1) raise; flash_attn passes them on. Errors are ValueError or
+  TypeError that are also RuntimeError (flash_attn raises RuntimeError)."""
+
+
+def _document(fn: Callable[..., AttentionResult]) -> Callable[..., AttentionResult]:
+    """Fill the ``{options}`` and ``{divergences}`` markers of ``fn``'s docstring."""
+    for marker, text, indent in (("{options}", OPTIONS, " " * 8), ("{divergences}", DIVERGENCES, " " * 4)):
+        filled = text.replace("\n", "\n" + indent).replace("\n" + indent + "\n", "\n\n")
+        fn.__doc__ = fn.__doc__.replace(marker, filled)
+    return fn
+
 
 def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself, or a contiguous copy when its last dimension is strided (the kernels load rows of D)."""
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
+def _s_dmask(q: torch.Tensor) -> torch.Tensor:
+    """flash_attn's S_dmask for dropout_p = 0: an empty tensor on q's device in q's dtype.
+
+    flash_attn builds the probabilities only under dropout, where their sign encodes the dropout mask
+    (``reference.naive.attention_probs(..., dropout_mask=keep)`` computes that matrix).
+    """
+    return q.new_empty((0,))
+
+
 def _attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
+    tensors: dict[str, torch.Tensor],
     dropout_p: float,
     softmax_scale: float | None,
     causal: bool,
@@ -34,12 +93,13 @@ def _attention(
     alibi_slopes: torch.Tensor | None,
     deterministic: bool,
     return_attn_probs: bool,
-    tensors: dict[str, torch.Tensor],
 ) -> AttentionResult:
-    """Validate what is shared by the three functions, resolve the backend and run the op.
+    """Validate, resolve the backend and run the op; shared by the three public functions.
 
-    ``tensors`` are the user's tensor arguments by name, so that errors name what the user passed.
+    ``tensors`` are the user's tensor arguments by name (``q, k, v``, ``qkv`` or ``q, kv``), so that errors
+    name what the user passed.
     """
+    q, k, v = validation.unpack_qkv(**tensors)
     validation.check_same_device(**tensors)
     backend = _backend.resolve(q.device)
     validation.check_dtypes(backend, **tensors)
@@ -51,13 +111,10 @@ def _attention(
     out, lse = _autograd.attention(q, k, v, scale, options.causal, backend)
     if not options.return_attn_probs:
         return out
-    from flashtile.reference.naive import attention_probs
-
-    with torch.no_grad():
-        probs = attention_probs(q, k, v, softmax_scale=scale, causal=options.causal).to(q.dtype)
-    return out, lse, probs
+    return out, lse, _s_dmask(q)
 
 
+@_document
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -94,7 +151,7 @@ def flash_attn_func(
         1 1
 
     A fully masked row (and every row when seqlen_k = 0) gives out = 0 and softmax_lse = −inf, and no gradient
-    flows through it. This is flashtile's one divergence from flash_attn, whose softmax_lse is +inf there.
+    flows through it.
 
     Which implementation runs is chosen by ``FLASHTILE_BACKEND`` (see :mod:`flashtile.backend`): the Triton
     kernels on CUDA, the tiled PyTorch reference on the CPU. Autocast does not cast q, k and v: as in
@@ -108,30 +165,17 @@ def flash_attn_func(
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
             reference. headdim is 1 to 256 and nheads % nheads_k == 0. Any strides are accepted; a tensor
             whose last dimension is not contiguous (stride(-1) ≠ 1) is copied first.
-        dropout_p: float, default 0.0. Dropout probability, in [0, 1). Only 0.0 is implemented yet; other
-            values in range raise NotImplementedError. Set it to 0.0 during evaluation.
-        softmax_scale: float or None, default None. The scaling of QKᵀ before the softmax; None means
-            1 / sqrt(headdim). Must be finite; 0 and negative values are allowed.
-        causal: bool, default False. Apply the bottom-right aligned causal mask (auto-regressive modelling).
-        window_size: (left, right), default (-1, -1); -1 means an unlimited window. Sliding-window attention
-            is not implemented yet: anything but (-1, -1) raises NotImplementedError.
-        softcap: float, default 0.0, which disables softcapping. Negative or non-finite values raise
-            ValueError; softcap > 0 is not implemented yet and raises NotImplementedError.
-        alibi_slopes: default None. ALiBi is not implemented yet: anything but None raises
-            NotImplementedError.
-        deterministic: bool, default False. Accepted for compatibility: the backward uses no atomics, so its
-            gradients are bitwise reproducible either way.
-        return_attn_probs: bool, default False. Also return softmax_lse and the attention probabilities. For
-            testing only: the probabilities come from the PyTorch reference in O(seqlen_q · seqlen_k) memory
-            and are not differentiable.
+        {options}
 
     Returns:
         out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
             float64 inputs). The natural-log logsumexp of each row of QKᵀ · softmax_scale after masking; −inf
             for fully masked rows. Not differentiable.
-        S_dmask [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q, seqlen_k), q's dtype. The
-            softmax probabilities: 0 where masked, rows that sum to 1 (all 0 in fully masked rows).
+        S_dmask [only if return_attn_probs=True]: an empty tensor (0 elements) of q's dtype on q's device,
+            as flash_attn returns without dropout.
+
+    {divergences}
 
     Example::
 
@@ -143,12 +187,8 @@ def flash_attn_func(
         torch.Size([2, 128, 8, 64])
         >>> out.sum().backward()
     """
-    validation.check_tensors(q=q, k=k, v=v)
-    validation.check_qkv_shapes(q, k, v)
     return _attention(
-        q,
-        k,
-        v,
+        {"q": q, "k": k, "v": v},
         dropout_p,
         softmax_scale,
         causal,
@@ -157,10 +197,10 @@ def flash_attn_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
-        {"q": q, "k": k, "v": v},
     )
 
 
+@_document
 def flash_attn_qkvpacked_func(
     qkv: torch.Tensor,
     dropout_p: float = 0.0,
@@ -176,30 +216,24 @@ def flash_attn_qkvpacked_func(
 
     q, k and v are read as views of ``qkv`` (``qkv[:, :, 0]``, ``[:, :, 1]``, ``[:, :, 2]``), never copied,
     and the gradient comes back as one tensor shaped like ``qkv``. For MQA/GQA use
-    :func:`flash_attn_kvpacked_func` or :func:`flash_attn_func`. Causal masking, fully masked rows and the
-    backends are as in :func:`flash_attn_func` (here seqlen_q = seqlen_k, so causal is the usual
-    lower-triangular mask).
+    :func:`flash_attn_kvpacked_func` or :func:`flash_attn_func`. Here seqlen_q = seqlen_k = seqlen, so
+    causal is the usual lower-triangular mask. Fully masked rows and the backends are as in
+    :func:`flash_attn_func`.
 
     Arguments:
         qkv: (batch_size, seqlen, 3, nheads, headdim). float16 or bfloat16 for the Triton kernels on CUDA
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
             reference. headdim is 1 to 256. Any strides; a non-contiguous last dimension is copied first.
-        dropout_p: float, default 0.0. In [0, 1); only 0.0 is implemented yet (NotImplementedError otherwise).
-        softmax_scale: float or None, default None, meaning 1 / sqrt(headdim). Must be finite.
-        causal: bool, default False. Apply the causal mask.
-        window_size: (left, right), default (-1, -1). Anything else raises NotImplementedError.
-        softcap: float, default 0.0 (disabled). Negative or non-finite: ValueError; > 0: NotImplementedError.
-        alibi_slopes: default None. Anything else raises NotImplementedError.
-        deterministic: bool, default False. Accepted; the backward is deterministic either way.
-        return_attn_probs: bool, default False. Also return softmax_lse and the attention probabilities
-            (testing only, O(seqlen²) memory, not differentiable).
+        {options}
 
     Returns:
         out: (batch_size, seqlen, nheads, headdim), qkv's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen), float32 (float64 for
             float64 inputs), natural log; −inf for fully masked rows. Not differentiable.
-        S_dmask [only if return_attn_probs=True]: (batch_size, nheads, seqlen, seqlen), qkv's dtype; the
-            softmax probabilities.
+        S_dmask [only if return_attn_probs=True]: an empty tensor (0 elements) of qkv's dtype on its
+            device, as flash_attn returns without dropout.
+
+    {divergences}
 
     Example::
 
@@ -210,14 +244,8 @@ def flash_attn_qkvpacked_func(
         >>> out.shape
         torch.Size([2, 128, 8, 64])
     """
-    validation.check_tensors(qkv=qkv)
-    validation.check_qkvpacked_shape(qkv)
-    q, k, v = qkv.unbind(dim=2)
-    validation.check_qkv_shapes(q, k, v, packed=("qkv", qkv))
     return _attention(
-        q,
-        k,
-        v,
+        {"qkv": qkv},
         dropout_p,
         softmax_scale,
         causal,
@@ -226,10 +254,10 @@ def flash_attn_qkvpacked_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
-        {"qkv": qkv},
     )
 
 
+@_document
 def flash_attn_kvpacked_func(
     q: torch.Tensor,
     kv: torch.Tensor,
@@ -262,7 +290,7 @@ def flash_attn_kvpacked_func(
         1 0
         1 1
 
-    A fully masked row gives out = 0 and softmax_lse = −inf (flash_attn gives +inf: our one divergence).
+    A fully masked row gives out = 0 and softmax_lse = −inf, and no gradient flows through it.
 
     Arguments:
         q: (batch_size, seqlen_q, nheads, headdim).
@@ -270,22 +298,16 @@ def flash_attn_kvpacked_func(
             q and kv share one device and one dtype: float16 or bfloat16 for the Triton kernels on CUDA
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
             reference. headdim is 1 to 256. Any strides; a non-contiguous last dimension is copied first.
-        dropout_p: float, default 0.0. In [0, 1); only 0.0 is implemented yet (NotImplementedError otherwise).
-        softmax_scale: float or None, default None, meaning 1 / sqrt(headdim). Must be finite.
-        causal: bool, default False. Apply the bottom-right aligned causal mask.
-        window_size: (left, right), default (-1, -1). Anything else raises NotImplementedError.
-        softcap: float, default 0.0 (disabled). Negative or non-finite: ValueError; > 0: NotImplementedError.
-        alibi_slopes: default None. Anything else raises NotImplementedError.
-        deterministic: bool, default False. Accepted; the backward is deterministic either way.
-        return_attn_probs: bool, default False. Also return softmax_lse and the attention probabilities
-            (testing only, O(seqlen_q · seqlen_k) memory, not differentiable).
+        {options}
 
     Returns:
         out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
             float64 inputs), natural log; −inf for fully masked rows. Not differentiable.
-        S_dmask [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q, seqlen_k), q's dtype; the
-            softmax probabilities.
+        S_dmask [only if return_attn_probs=True]: an empty tensor (0 elements) of q's dtype on q's device,
+            as flash_attn returns without dropout.
+
+    {divergences}
 
     Example::
 
@@ -295,14 +317,8 @@ def flash_attn_kvpacked_func(
         >>> out.shape
         torch.Size([1, 16, 8, 64])
     """
-    validation.check_tensors(q=q, kv=kv)
-    validation.check_kvpacked_shape(kv)
-    k, v = kv.unbind(dim=2)
-    validation.check_qkv_shapes(q, k, v, packed=("kv", kv))
     return _attention(
-        q,
-        k,
-        v,
+        {"q": q, "kv": kv},
         dropout_p,
         softmax_scale,
         causal,
@@ -311,5 +327,4 @@ def flash_attn_kvpacked_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
-        {"q": q, "kv": kv},
     )

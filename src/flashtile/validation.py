@@ -35,6 +35,13 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
+def _received(value: object) -> str:
+    """``value`` for an error message: a tensor by its dtype and shape, anything else by its repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {_shape(value)}"
+    return repr(value)
+
+
 def supported_dtypes(backend: str, device: torch.device) -> tuple[torch.dtype, ...]:
     """The dtypes ``backend`` accepts on ``device``."""
     if backend == "reference":
@@ -126,23 +133,36 @@ def check_qkv_shapes(
         raise fail(f"headdim (dim 3 of q, k, v) must be in [1, {MAX_HEAD_DIM}], not {head_dim}")
 
 
-def check_qkvpacked_shape(qkv: torch.Tensor) -> None:
-    """``qkv`` is (B, N, 3, H, D)."""
-    check_rank("qkv", qkv, "(batch_size, seqlen, 3, nheads, headdim)")
-    if qkv.shape[2] != 3:
-        raise FlashtileValueError(
-            f"qkv must have shape (batch_size, seqlen, 3, nheads, headdim) with 3 at dim 2; got {_shape(qkv)}"
-        )
+# The packed tensors: how many of q, k, v each holds at dim 2, and its layout.
+_PACKED = {
+    "qkv": (3, "(batch_size, seqlen, 3, nheads, headdim)"),
+    "kv": (2, "(batch_size, seqlen_k, 2, nheads_k, headdim)"),
+}
 
 
-def check_kvpacked_shape(kv: torch.Tensor) -> None:
-    """``kv`` is (B, N_k, 2, H_KV, D)."""
-    check_rank("kv", kv, "(batch_size, seqlen_k, 2, nheads_k, headdim)")
-    if kv.shape[2] != 2:
-        raise FlashtileValueError(
-            "kv must have shape (batch_size, seqlen_k, 2, nheads_k, headdim) with 2 at dim 2; "
-            f"got {_shape(kv)}"
-        )
+def unpack_qkv(**tensors: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k and v from the user's tensors by name (``q, k, v``, ``qkv`` or ``q, kv``), shapes checked.
+
+    A packed tensor is unbound into views along dim 2, never copied.
+    """
+    check_tensors(**tensors)
+    views: dict[str, torch.Tensor] = {}
+    packed = None
+    for name, t in tensors.items():
+        if name not in _PACKED:
+            views[name] = t
+            continue
+        count, layout = _PACKED[name]
+        check_rank(name, t, layout)
+        if t.shape[2] != count:
+            raise FlashtileValueError(
+                f"{name} must have shape {layout} with {count} at dim 2; got {_shape(t)}"
+            )
+        # "qkv" unbinds into q, k, v and "kv" into k, v: the name spells the views.
+        views.update(zip(name, t.unbind(dim=2), strict=True))
+        packed = (name, t)
+    check_qkv_shapes(views["q"], views["k"], views["v"], packed)
+    return views["q"], views["k"], views["v"]
 
 
 def _is_finite(x: float) -> bool:
@@ -201,13 +221,9 @@ def normalize_window(window_size: object, causal: bool, seqlen_k: int) -> tuple[
     pair = _plain(window_size)
     bounds = [_plain(w) for w in pair] if isinstance(pair, Sequence) and not isinstance(pair, str) else []
     if len(bounds) != 2 or not all(_is_int(w) for w in bounds):
-        received = (
-            f"a {window_size.dtype} tensor of shape {_shape(window_size)}"
-            if isinstance(window_size, torch.Tensor)
-            else repr(window_size)
-        )
         raise FlashtileTypeError(
-            f"window_size must be a pair of integers (left, right), -1 meaning unlimited; got {received}"
+            "window_size must be a pair of integers (left, right), -1 meaning unlimited; "
+            f"got {_received(window_size)}"
         )
     left, right = (-1 if w < 0 or w >= seqlen_k else int(w) for w in bounds)
     return left, 0 if causal else right
@@ -218,7 +234,7 @@ def check_window_implemented(window_size: object, window: tuple[int, int]) -> No
     if window not in ((-1, -1), (-1, 0)):
         raise NotImplementedError(
             f"sliding-window attention is not implemented yet in flashtile; got window_size={window_size!r} "
-            f"(normalised to {window}), accepted: a window that covers every key, e.g. (-1, -1)"
+            f"(normalised to {window}), accepted: (-1, -1) or, causal, (-1, 0) once normalised"
         )
 
 
@@ -238,13 +254,9 @@ def check_softcap(softcap: object) -> None:
 def check_alibi_slopes(alibi_slopes: object) -> None:
     """Only ``alibi_slopes=None`` is implemented."""
     if alibi_slopes is not None:
-        received = (
-            f"a tensor of shape {_shape(alibi_slopes)}"
-            if isinstance(alibi_slopes, torch.Tensor)
-            else repr(alibi_slopes)
-        )
         raise NotImplementedError(
-            f"ALiBi is not implemented yet in flashtile; got alibi_slopes={received}, accepted: None"
+            f"ALiBi is not implemented yet in flashtile; got alibi_slopes={_received(alibi_slopes)}, "
+            "accepted: None"
         )
 
 
@@ -260,10 +272,7 @@ def check_flag(name: str, value: object) -> bool:
         return bool(value)
     if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() == 0:
         return bool(value)
-    if isinstance(value, torch.Tensor):
-        received = f"a {value.dtype} tensor of shape {_shape(value)}"
-    else:
-        received = f"{value!r} ({type(value).__name__})"
+    received = _received(value) if isinstance(value, torch.Tensor) else f"{value!r} ({type(value).__name__})"
     raise FlashtileTypeError(f"{name} must be a bool (Python, NumPy or a 0-d bool tensor); got {received}")
 
 
