@@ -425,3 +425,52 @@ def test_output_dtypes(dtype: torch.dtype) -> None:
     out, lse = tiled.attention_fwd(q, k, v, 0.3, False)
     assert out.dtype == dtype and lse.dtype == lse_dtype
     assert all(g.dtype == dtype for g in tiled.attention_bwd(dout, q, k, v, out, lse, 0.3, False))
+
+
+_INF, _NAN = math.inf, math.nan
+
+
+@pytest.mark.parametrize(
+    ("ours", "oracle", "baseline"),
+    [
+        ([1.0, 5.0], [1.0, 2.0], [1.0, _NAN]),
+        ([1.0, 5.0], [1.0, 2.0], [1.0, _INF]),
+        ([1.0, 2.0], [1.0, 2.0], [1.0, -_INF]),
+        ([-_INF, 2.0], [-_INF, 2.0], [_INF, 2.0]),
+        ([1.0, _NAN], [1.0, 2.0], [1.0, 2.1]),
+        ([1.0, _INF], [1.0, 2.0], [1.0, 2.1]),
+        ([1.0, _INF], [1.0, -_INF], [1.0, -_INF]),
+        ([1.0, 2.5], [1.0, 2.0], [1.0, 2.1]),
+    ],
+    ids=[
+        "wrong-output-nan-baseline",
+        "wrong-output-inf-baseline",
+        "exact-output-baseline-overflowed",
+        "baseline-opposite-infinity",
+        "nan-output",
+        "inf-output",
+        "output-opposite-infinity",
+        "beyond-twice-the-baseline-error",
+    ],
+)
+def test_accuracy_rule_fails(ours: list[float], oracle: list[float], baseline: list[float]) -> None:
+    # Regression: one non-finite baseline element made the allowed error infinite, so anything passed.
+    result = compare("x", *(torch.tensor(t, dtype=torch.float64) for t in (ours, oracle, baseline)), 2.0)
+    assert not result.passed, str(result)
+    assert math.isfinite(result.allowed), str(result)
+
+
+@pytest.mark.parametrize(
+    ("ours", "oracle", "baseline"),
+    [
+        ([1.0, 2.15], [1.0, 2.0], [1.0, 2.1]),
+        ([-_INF, 2.0], [-_INF, 2.0], [-_INF, 2.05]),
+        ([_NAN, 2.0], [_NAN, 2.0], [_NAN, 2.0]),
+        ([_INF, 2.0], [_INF, 2.0], [_INF, 2.0]),
+        ([], [], []),
+    ],
+    ids=["within-twice-the-baseline-error", "masked-row-lse", "nan-everywhere", "inf-everywhere", "empty"],
+)
+def test_accuracy_rule_passes(ours: list[float], oracle: list[float], baseline: list[float]) -> None:
+    result = compare("x", *(torch.tensor(t, dtype=torch.float64) for t in (ours, oracle, baseline)), 2.0)
+    assert result.passed, str(result)
