@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 
@@ -27,6 +29,11 @@ def as_descriptor_operand(t: torch.Tensor, head_dim_padded: int) -> torch.Tensor
     if t.shape[-1] == head_dim_padded and _fits_descriptor(t):
         return t
     return torch.nn.functional.pad(t, (0, head_dim_padded - t.shape[-1])).contiguous()
+
+
+def device_guard(device: torch.device) -> contextlib.AbstractContextManager:
+    """Triton launches on the current CUDA device: make it the tensors' (CPU tensors: the interpreter)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def install_scratch_allocator(device: torch.device) -> None:

@@ -14,7 +14,12 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
+from flashtile.kernels._layout import (
+    as_descriptor_operand,
+    device_guard,
+    install_scratch_allocator,
+    padded_head_dim,
+)
 
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
@@ -211,18 +216,19 @@ def attn_fwd(
     o = out if d_pad == head_dim else torch.empty_like(q)
     cfg = config or configs.fwd_config(head_dim, causal, q.device)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
-    install_scratch_allocator(q.device)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    kernel[(num_m_blocks * batch * heads,)](
-        q, k, v, o, lse,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
-        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-        DOT_FP32=configs.is_interpreter() or q.dtype == torch.float32,
-        WARP_SPECIALIZE=cfg.warp_specialize and not causal,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype),
-    )  # fmt: skip
+    with device_guard(q.device):
+        install_scratch_allocator(q.device)
+        kernel[(num_m_blocks * batch * heads,)](
+            q, k, v, o, lse,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+            seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
+            H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
+            DOT_FP32=configs.is_interpreter() or q.dtype == torch.float32,
+            WARP_SPECIALIZE=cfg.warp_specialize and not causal,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype),
+        )  # fmt: skip
     if o is not out:
         out.copy_(o[..., :head_dim])
     return out, lse
