@@ -34,14 +34,17 @@ def attn_bwd_preprocess_kernel(
     stride_don,
     stride_doh,
     seqlen_q,
+    num_m_blocks,
     H,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
     """Δ[b, h, i] = Σ_d O[b, i, h, d] · dO[b, i, h, d], in fp32."""
-    m_block = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    # A 1-D grid: CUDA caps grid dims y and z at 65,535, and B·H reaches that in training.
+    pid = tl.program_id(0).to(tl.int64)
+    m_block = pid % num_m_blocks
+    bh = pid // num_m_blocks
     b = bh // H
     h = bh % H
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -404,8 +407,9 @@ def attn_bwd(
     dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, seqlen_q, seqlen_k)
     dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, seqlen_q, seqlen_k)
     with device_guard(q.device):
-        attn_bwd_preprocess_kernel[(triton.cdiv(seqlen_q, pre_block), batch * heads)](
-            out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q,
+        num_pre_blocks = triton.cdiv(seqlen_q, pre_block)
+        attn_bwd_preprocess_kernel[(num_pre_blocks * batch * heads,)](
+            out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q, num_pre_blocks,
             H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
         )  # fmt: skip
 
