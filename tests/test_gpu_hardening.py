@@ -89,3 +89,43 @@ def test_65536_batch_heads_forward_and_backward(seed):
         ours = [t[b : b + 1, h : h + 1] if name == "lse" else t[b : b + 1, :, h : h + 1]
                 for name, t in zip(NAMES, results, strict=True)]  # fmt: skip
         _assert_matches_oracle(ours, *head, 0.125, True, seed, where=f"[b={b}, h={h}]")
+
+
+def _skip_unless_free_gpu_memory(needed_bytes: int) -> None:
+    free, _ = torch.cuda.mem_get_info()
+    if free < needed_bytes:
+        pytest.skip(f"needs {needed_bytes / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free")
+
+
+@pytest.mark.gpu
+def test_tensors_of_more_than_2_31_elements(seed):
+    # 262,336 · 64 · 128 = 2³¹ + 1.6 M elements (4 GiB in bf16): every offset past 2³¹ needs int64.
+    shape = (1, 262_336, 64, 128)
+    numel = shape[0] * shape[1] * shape[2] * shape[3]
+    assert numel > 2**31
+    # q, k, v, dout, out, dq, dk, dv, and one more for the copies of single heads and the allocator.
+    _skip_unless_free_gpu_memory(9 * numel * 2)
+    q, k, v, dout = (torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in range(4))
+    scale = 128**-0.5
+    results = _fwd_bwd(q, k, v, dout, scale, True)
+    torch.cuda.synchronize()
+    # One head alone is a small contiguous problem with the same config: the same arithmetic, bit for bit.
+    for h in (0, shape[2] - 1):
+        alone = _fwd_bwd(*(t[:, :, h : h + 1].contiguous() for t in (q, k, v, dout)), scale, True)
+        for name, full, single in zip(NAMES, results, alone, strict=True):
+            head = full[:, h : h + 1] if name == "lse" else full[:, :, h : h + 1]
+            assert torch.equal(head, single), f"{name}, head {h}: differs from the head run alone"
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_dout_with_a_row_stride_past_2_31(seed):
+    # dout is a slice of a wider tensor with rows 2²³ elements apart: row 256 starts past 2³¹ elements.
+    seqlen, heads, head_dim, width = 300, 2, 64, 2**22
+    _skip_unless_free_gpu_memory(seqlen * heads * width * 2 + 2**30)
+    q, k, v = (torch.randn(1, seqlen, heads, head_dim, dtype=torch.float16, device="cuda") for _ in range(3))
+    dout = torch.zeros(1, seqlen, heads, width, dtype=torch.float16, device="cuda")[..., :head_dim]
+    dout.copy_(torch.randn_like(q))
+    assert dout.stride(1) * (seqlen - 1) > 2**31
+    ours = _fwd_bwd(q, k, v, dout, 0.125, False)
+    _assert_matches_oracle(ours, q, k, v, dout, 0.125, False, seed)

@@ -47,6 +47,7 @@ def attn_bwd_preprocess_kernel(
     bh = pid // num_m_blocks
     b = bh // H
     h = bh % H
+    # int64 rows (m_block is): offs_m · stride_on passes 2³¹ in a tensor of more than 2³¹ elements.
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
