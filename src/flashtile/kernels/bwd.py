@@ -19,7 +19,7 @@ from flashtile.kernels._layout import (
     install_scratch_allocator,
     padded_head_dim,
 )
-from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, pick_kernel, precision_options
+from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, dot_options, pick_kernel
 
 
 @triton.jit
@@ -389,15 +389,13 @@ def attn_bwd(
              for g in (dq, dk, dv)]  # fmt: skip
     cfg = config or configs.bwd_config(head_dim, causal, q.device)
     bd = configs.block_d(d_pad)
-    dot_fp32 = configs.is_interpreter() or q.dtype == torch.float32
     common = dict(
         H=heads,
         GROUP=heads // heads_kv,
         HEAD_DIM=d_pad,
         BLOCK_D=bd,
         IS_CAUSAL=causal,
-        DOT_FP32=dot_fp32,
-        **precision_options(q.dtype),
+        **dot_options(q.dtype),
     )
 
     delta = torch.empty_like(lse)

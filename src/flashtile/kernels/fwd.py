@@ -175,13 +175,14 @@ def attn_fwd_kernel(
 attn_fwd_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_fwd_kernel.fn)
 
 
-def precision_options(dtype: torch.dtype) -> dict[str, str]:
-    """fp32 inputs get true fp32 dots; Triton's default would round them to tf32."""
-    return (
-        {"default_dot_input_precision": "ieee"}
-        if dtype == torch.float32 and not configs.is_interpreter()
-        else {}
-    )
+def dot_options(dtype: torch.dtype) -> dict[str, object]:
+    """How the dots treat this input dtype. fp16 operands stay fp16 everywhere (P and dS are rounded to
+    fp16 as on the GPU); fp32 gets true fp32 dots (Triton's default rounds them to tf32); bf16 is upcast
+    to fp32 in the interpreter, which multiplies raw bf16 bit patterns (triton-lang/triton#11584)."""
+    options: dict[str, object] = {"DOT_FP32": dtype == torch.bfloat16 and configs.is_interpreter()}
+    if dtype == torch.float32 and not configs.is_interpreter():
+        options["default_dot_input_precision"] = "ieee"
+    return options
 
 
 def attn_fwd(
@@ -225,9 +226,8 @@ def attn_fwd(
             seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
             H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-            DOT_FP32=configs.is_interpreter() or q.dtype == torch.float32,
             WARP_SPECIALIZE=cfg.warp_specialize and not causal,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
         )  # fmt: skip
     if o is not out:
         out.copy_(o[..., :head_dim])
