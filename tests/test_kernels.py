@@ -166,3 +166,24 @@ def test_fp16_kernels_round_p_and_ds_to_fp16_before_their_dots(seed):
         assert not torch.equal(ours, fp32.half()), (
             f"{name}: fp16 kernel equals the fp32 one rounded (seed {seed})"
         )
+
+
+def test_a_triton_allocator_installed_by_the_caller_survives_a_launch(seed):
+    # Regression: every launch called triton.set_allocator, replacing the allocator another library set.
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation  # Triton 3.6 has no public getter for the allocator
+
+    def users_allocator(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int8)
+
+    def call_flashtile() -> None:
+        triton.set_allocator(users_allocator)
+        q = torch.randn(1, 17, 2, 32, dtype=torch.float16)
+        out, lse = attn_fwd(q, q, q, 0.2, True)
+        attn_bwd(q, q, q, q, out, lse, 0.2, True)
+        assert _allocation._allocator.get() is users_allocator
+
+    # A copy of the context keeps this test's allocator from leaking into the rest of the session.
+    contextvars.copy_context().run(call_flashtile)

@@ -13,12 +13,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import (
-    as_descriptor_operand,
-    device_guard,
-    install_scratch_allocator,
-    padded_head_dim,
-)
+from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, dot_options, pick_kernel
 
 
@@ -400,34 +395,34 @@ def attn_bwd(
 
     delta = torch.empty_like(lse)
     pre_block = 64
+    num_pre_blocks = triton.cdiv(seqlen_q, pre_block)
     qk_scale = softmax_scale * LOG2_E
     num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
     dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, seqlen_q, seqlen_k)
     dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    with device_guard(q.device):
-        num_pre_blocks = triton.cdiv(seqlen_q, pre_block)
-        attn_bwd_preprocess_kernel[(num_pre_blocks * batch * heads,)](
-            out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q, num_pre_blocks,
-            H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
-        )  # fmt: skip
-
-        install_scratch_allocator(q.device)
-        dkdv_kernel[(num_n_blocks * batch * heads_kv,)](
-            q, k, v, dout, lse, delta, grads[1], grads[2],
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
-            *grads[1].stride()[:3], *grads[2].stride()[:3],
-            seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale,
-            BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1, num_stages=cfg.num_stages1,
-            **common,
-        )  # fmt: skip
-        dq_kernel[(num_m_blocks * batch * heads,)](
-            q, k, v, dout, lse, delta, grads[0],
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
-            seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,
-            BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2, num_stages=cfg.num_stages2,
-            **common,
-        )  # fmt: skip
+    launch(
+        attn_bwd_preprocess_kernel, (num_pre_blocks * batch * heads,), q.device,
+        out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q, num_pre_blocks,
+        H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
+    )  # fmt: skip
+    launch(
+        dkdv_kernel, (num_n_blocks * batch * heads_kv,), q.device,
+        q, k, v, dout, lse, delta, grads[1], grads[2],
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
+        *grads[1].stride()[:3], *grads[2].stride()[:3],
+        seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale,
+        BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1, num_stages=cfg.num_stages1,
+        **common,
+    )  # fmt: skip
+    launch(
+        dq_kernel, (num_m_blocks * batch * heads,), q.device,
+        q, k, v, dout, lse, delta, grads[0],
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
+        seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,
+        BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2, num_stages=cfg.num_stages2,
+        **common,
+    )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:
             grad.copy_(padded[..., :head_dim])

@@ -14,12 +14,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import (
-    as_descriptor_operand,
-    device_guard,
-    install_scratch_allocator,
-    padded_head_dim,
-)
+from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
@@ -218,17 +213,16 @@ def attn_fwd(
     cfg = config or configs.fwd_config(head_dim, causal, q.device)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    with device_guard(q.device):
-        install_scratch_allocator(q.device)
-        kernel[(num_m_blocks * batch * heads,)](
-            q, k, v, o, lse,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-            seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
-            H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
-            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-            WARP_SPECIALIZE=cfg.warp_specialize and not causal,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
-        )  # fmt: skip
+    launch(
+        kernel, (num_m_blocks * batch * heads,), q.device,
+        q, k, v, o, lse,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
+        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
+        WARP_SPECIALIZE=cfg.warp_specialize and not causal,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
+    )  # fmt: skip
     if o is not out:
         out.copy_(o[..., :head_dim])
     return out, lse
