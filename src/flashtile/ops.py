@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-BACKENDS = ("triton", "reference")
+from flashtile.backend import BACKENDS
 
 
 def _check_backend(backend: str) -> None:
