@@ -15,11 +15,11 @@ import json
 import subprocess
 import sys
 
-# Candidates per head dim. Forward: (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize).
+# Candidates per head dim. Forward: (BLOCK_M, BLOCK_N, num_warps, num_stages).
 FWD_CONFIGS = {
-    64: [(128, 128, 8, 3, False), (128, 64, 4, 3, False), (128, 128, 4, 3, False), (128, 64, 4, 4, False)],
-    128: [(128, 128, 8, 3, False), (128, 64, 8, 3, False)],
-    256: [(128, 64, 8, 2, False), (128, 32, 8, 2, False), (64, 64, 4, 2, False), (64, 128, 8, 2, False)],
+    64: [(128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 4, 4)],
+    128: [(128, 128, 8, 3), (128, 64, 8, 3)],
+    256: [(128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 2), (64, 128, 8, 2)],
 }
 # Backward: (BLOCK_M1, BLOCK_N1, warps1, stages1, BLOCK_M2, BLOCK_N2, warps2, stages2): dK/dV, then dQ.
 BWD_CONFIGS = {
@@ -84,7 +84,7 @@ def run_one(spec: dict) -> list[dict]:
     mode = spec["mode"]
     cfg = configs.FwdConfig(*spec["cfg"]) if mode == "fwd" else configs.BwdConfig(*spec["cfg"])
     head_dim = spec["head_dim"]
-    fcfg = configs.fwd_config(head_dim, False, dev)
+    fcfg = configs.fwd_config(head_dim, dev)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     for causal in (False, True):
         # Check on an odd shape first: a wrong variant gets no timing.

@@ -147,3 +147,43 @@ def test_any_finite_softmax_scale(device, scale, seed):
         strict=True,
     ):
         assert_matches_oracle(name, ours, ref, base, grad=name.startswith("d"), seed=seed)
+
+
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_fp16_kernels_round_p_and_ds_to_fp16_before_their_dots(seed):
+    # Regression: under the interpreter fp16 dot operands were upcast to fp32, so CPU runs never saw the
+    # fp16 rounding of P and dS that the GPU does, and matched the fp32 kernels bit for bit.
+    q, k, v, dout = (torch.randn(1, 64, 2, 32, dtype=torch.float16) for _ in range(4))
+    out, lse = attn_fwd(q, k, v, 0.2, False)
+    grads = attn_bwd(dout, q, k, v, out, lse, 0.2, False)
+    wide = [t.float() for t in (q, k, v, dout, out)]
+    out_fp32, _ = attn_fwd(*wide[:3], 0.2, False)
+    # The same O and LSE in: only P and dS rounding can set the gradients apart.
+    grads_fp32 = attn_bwd(wide[3], *wide[:3], wide[4], lse, 0.2, False)
+    for name, ours, fp32 in zip(
+        ("out", "dq", "dk", "dv"), (out, *grads), (out_fp32, *grads_fp32), strict=True
+    ):
+        assert not torch.equal(ours, fp32.half()), (
+            f"{name}: fp16 kernel equals the fp32 one rounded (seed {seed})"
+        )
+
+
+def test_a_triton_allocator_installed_by_the_caller_survives_a_launch(seed):
+    # Regression: every launch called triton.set_allocator, replacing the allocator another library set.
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation  # Triton 3.6 has no public getter for the allocator
+
+    def users_allocator(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int8)
+
+    def call_flashtile() -> None:
+        triton.set_allocator(users_allocator)
+        q = torch.randn(1, 17, 2, 32, dtype=torch.float16)
+        out, lse = attn_fwd(q, q, q, 0.2, True)
+        attn_bwd(q, q, q, q, out, lse, 0.2, True)
+        assert _allocation._allocator.get() is users_allocator
+
+    # A copy of the context keeps this test's allocator from leaking into the rest of the session.
+    contextvars.copy_context().run(call_flashtile)

@@ -1,6 +1,11 @@
-"""Making tensors fit the tensor descriptors (TMA) the kernels load through, and the scratch they need."""
+"""Making tensors fit the tensor descriptors (TMA) the kernels load through, and launching with the scratch
+they need."""
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
 
 import torch
 import triton
@@ -29,10 +34,23 @@ def as_descriptor_operand(t: torch.Tensor, head_dim_padded: int) -> torch.Tensor
     return torch.nn.functional.pad(t, (0, head_dim_padded - t.shape[-1])).contiguous()
 
 
-def install_scratch_allocator(device: torch.device) -> None:
-    """Device-side tensor descriptors live in a small global-memory scratch that Triton asks us for."""
+def launch(kernel, grid: tuple[int, ...], device: torch.device, *args, **kwargs) -> None:
+    """``kernel[grid](*args, **kwargs)`` under ``device`` (Triton launches on the current CUDA device), with
+    the scratch allocator device-side descriptors need installed for this launch only: Triton keeps the
+    allocator in a context variable, so setting it in a copy of the context leaves the caller's in place."""
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        contextvars.copy_context().run(_launch_with_scratch, kernel, grid, device, args, kwargs)
 
+
+def _launch_with_scratch(kernel, grid, device, args, kwargs) -> None:
+    triton.set_allocator(_scratch_allocator(device))
+    kernel[grid](*args, **kwargs)
+
+
+@functools.cache
+def _scratch_allocator(device: torch.device):
     def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
         return torch.empty(size, dtype=torch.int8, device=device)
 
-    triton.set_allocator(alloc)
+    return alloc

@@ -13,8 +13,10 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
-from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, pick_kernel, precision_options
+from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
+from flashtile.kernels._masking import key_bounds, query_bounds, visible
+from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program
+from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, dot_options, pick_kernel
 
 
 @triton.jit
@@ -29,16 +31,20 @@ def attn_bwd_preprocess_kernel(
     stride_don,
     stride_doh,
     seqlen_q,
+    num_m_blocks,
     H,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
     """Δ[b, h, i] = Σ_d O[b, i, h, d] · dO[b, i, h, d], in fp32."""
-    m_block = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    # A 1-D grid: CUDA caps grid dims y and z at 65,535, and B·H reaches that in training.
+    pid = tl.program_id(0).to(tl.int64)
+    m_block = pid % num_m_blocks
+    bh = pid // num_m_blocks
     b = bh // H
     h = bh % H
+    # int64 rows (m_block is): offs_m · stride_on passes 2³¹ in a tensor of more than 2³¹ elements.
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
@@ -90,11 +96,8 @@ def _attn_bwd_dkdv_steps(
     """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
     that Pᵀ and dSᵀ feed the next dots directly."""
     for m0 in tl.range(start_m, end_m, BLOCK_M):
-        q = q_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
-        do = do_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
-        if DOT_FP32:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
+        q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
+        do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
         offs_m = m0 + tl.arange(0, BLOCK_M)
         lse, delta = _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q)
         s_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
@@ -157,50 +160,28 @@ def attn_bwd_dkdv_kernel(
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
 
-    k_desc = tl.make_tensor_descriptor(
-        k_ptr + b * stride_kb + h_kv * stride_kh, [seqlen_k, HEAD_DIM], [stride_kn, 1], [BLOCK_N, BLOCK_D]
+    k_desc = head_desc(k_ptr, b, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = head_desc(v_ptr, b, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    dk_desc = head_desc(
+        dk_ptr, b, h_kv, stride_dkb, stride_dkh, stride_dkn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D
     )
-    v_desc = tl.make_tensor_descriptor(
-        v_ptr + b * stride_vb + h_kv * stride_vh, [seqlen_k, HEAD_DIM], [stride_vn, 1], [BLOCK_N, BLOCK_D]
-    )
-    dk_desc = tl.make_tensor_descriptor(
-        dk_ptr + b * stride_dkb + h_kv * stride_dkh, [seqlen_k, HEAD_DIM], [stride_dkn, 1], [BLOCK_N, BLOCK_D]
-    )
-    dv_desc = tl.make_tensor_descriptor(
-        dv_ptr + b * stride_dvb + h_kv * stride_dvh, [seqlen_k, HEAD_DIM], [stride_dvn, 1], [BLOCK_N, BLOCK_D]
+    dv_desc = head_desc(
+        dv_ptr, b, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     n0 = (n_block * BLOCK_N).to(tl.int32)
     offs_n = n0 + tl.arange(0, BLOCK_N)
-    k = k_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
-    v = v_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
-    if DOT_FP32:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+    v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-
-    # Query i sees key j iff i ≥ j − causal_offset: rows below masked_end see this whole block.
     causal_offset = seqlen_k - seqlen_q
-    if IS_CAUSAL:
-        start_m = tl.maximum(0, n0 - causal_offset) // BLOCK_M * BLOCK_M
-        masked_end = tl.minimum(
-            seqlen_q, tl.cdiv(tl.maximum(0, n0 + BLOCK_N - 1 - causal_offset), BLOCK_M) * BLOCK_M
-        )
-        masked_end = tl.maximum(masked_end, start_m)
-    else:
-        start_m = 0
-        masked_end = 0
+    start_m, masked_end = query_bounds(n0, seqlen_q, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
 
     for g in range(GROUP):
         h = h_kv * GROUP + g
-        q_desc = tl.make_tensor_descriptor(
-            q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
-        )
-        do_desc = tl.make_tensor_descriptor(
-            do_ptr + b * stride_dob + h * stride_doh,
-            [seqlen_q, HEAD_DIM],
-            [stride_don, 1],
-            [BLOCK_M, BLOCK_D],
+        q_desc = head_desc(q_ptr, b, h, stride_qb, stride_qh, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+        do_desc = head_desc(
+            do_ptr, b, h, stride_dob, stride_doh, stride_don, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D
         )
         row_stats = (b * H + h) * seqlen_q
         dk, dv = _attn_bwd_dkdv_steps(
@@ -238,18 +219,12 @@ def _attn_bwd_dq_steps(
 ):
     """Accumulate into dQ the contributions of keys [start_n, end_n)."""
     for n0 in tl.range(start_n, end_n, BLOCK_N):
-        k = k_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
-        v = v_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
-        if DOT_FP32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(s * qk_scale - lse[:, None])
         if MASKED:
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            keep = visible(offs_m, n0 + tl.arange(0, BLOCK_N), seqlen_k, causal_offset, IS_CAUSAL)
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
         ds = p * (dp - delta[:, None])
@@ -295,44 +270,24 @@ def attn_bwd_dq_kernel(
     IS_CAUSAL: tl.constexpr,
     DOT_FP32: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    m_block = num_m_blocks - 1 - pid % num_m_blocks
-    bh = pid // num_m_blocks
-    b = bh // H
-    h = bh % H
-    h_kv = h // GROUP
-
-    q_desc = tl.make_tensor_descriptor(
-        q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
+    m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
+    q_desc = head_desc(q_ptr, b, h, stride_qb, stride_qh, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    do_desc = head_desc(
+        do_ptr, b, h, stride_dob, stride_doh, stride_don, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D
     )
-    do_desc = tl.make_tensor_descriptor(
-        do_ptr + b * stride_dob + h * stride_doh, [seqlen_q, HEAD_DIM], [stride_don, 1], [BLOCK_M, BLOCK_D]
+    dq_desc = head_desc(
+        dq_ptr, b, h, stride_dqb, stride_dqh, stride_dqn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D
     )
-    dq_desc = tl.make_tensor_descriptor(
-        dq_ptr + b * stride_dqb + h * stride_dqh, [seqlen_q, HEAD_DIM], [stride_dqn, 1], [BLOCK_M, BLOCK_D]
-    )
-    k_desc = tl.make_tensor_descriptor(
-        k_ptr + b * stride_kb + h_kv * stride_kh, [seqlen_k, HEAD_DIM], [stride_kn, 1], [BLOCK_N, BLOCK_D]
-    )
-    v_desc = tl.make_tensor_descriptor(
-        v_ptr + b * stride_vb + h_kv * stride_vh, [seqlen_k, HEAD_DIM], [stride_vn, 1], [BLOCK_N, BLOCK_D]
-    )
+    k_desc = head_desc(k_ptr, b, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = head_desc(v_ptr, b, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
 
     m0 = (m_block * BLOCK_M).to(tl.int32)
     offs_m = m0 + tl.arange(0, BLOCK_M)
     causal_offset = seqlen_k - seqlen_q
-    if IS_CAUSAL:
-        hi = tl.minimum(seqlen_k, tl.maximum(0, m0 + BLOCK_M + causal_offset))
-        unmasked_end = tl.minimum(hi, tl.maximum(0, m0 + causal_offset + 1)) // BLOCK_N * BLOCK_N
-    else:
-        hi = seqlen_k
-        unmasked_end = seqlen_k // BLOCK_N * BLOCK_N
+    unmasked_end, hi = key_bounds(m0, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
 
-    q = q_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
-    do = do_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
-    if DOT_FP32:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
+    q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
+    do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
     lse, delta = _load_row_stats(lse_ptr + bh * seqlen_q, delta_ptr + bh * seqlen_q, offs_m, seqlen_q)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq = _attn_bwd_dq_steps(
@@ -380,29 +335,30 @@ def attn_bwd(
              for g in (dq, dk, dv)]  # fmt: skip
     cfg = config or configs.bwd_config(head_dim, causal, q.device)
     bd = configs.block_d(d_pad)
-    dot_fp32 = configs.is_interpreter() or q.dtype == torch.float32
     common = dict(
         H=heads,
         GROUP=heads // heads_kv,
         HEAD_DIM=d_pad,
         BLOCK_D=bd,
         IS_CAUSAL=causal,
-        DOT_FP32=dot_fp32,
-        **precision_options(q.dtype),
+        **dot_options(q.dtype),
     )
 
     delta = torch.empty_like(lse)
     pre_block = 64
-    attn_bwd_preprocess_kernel[(triton.cdiv(seqlen_q, pre_block), batch * heads)](
-        out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q,
-        H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
-    )  # fmt: skip
-
-    install_scratch_allocator(q.device)
+    num_pre_blocks = triton.cdiv(seqlen_q, pre_block)
     qk_scale = softmax_scale * LOG2_E
     num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
+    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
     dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    dkdv_kernel[(num_n_blocks * batch * heads_kv,)](
+    dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, seqlen_q, seqlen_k)
+    launch(
+        attn_bwd_preprocess_kernel, (num_pre_blocks * batch * heads,), q.device,
+        out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q, num_pre_blocks,
+        H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
+    )  # fmt: skip
+    launch(
+        dkdv_kernel, (num_n_blocks * batch * heads_kv,), q.device,
         q, k, v, dout, lse, delta, grads[1], grads[2],
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
         *grads[1].stride()[:3], *grads[2].stride()[:3],
@@ -410,9 +366,8 @@ def attn_bwd(
         BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1, num_stages=cfg.num_stages1,
         **common,
     )  # fmt: skip
-    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
-    dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    dq_kernel[(num_m_blocks * batch * heads,)](
+    launch(
+        dq_kernel, (num_m_blocks * batch * heads,), q.device,
         q, k, v, dout, lse, delta, grads[0],
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
         seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,

@@ -1,6 +1,6 @@
 """Every block size, warp count and pipeline depth the launchers can pick, in one place.
 
-Hopper (sm_90) values come from measurements recorded in ../shared/KERNEL_NOTES.md and
+Hopper (sm_90) values come from the measurements in docs/design/kernels.md and
 benchmarks/results/; other GPUs get smaller tiles that fit ~100 KB of shared memory; the CPU
 interpreter gets small tiles so that odd sequence lengths cross several blocks in the tests.
 """
@@ -22,7 +22,6 @@ class FwdConfig:
     BLOCK_N: int
     num_warps: int
     num_stages: int
-    warp_specialize: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ def _is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
-def fwd_config(head_dim: int, causal: bool, device: torch.device) -> FwdConfig:
+def fwd_config(head_dim: int, device: torch.device) -> FwdConfig:
     bd = block_d(head_dim)
     if is_interpreter() or device.type != "cuda":
         return FwdConfig(32, 32, 4, 1)

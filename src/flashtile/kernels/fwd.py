@@ -14,7 +14,9 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import as_descriptor_operand, install_scratch_allocator, padded_head_dim
+from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
+from flashtile.kernels._masking import key_bounds, visible
+from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program
 
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
@@ -49,21 +51,14 @@ def _attn_fwd_steps(
     IS_CAUSAL: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_FP32: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
 ):
     """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks."""
-    for n0 in tl.range(start_n, end_n, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        k = k_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
-        v = v_desc.load([n0, 0])  # [BLOCK_N, BLOCK_D]
-        if DOT_FP32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+    for n0 in tl.range(start_n, end_n, BLOCK_N):
+        k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         if MASKED:
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            keep = visible(offs_m, n0 + tl.arange(0, BLOCK_N), seqlen_k, causal_offset, IS_CAUSAL)
             s = tl.where(keep, s, -float("inf"))
         # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, and the scaling
         # folds into one FMA per score below.
@@ -110,54 +105,30 @@ def attn_fwd_kernel(
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     DOT_FP32: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    # Consecutive programs share a head (its K/V stay in L2); the longest causal rows start first.
-    m_block = num_m_blocks - 1 - pid % num_m_blocks
-    bh = pid // num_m_blocks
-    b = bh // H
-    h = bh % H
-    h_kv = h // GROUP
-
-    q_desc = tl.make_tensor_descriptor(
-        q_ptr + b * stride_qb + h * stride_qh, [seqlen_q, HEAD_DIM], [stride_qn, 1], [BLOCK_M, BLOCK_D]
-    )
-    k_desc = tl.make_tensor_descriptor(
-        k_ptr + b * stride_kb + h_kv * stride_kh, [seqlen_k, HEAD_DIM], [stride_kn, 1], [BLOCK_N, BLOCK_D]
-    )
-    v_desc = tl.make_tensor_descriptor(
-        v_ptr + b * stride_vb + h_kv * stride_vh, [seqlen_k, HEAD_DIM], [stride_vn, 1], [BLOCK_N, BLOCK_D]
-    )
-    o_desc = tl.make_tensor_descriptor(
-        o_ptr + b * stride_ob + h * stride_oh, [seqlen_q, HEAD_DIM], [stride_on, 1], [BLOCK_M, BLOCK_D]
-    )
+    m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
+    q_desc = head_desc(q_ptr, b, h, stride_qb, stride_qh, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    k_desc = head_desc(k_ptr, b, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = head_desc(v_ptr, b, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    o_desc = head_desc(o_ptr, b, h, stride_ob, stride_oh, stride_on, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
 
     m0 = (m_block * BLOCK_M).to(tl.int32)
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    # Bottom-right causal alignment: query i sees key j iff j ≤ i + (seqlen_k − seqlen_q).
     causal_offset = seqlen_k - seqlen_q
-    if IS_CAUSAL:
-        hi = tl.minimum(seqlen_k, tl.maximum(0, m0 + BLOCK_M + causal_offset))
-        unmasked_end = tl.minimum(hi, tl.maximum(0, m0 + causal_offset + 1)) // BLOCK_N * BLOCK_N
-    else:
-        hi = seqlen_k
-        unmasked_end = seqlen_k // BLOCK_N * BLOCK_N
+    unmasked_end, hi = key_bounds(m0, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
 
-    q = q_desc.load([m0, 0])  # [BLOCK_M, BLOCK_D]
-    if DOT_FP32:
-        q = q.to(tl.float32)
+    q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, 0, unmasked_end, offs_m, qk_scale, seqlen_k, causal_offset,
-        False, IS_CAUSAL, BLOCK_N, DOT_FP32, WARP_SPECIALIZE,
+        False, IS_CAUSAL, BLOCK_N, DOT_FP32,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, hi, offs_m, qk_scale, seqlen_k, causal_offset,
-        True, IS_CAUSAL, BLOCK_N, DOT_FP32, False,
+        True, IS_CAUSAL, BLOCK_N, DOT_FP32,
     )  # fmt: skip
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
@@ -170,13 +141,14 @@ def attn_fwd_kernel(
 attn_fwd_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_fwd_kernel.fn)
 
 
-def precision_options(dtype: torch.dtype) -> dict[str, str]:
-    """fp32 inputs get true fp32 dots; Triton's default would round them to tf32."""
-    return (
-        {"default_dot_input_precision": "ieee"}
-        if dtype == torch.float32 and not configs.is_interpreter()
-        else {}
-    )
+def dot_options(dtype: torch.dtype) -> dict[str, object]:
+    """How the dots treat this input dtype. fp16 operands stay fp16 everywhere (P and dS are rounded to
+    fp16 as on the GPU); fp32 gets true fp32 dots (Triton's default rounds them to tf32); bf16 is upcast
+    to fp32 in the interpreter, which multiplies raw bf16 bit patterns (triton-lang/triton#11584)."""
+    options: dict[str, object] = {"DOT_FP32": dtype == torch.bfloat16 and configs.is_interpreter()}
+    if dtype == torch.float32 and not configs.is_interpreter():
+        options["default_dot_input_precision"] = "ieee"
+    return options
 
 
 def attn_fwd(
@@ -209,19 +181,17 @@ def attn_fwd(
     d_pad = padded_head_dim(head_dim)
     q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
     o = out if d_pad == head_dim else torch.empty_like(q)
-    cfg = config or configs.fwd_config(head_dim, causal, q.device)
+    cfg = config or configs.fwd_config(head_dim, q.device)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
-    install_scratch_allocator(q.device)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    kernel[(num_m_blocks * batch * heads,)](
+    launch(
+        kernel, (num_m_blocks * batch * heads,), q.device,
         q, k, v, o, lse,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
         H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-        DOT_FP32=configs.is_interpreter() or q.dtype == torch.float32,
-        WARP_SPECIALIZE=cfg.warp_specialize and not causal,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **precision_options(q.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
     )  # fmt: skip
     if o is not out:
         out.copy_(o[..., :head_dim])

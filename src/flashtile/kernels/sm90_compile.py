@@ -43,7 +43,7 @@ def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
     return sig
 
 
-def _kernels_for(kind: str, head_dim: int, causal: bool, warp_specialize: bool | None):
+def _kernels_for(kind: str, head_dim: int, causal: bool):
     import torch
 
     from flashtile.kernels import bwd, configs, fwd
@@ -54,9 +54,8 @@ def _kernels_for(kind: str, head_dim: int, causal: bool, warp_specialize: bool |
     bd = configs.block_d(head_dim)
     common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=False)
     if kind == "fwd":
-        cfg = configs.fwd_config(head_dim, causal, device)
-        ws = cfg.warp_specialize and not causal if warp_specialize is None else warp_specialize
-        ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, WARP_SPECIALIZE=ws)
+        cfg = configs.fwd_config(head_dim, device)
+        ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
     cfg = configs.bwd_config(head_dim, causal, device)
     return [
@@ -75,7 +74,7 @@ def _kernels_for(kind: str, head_dim: int, causal: bool, warp_specialize: bool |
     ]
 
 
-def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", warp_specialize=None):
+def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16"):
     """Compile in this process (use ``compile_in_subprocess`` from tests)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -83,7 +82,7 @@ def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", wa
 
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     reports = []
-    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, causal, warp_specialize):
+    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, causal):
         src = ASTSource(fn=fn, signature=_signature(fn, constexprs, dtype), constexprs=constexprs)
         compiled = triton.compile(
             src,
