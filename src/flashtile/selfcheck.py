@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -271,17 +272,20 @@ def run(device: torch.device | str | None = None, console=None) -> bool:
     return ok
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m flashtile.selfcheck [--device DEVICE]``; the exit status is 0 when every check passes."""
-    parser = argparse.ArgumentParser(
-        prog="flashtile check",
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``flashtile check``; its exit status is 0 when every check passes."""
+    parser = subparsers.add_parser(
+        "check",
+        help="check that flashtile computes attention correctly on this machine",
         description="Run attention through every available backend; compare it with the float64 reference.",
         epilog="On a CPU, set TRITON_INTERPRET=1 to include the Triton kernels (run by its interpreter).",
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    args = parser.parse_args(argv)
-    return 0 if run(args.device) else 1
+    parser.set_defaults(func=lambda args: 0 if run(args.device) else 1)
+    return parser
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from flashtile.cli import main
+
+    raise SystemExit(main(["check", *sys.argv[1:]]))
