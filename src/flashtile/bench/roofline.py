@@ -4,7 +4,8 @@ Without ``--measure`` it prints the FLOPs, HBM bytes and arithmetic intensity of
 minimum algorithms (``io_model``), term by term for the forward; the default shape is the worked example
 of ``docs/design/io_accounting.md``. With ``--measure`` it measures the device's ceilings (``ceilings``),
 times the forward of naive attention, each available peer and flashtile at that shape, appends a row per
-implementation to ``benchmarks/results/roofline.csv`` and draws them on a log-log roofline (PNG).
+implementation to ``DIR/roofline.csv`` (``--out-dir``, default ``./flashtile-results``) and draws them on a
+log-log roofline, ``DIR/roofline.png``.
 
 Each implementation is placed at the intensity of the algorithm it runs: ``naive`` for the reference that
 materialises S and P, ``tiled`` (with ``--block-m``/``--block-n``) for flashtile and the fused peers, whose
@@ -28,15 +29,14 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from flashtile.bench.ceilings import PROVENANCE_COLUMNS, Ceilings, append_rows, measure_ceilings, provenance
+from flashtile.bench.ceilings import PROVENANCE_COLUMNS, Ceilings, measure_ceilings, provenance
 from flashtile.bench.grid import DTYPES, Config
 from flashtile.bench.io_model import Algorithm, AttentionShape, Traffic, account
+from flashtile.bench.results import add_output_arguments, append_rows, output_csv
 from flashtile.bench.timing import TimingBudget, rotation_copies, time_calls
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], torch.Tensor]
 
-DEFAULT_CSV = Path("benchmarks/results/roofline.csv")
-DEFAULT_PLOT = Path("benchmarks/results/roofline.png")
 
 COLUMNS = (
     *PROVENANCE_COLUMNS,
@@ -407,12 +407,13 @@ def run(args: argparse.Namespace) -> int:
     ceilings = measure_ceilings(device, DTYPES[args.dtype])
     budget = TimingBudget(25, 100, 10, 200) if device.type == "cuda" else TimingBudget(5, 50, 3, 10)
     rows = measure_points(shape, args.dtype, device, ceilings, impls, budget)
-    append_rows(args.csv, COLUMNS, rows)
-    plot_roofline(rows, args.plot)
+    csv_path = output_csv(args)
+    append_rows(csv_path, rows, COLUMNS)
+    plot_roofline(rows, csv_path.with_suffix(".png"))
     console.print(results_table(rows))
     if ceilings.is_cpu:
         console.print("[yellow]CPU numbers: roofs and points measured on the CPU, not a GPU.[/yellow]")
-    console.print(f"appended {len(rows)} rows to {args.csv}; plot in {args.plot}")
+    console.print(f"appended {len(rows)} rows to {csv_path}; plot in {csv_path.with_suffix('.png')}")
     return 0 if all(r["status"] == "ok" for r in rows if r["impl"] == "flashtile") else 1
 
 
@@ -441,11 +442,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
     parser.add_argument("--impls", default=None, help="comma-separated implementations to time (default all)")
-    parser.add_argument(
-        "--csv", type=Path, default=DEFAULT_CSV, help=f"CSV to append to (default {DEFAULT_CSV})"
-    )
-    parser.add_argument(
-        "--plot", type=Path, default=DEFAULT_PLOT, help=f"PNG to write (default {DEFAULT_PLOT})"
-    )
+    add_output_arguments(parser, "roofline")
     parser.set_defaults(func=run)
     return parser
