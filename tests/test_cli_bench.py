@@ -168,7 +168,7 @@ def test_decode_says_not_yet_available(capsys: pytest.CaptureFixture[str]) -> No
     assert "not yet available: decoding lands in a later issue" in capsys.readouterr().err
 
 
-def test_paper_preset_is_the_targets_grid() -> None:
+def test_paper_preset_is_the_papers_grid() -> None:
     paper = grid.preset("paper", "cuda")
     cells = paper.configs()
     assert len(cells) == 6 * 3 * 2 * 3
@@ -179,7 +179,7 @@ def test_paper_preset_is_the_targets_grid() -> None:
         grid.preset("paper", "cpu")
 
 
-def test_flop_and_byte_counts_follow_targets_conventions() -> None:
+def test_flop_and_byte_counts_follow_the_papers_conventions() -> None:
     config = Config(
         "cuda",
         "bf16",

@@ -83,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register ``flashtile bench``."""
     parser = subparsers.add_parser(
         "bench",
-        help="check and time flashtile against its peers on the TARGETS.md grid",
+        help="check and time flashtile against its peers on the FlashAttention papers' grid",
         description=(
             "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s. "
             "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
