@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -380,3 +382,38 @@ def test_default_out_dir_is_flashtile_results_in_the_current_directory(
     assert [p.name for p in tmp_path.iterdir()] == ["flashtile-results"]
     assert {p.name for p in (tmp_path / "flashtile-results").iterdir()} == files
     assert _snapshot(REPO_RESULTS) == committed
+
+
+@pytest.mark.parametrize(
+    ("make", "module", "capability", "reason"),
+    [
+        (registry.fa2_peer, "flash_attn", (7, 5), "FlashAttention-2 needs sm_80 or newer"),
+        (registry.fa2_peer, "flash_attn", (9, 0), None),
+        (registry.fa3_peer, "flash_attn_interface", (8, 0), "FlashAttention-3 runs on sm_90 only"),
+        (registry.fa4_peer, "flash_attn.cute", (10, 0), None),
+    ],
+    ids=["fa2-sm75", "fa2-sm90", "fa3-sm80", "fa4-sm100"],
+)
+def test_flash_attn_peers_call_their_build_and_state_their_limits(
+    make: Callable[[], Peer],
+    module: str,
+    capability: tuple[int, int],
+    reason: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    fake = types.ModuleType(module)
+    fake.flash_attn_func = lambda q, k, v, softmax_scale, causal: (q * softmax_scale, "lse")
+    monkeypatch.setitem(sys.modules, module, fake)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: capability)
+    peer = make()
+    assert peer.unavailable is None
+    q = torch.ones(1, 2, 1, 8)
+    assert torch.equal(peer.fn(q, q, q, True, 0.5), q * 0.5)
+    cell = Config("cuda", "bf16", "fwd", True, 1, 1, 1, 64, 64, 64)
+    assert peer.supports(cell) == reason
+    assert peer.supports(dataclasses.replace(cell, device="cpu")) == "needs a CUDA device"
+    assert "fp32 not supported" in peer.supports(dataclasses.replace(cell, dtype="fp32"))
+    if peer.name == "fa2" and reason is None:
+        assert "head dim 60" in peer.supports(dataclasses.replace(cell, head_dim=60))

@@ -120,19 +120,13 @@ def _flashtile_fn(scale: float, causal: bool, backend: str):
 
 
 def _sdpa_fn(scale: float, causal: bool):
+    from flashtile.bench.peers import sdpa
     from flashtile.reference.naive import keep_mask
 
     def fn(q, k, v):
+        # SDPA's is_causal is top-left aligned; flash_attn's bottom-right mask goes in as attn_mask.
         mask = keep_mask(q.shape[1], k.shape[1], causal=True, device=q.device) if causal else None
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            attn_mask=mask,
-            scale=scale,
-            enable_gqa=q.shape[2] != k.shape[2],
-        )
-        return out.transpose(1, 2), None
+        return sdpa(q, k, v, scale, attn_mask=mask), None
 
     return fn
 

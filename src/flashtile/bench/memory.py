@@ -41,11 +41,11 @@ from rich.table import Table
 from flashtile.bench.ceilings import PROVENANCE_COLUMNS, provenance
 from flashtile.bench.grid import DTYPES
 from flashtile.bench.io_model import AttentionShape, extra_memory
-from flashtile.bench.results import add_output_arguments, append_rows, output_csv
+from flashtile.bench.results import append_rows, output_csv
 from flashtile.bench.roofline import (
     AttentionFn,
     Contender,
-    add_shape_arguments,
+    add_common_arguments,
     contenders,
     failure_status,
     make_config,
@@ -360,7 +360,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_shape_arguments(parser, heads=16, head_dim=128)
+    add_common_arguments(parser, "memory", heads=16, head_dim=128)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="element type (default bf16)")
     parser.add_argument(
         "--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default on)"
@@ -371,8 +371,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--max-seqlen", type=int, default=None, help="last N (default 131072 on CUDA, 1024 on CPU)"
     )
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
-    parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
-    add_output_arguments(parser, "memory")
     parser.set_defaults(func=run)
     return parser

@@ -32,11 +32,9 @@ from rich.table import Table
 from flashtile.bench.ceilings import PROVENANCE_COLUMNS, Ceilings, measure_ceilings, provenance
 from flashtile.bench.grid import DTYPES, Config
 from flashtile.bench.io_model import Algorithm, AttentionShape, Traffic, account
+from flashtile.bench.peers import AttentionFn, available_peers
 from flashtile.bench.results import add_output_arguments, append_rows, output_csv
 from flashtile.bench.timing import TimingBudget, rotation_copies, time_calls
-
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], torch.Tensor]
-
 
 COLUMNS = (
     *PROVENANCE_COLUMNS,
@@ -108,53 +106,15 @@ def _io_model_of(name: str) -> Algorithm:
     return "naive" if "math" in lowered or "naive" in lowered else "tiled"
 
 
-def _fallback_contenders(device: torch.device) -> list[Contender]:
-    """flashtile, the naive reference and SDPA's fused backends, for a tree without ``bench/peers.py``."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from flashtile import flash_attn_func
-    from flashtile.reference.naive import attention
-
-    def sdpa(backend: SDPBackend) -> AttentionFn:
-        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-            with sdpa_kernel(backend):
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, scale=scale
-                )
-            return out.transpose(1, 2)
-
-        return fn
-
-    backends = {"sdpa-math": SDPBackend.MATH}
-    if device.type == "cuda":
-        backends = {
-            "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-            "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-            **backends,
-        }
-    return [
-        Contender(
-            "flashtile", lambda q, k, v, c, s: flash_attn_func(q, k, v, softmax_scale=s, causal=c), "tiled"
-        ),
-        *(Contender(name, sdpa(b), _io_model_of(name)) for name, b in backends.items()),
-        Contender("naive", lambda q, k, v, c, s: attention(q, k, v, softmax_scale=s, causal=c)[0], "naive"),
-    ]
-
-
 def contenders(
     device: torch.device, only: Sequence[str] | None = None, *, flex_compile: str = "static"
 ) -> list[Contender]:
     """flashtile, the peers available on ``device`` and the naive reference; ``only`` keeps the named ones.
     ``flex_compile`` "dynamic" compiles FlexAttention once for every sequence length (``memory``'s sweep)."""
-    try:
-        from flashtile.bench.peers import available_peers
-    except ImportError:
-        found = _fallback_contenders(device)
-    else:
-        found = [
-            Contender(p.name, p.fn, _io_model_of(p.name), p.unavailable, p.supports)
-            for p in available_peers(device.type, flex_compile=flex_compile)
-        ]
+    found = [
+        Contender(p.name, p.fn, _io_model_of(p.name), p.unavailable, p.supports)
+        for p in available_peers(device.type, flex_compile=flex_compile)
+    ]
     if only:
         unknown = set(only) - {c.name for c in found}
         if unknown:
@@ -417,10 +377,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in rows if r["impl"] == "flashtile") else 1
 
 
-def add_shape_arguments(parser: argparse.ArgumentParser, *, heads: int, head_dim: int) -> None:
+def add_common_arguments(parser: argparse.ArgumentParser, name: str, *, heads: int, head_dim: int) -> None:
+    """The shape, device, implementation and output (``name``: the file stem) flags of ``roofline`` and
+    ``memory``."""
     parser.add_argument("--batch", type=int, default=1, help="B (default 1)")
     parser.add_argument("--heads", type=int, default=heads, help=f"H (default {heads})")
     parser.add_argument("--head-dim", type=int, default=head_dim, help=f"D (default {head_dim})")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
+    parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
+    add_output_arguments(parser, name)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -431,7 +396,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_shape_arguments(parser, heads=1, head_dim=64)
+    add_common_arguments(parser, "roofline", heads=1, head_dim=64)
     parser.add_argument("--seqlen", type=int, default=2048, help="N_q = N_k (default 2048)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="element type (default fp32)")
     parser.add_argument("--block-m", type=int, default=64, help="B_r, query rows per program (default 64)")
@@ -440,8 +405,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--measure", action="store_true", help="measure ceilings, time each implementation, plot"
     )
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
-    parser.add_argument("--impls", default=None, help="comma-separated implementations to time (default all)")
-    add_output_arguments(parser, "roofline")
     parser.set_defaults(func=run)
     return parser
