@@ -3,7 +3,7 @@
 Each variant runs in its own process (a compiler abort only loses that variant); inputs rotate among
 three sets so no variant is timed on a warm L2. Prints one line per (variant, cell) and writes a CSV:
     PYTHONPATH=src python benchmarks/kernel_sweep.py --csv $OUT/sweep.csv [--only fwd|bwd] [--head-dim 256]
-Cells follow TARGETS.md (B·N = 16k tokens, H·D = 2048) at N = 16k, 4k and 1k.
+Cells follow the benchmark grid of benchmarks/README.md (B·N = 16k tokens, H·D = 2048) at N = 16k, 4k and 1k.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -67,7 +69,7 @@ def test_bench_on_cpu_writes_documented_csv_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "results" / "bench.csv"
-    assert main([*TINY, "--out", str(out)]) == 0
+    assert main([*TINY, "--out-dir", str(out.parent)]) == 0
     header, rows = _rows(out)
     assert tuple(header) == results.COLUMNS
     ours = [r for r in rows if r["impl"] == "flashtile"]
@@ -99,14 +101,14 @@ def test_second_run_appends_and_plot_only_redraws(tmp_path: Path, capsys: pytest
         "flashtile",
         "--no-plot",
     ]
-    assert main([*args, "--out", str(out)]) == 0
-    assert main([*args, "--out", str(out)]) == 0
+    assert main([*args, "--out-dir", str(out.parent)]) == 0
+    assert main([*args, "--out-dir", str(out.parent)]) == 0
     _, rows = _rows(out)
     assert len(rows) == 2
-    plots = tmp_path / "plots"
+    assert not list(tmp_path.glob("*.png"))
     capsys.readouterr()
-    assert main(["bench", "--plot-only", "--out", str(out), "--plot-dir", str(plots)]) == 0
-    assert [p.name for p in plots.glob("*.png")] == ["bench_fwd_fp32.png"]
+    assert main(["bench", "--plot-only", "--out-dir", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.glob("*.png")] == ["bench_fwd_fp32.png"]
     printed = capsys.readouterr().out
     assert "fwd · non-causal · D=16" in printed and "flashtile" in printed
 
@@ -127,7 +129,7 @@ def test_wrong_peer_gets_no_number(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
     monkeypatch.setattr(registry, "available_peers", with_wrong_peer)
     out = tmp_path / "bench.csv"
-    assert main([*TINY, "--out", str(out), "--no-plot"]) == 0
+    assert main([*TINY, "--out-dir", str(out.parent), "--no-plot"]) == 0
     _, rows = _rows(out)
     wrong = [r for r in rows if r["impl"] == "wrong"]
     assert len(wrong) == 8
@@ -152,14 +154,14 @@ def test_requested_unavailable_peer_is_listed_with_its_reason(
 
     monkeypatch.setattr(registry, "available_peers", with_missing_peer)
     out = tmp_path / "bench.csv"
-    assert main([*TINY, "--peers", "flashtile", "missing", "--out", str(out), "--no-plot"]) == 0
+    assert main([*TINY, "--peers", "flashtile", "missing", "--out-dir", str(out.parent), "--no-plot"]) == 0
     _, rows = _rows(out)
     missing = [r for r in rows if r["impl"] == "missing"]
     assert missing and all(r["status"] == "unsupported" and "no wheel" in r["detail"] for r in missing)
 
 
 def test_unknown_peer_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*TINY, "--peers", "nosuch", "--out", str(tmp_path / "b.csv")]) == 2
+    assert main([*TINY, "--peers", "nosuch", "--out-dir", str(tmp_path)]) == 2
     assert "unknown nosuch" in capsys.readouterr().err
 
 
@@ -168,7 +170,7 @@ def test_decode_says_not_yet_available(capsys: pytest.CaptureFixture[str]) -> No
     assert "not yet available: decoding lands in a later issue" in capsys.readouterr().err
 
 
-def test_paper_preset_is_the_targets_grid() -> None:
+def test_paper_preset_is_the_papers_grid() -> None:
     paper = grid.preset("paper", "cuda")
     cells = paper.configs()
     assert len(cells) == 6 * 3 * 2 * 3
@@ -179,7 +181,7 @@ def test_paper_preset_is_the_targets_grid() -> None:
         grid.preset("paper", "cpu")
 
 
-def test_flop_and_byte_counts_follow_targets_conventions() -> None:
+def test_flop_and_byte_counts_follow_the_papers_conventions() -> None:
     config = Config(
         "cuda",
         "bf16",
@@ -251,7 +253,7 @@ def test_partial_oracle_covers_the_last_sequence_and_heads(
         "true",
         "--no-plot",
     ]
-    assert main([*TINY, *gqa, "--out", str(out)]) == 0
+    assert main([*TINY, *gqa, "--out-dir", str(out.parent)]) == 0
     _, rows = _rows(out)
     ours = [r for r in rows if r["impl"] == "flashtile"]
     assert [r["status"] for r in ours] == ["ok", "ok"]
@@ -291,7 +293,9 @@ def test_failures_are_classified_and_shown(
 
     _add_peers(monkeypatch, failing)
     out = tmp_path / "bench.csv"
-    assert main([*TINY, "--seqlen", "32", "--causal", "false", "--out", str(out), "--no-plot"]) == 0
+    assert (
+        main([*TINY, "--seqlen", "32", "--causal", "false", "--out-dir", str(out.parent), "--no-plot"]) == 0
+    )
     _, rows = _rows(out)
     status = {(r["impl"], r["mode"]): (r["status"], r["detail"]) for r in rows}
     assert status[("oom", "fwd")][0] == "oom"
@@ -305,3 +309,111 @@ def test_failures_are_classified_and_shown(
         and "error [" in printed
         and "picky: not measured, never" in printed
     )
+
+
+REPO_RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+# The smallest run of each writing command, and the files it writes under its --out-dir.
+WRITERS = {
+    "bench": (
+        [*TINY, "--seqlen", "32", "--mode", "fwd", "--causal", "false", "--peers", "flashtile"],
+        {"bench.csv", "bench_fwd_fp32.png"},
+    ),
+    "roofline": (
+        [
+            "roofline",
+            "--measure",
+            "--device",
+            "cpu",
+            "--seqlen",
+            "64",
+            "--head-dim",
+            "16",
+            "--impls",
+            "flashtile",
+        ],
+        {"roofline.csv", "roofline.png"},
+    ),
+    "memory": (
+        [
+            "memory",
+            "--device",
+            "cpu",
+            "--heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--min-seqlen",
+            "32",
+            "--max-seqlen",
+            "32",
+            "--impls",
+            "flashtile",
+        ],
+        {"memory.csv", "memory.png"},
+    ),
+}
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_out_dir_holds_every_file_written(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv, files = WRITERS[command]
+    cwd, out_dir = tmp_path / "cwd", tmp_path / "elsewhere" / "out"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main([*argv, "--out-dir", str(out_dir)]) == 0
+    assert {p.name for p in out_dir.iterdir()} == files
+    assert not list(cwd.iterdir())
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_default_out_dir_is_flashtile_results_in_the_current_directory(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv, files = WRITERS[command]
+    committed = _snapshot(REPO_RESULTS)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["flashtile-results"]
+    assert {p.name for p in (tmp_path / "flashtile-results").iterdir()} == files
+    assert _snapshot(REPO_RESULTS) == committed
+
+
+@pytest.mark.parametrize(
+    ("make", "module", "capability", "reason"),
+    [
+        (registry.fa2_peer, "flash_attn", (7, 5), "FlashAttention-2 needs sm_80 or newer"),
+        (registry.fa2_peer, "flash_attn", (9, 0), None),
+        (registry.fa3_peer, "flash_attn_interface", (8, 0), "FlashAttention-3 runs on sm_90 only"),
+        (registry.fa4_peer, "flash_attn.cute", (10, 0), None),
+    ],
+    ids=["fa2-sm75", "fa2-sm90", "fa3-sm80", "fa4-sm100"],
+)
+def test_flash_attn_peers_call_their_build_and_state_their_limits(
+    make: Callable[[], Peer],
+    module: str,
+    capability: tuple[int, int],
+    reason: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    fake = types.ModuleType(module)
+    fake.flash_attn_func = lambda q, k, v, softmax_scale, causal: (q * softmax_scale, "lse")
+    monkeypatch.setitem(sys.modules, module, fake)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: capability)
+    peer = make()
+    assert peer.unavailable is None
+    q = torch.ones(1, 2, 1, 8)
+    assert torch.equal(peer.fn(q, q, q, True, 0.5), q * 0.5)
+    cell = Config("cuda", "bf16", "fwd", True, 1, 1, 1, 64, 64, 64)
+    assert peer.supports(cell) == reason
+    assert peer.supports(dataclasses.replace(cell, device="cpu")) == "needs a CUDA device"
+    assert "fp32 not supported" in peer.supports(dataclasses.replace(cell, dtype="fp32"))
+    if peer.name == "fa2" and reason is None:
+        assert "head dim 60" in peer.supports(dataclasses.replace(cell, head_dim=60))

@@ -186,7 +186,7 @@ def test_roofline_measure_writes_csv_and_plot(tmp_path: Path) -> None:
 
     csv_path, png = tmp_path / "roofline.csv", tmp_path / "roofline.png"
     argv = ["--measure", "--device", "cpu", "--seqlen", "128", "--head-dim", "32", "--heads", "2", "--causal"]
-    argv += ["--csv", str(csv_path), "--plot", str(png)]
+    argv += ["--out-dir", str(tmp_path)]
     assert _flashtile("roofline", *argv) == 0
     header, rows = _read_csv(csv_path)
     assert header == list(COLUMNS)
@@ -223,7 +223,7 @@ def test_memory_writes_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
         "--max-seqlen",
         "256",
     ]
-    assert _flashtile("memory", *argv, "--csv", str(csv_path), "--plot", str(png)) == 0
+    assert _flashtile("memory", *argv, "--out-dir", str(tmp_path)) == 0
     header, rows = _read_csv(csv_path)
     assert header == list(COLUMNS)
     for name in ("flashtile", "naive"):
@@ -242,14 +242,14 @@ def test_memory_writes_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_append_rows_refuses_other_columns(tmp_path: Path) -> None:
-    from flashtile.bench.ceilings import append_rows
+    from flashtile.bench.results import append_rows
 
     path = tmp_path / "x.csv"
-    append_rows(path, ("a", "b"), [{"a": 1, "b": 2}])
-    append_rows(path, ("a", "b"), [{"a": 3, "b": 4}])
+    append_rows(path, [{"a": 1, "b": 2}], ("a", "b"))
+    append_rows(path, [{"a": 3, "b": 4}], ("a", "b"))
     assert _read_csv(path)[1] == [{"a": "1", "b": "2"}, {"a": "3", "b": "4"}]
     with pytest.raises(ValueError, match="columns"):
-        append_rows(path, ("a", "c"), [{"a": 1, "c": 2}])
+        append_rows(path, [{"a": 1, "c": 2}], ("a", "c"))
 
 
 def test_memory_sweep_stops_each_implementation_at_its_first_failure() -> None:

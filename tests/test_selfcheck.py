@@ -8,6 +8,7 @@ import pytest
 from rich.console import Console
 
 from flashtile import selfcheck
+from flashtile.cli import main
 from flashtile.reference.compare import Comparison
 
 
@@ -70,5 +71,5 @@ def test_a_wrong_result_is_a_failure() -> None:
 
 def test_main_exit_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert selfcheck.main(["--device", "cpu"]) == 0
+    assert main(["check", "--device", "cpu"]) == 0
     assert "flashtile self-check on cpu" in capsys.readouterr().out

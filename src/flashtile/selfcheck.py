@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -119,19 +120,13 @@ def _flashtile_fn(scale: float, causal: bool, backend: str):
 
 
 def _sdpa_fn(scale: float, causal: bool):
+    from flashtile.bench.peers import sdpa
     from flashtile.reference.naive import keep_mask
 
     def fn(q, k, v):
+        # SDPA's is_causal is top-left aligned; flash_attn's bottom-right mask goes in as attn_mask.
         mask = keep_mask(q.shape[1], k.shape[1], causal=True, device=q.device) if causal else None
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            attn_mask=mask,
-            scale=scale,
-            enable_gqa=q.shape[2] != k.shape[2],
-        )
-        return out.transpose(1, 2), None
+        return sdpa(q, k, v, scale, attn_mask=mask), None
 
     return fn
 
@@ -271,17 +266,20 @@ def run(device: torch.device | str | None = None, console=None) -> bool:
     return ok
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m flashtile.selfcheck [--device DEVICE]``; the exit status is 0 when every check passes."""
-    parser = argparse.ArgumentParser(
-        prog="flashtile check",
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``flashtile check``; its exit status is 0 when every check passes."""
+    parser = subparsers.add_parser(
+        "check",
+        help="check that flashtile computes attention correctly on this machine",
         description="Run attention through every available backend; compare it with the float64 reference.",
         epilog="On a CPU, set TRITON_INTERPRET=1 to include the Triton kernels (run by its interpreter).",
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    args = parser.parse_args(argv)
-    return 0 if run(args.device) else 1
+    parser.set_defaults(func=lambda args: 0 if run(args.device) else 1)
+    return parser
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from flashtile.cli import main
+
+    raise SystemExit(main(["check", *sys.argv[1:]]))

@@ -83,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register ``flashtile bench``."""
     parser = subparsers.add_parser(
         "bench",
-        help="check and time flashtile against its peers on the TARGETS.md grid",
+        help="check and time flashtile against its peers on the FlashAttention papers' grid",
         description=(
             "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s. "
             "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
@@ -125,11 +125,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--time-budget", type=float, metavar="S", help="stop measuring after S seconds (rest: skipped)"
     )
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--out", type=Path, default=results.DEFAULT_CSV, help="CSV to append to (%(default)s)")
-    run.add_argument("--plot-dir", type=Path, help="where the PNGs go (default: next to the CSV)")
+    results.add_output_arguments(run, "bench")
     run.add_argument("--no-plot", action="store_true")
     run.add_argument(
-        "--plot-only", action="store_true", help="measure nothing: tabulate and draw the latest run in --out"
+        "--plot-only", action="store_true", help="measure nothing: tabulate and plot the CSV's latest run"
     )
     parser.set_defaults(func=main)
     return parser
@@ -573,18 +572,18 @@ def summarise(found: list[Result], console: Console) -> None:
         )
 
 
-def _plot(csv_path: Path, plot_dir: Path | None, console: Console, date: str | None) -> int:
+def _plot(csv_path: Path, console: Console, date: str | None) -> int:
     from flashtile.bench.plots import plot_results
 
     if not csv_path.exists():
         print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
         return 2
-    for path in plot_results(csv_path, plot_dir or csv_path.parent, date=date):
+    for path in plot_results(csv_path, csv_path.parent, date=date):
         console.print(f"plot: {path}", highlight=False)
     return 0
 
 
-def _report(csv_path: Path, plot_dir: Path | None, console: Console) -> int:
+def _report(csv_path: Path, console: Console) -> int:
     """Tables, summary and plots of the latest run in a CSV, without measuring anything."""
     if not csv_path.exists():
         print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
@@ -600,7 +599,7 @@ def _report(csv_path: Path, plot_dir: Path | None, console: Console) -> int:
         )
         render_tables(found, env, list(dict.fromkeys(r.impl for r in found)), console)
         summarise(found, console)
-    return _plot(csv_path, plot_dir, console, date=date)
+    return _plot(csv_path, console, date=date)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -610,8 +609,9 @@ def main(args: argparse.Namespace) -> int:
     if args.decode:
         print(DECODE_MESSAGE, file=sys.stderr)
         return 2
+    csv_path = results.output_csv(args)
     if args.plot_only:
-        return _report(args.out, args.plot_dir, console)
+        return _report(csv_path, console)
     try:
         device = _device(args.device)
         preset = build_preset(args, device)
@@ -624,7 +624,7 @@ def main(args: argparse.Namespace) -> int:
     env = results.environment(device)
     console.print(
         f"flashtile bench ({preset.name}) on {env.gpu}, torch {env.torch}, triton {env.triton or '–'}, "
-        f"commit {env.commit}: {len(configs)} cells × {len(peers)} implementations → {args.out}",
+        f"commit {env.commit}: {len(configs)} cells × {len(peers)} implementations → {csv_path}",
         highlight=False,
     )
     for note in notes:
@@ -649,7 +649,7 @@ def main(args: argparse.Namespace) -> int:
                 console.print(f"[red]flashtile bench: CUDA context lost, stopping: {exc}[/red]")
                 status = 1
                 break
-            results.append_rows(args.out, [r.row(env) for r in rows])
+            results.append_rows(csv_path, [r.row(env) for r in rows])
             found.extend(rows)
     render_tables(found, env, [p.name for p in peers], console)
     summarise(found, console)
@@ -657,10 +657,10 @@ def main(args: argparse.Namespace) -> int:
         f"{name} {s:.0f} s" for name, s in sorted(runner.peer_seconds.items(), key=lambda kv: -kv[1])
     )
     console.print(
-        f"{len(found)} rows appended to {args.out} in {time.monotonic() - started:.0f} s "
+        f"{len(found)} rows appended to {csv_path} in {time.monotonic() - started:.0f} s "
         f"(check and timing, compilation included: {seconds or 'none'})",
         highlight=False,
     )
     if not args.no_plot and found:
-        status = _plot(args.out, args.plot_dir, console, date=env.date) or status
+        status = _plot(csv_path, console, date=env.date) or status
     return status

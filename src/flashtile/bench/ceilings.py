@@ -1,7 +1,7 @@
 """The machine's two ceilings, measured: matmul FLOP/s and device-to-device copy bandwidth.
 
-Also the provenance columns (``results.environment``: commit, machine, versions, date) and the CSV append
-that ``roofline`` and ``memory`` write their own columns with.
+Also the provenance columns (``results.environment``: commit, machine, versions, date) that ``roofline`` and
+``memory`` start their rows with.
 
 On CUDA the matmul is bf16 (or the dtype asked for) at 8192³ on random data and the copy moves 1 GiB,
 counted as bytes read plus bytes written; both are timed by the benchmark harness (``timing.time_calls``:
@@ -11,11 +11,8 @@ says CPU.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -96,22 +93,3 @@ def provenance(device: torch.device) -> dict[str, str]:
     """The columns every row starts with: the benchmark's environment (commit, device name, driver, library
     versions, UTC date, device kind)."""
     return dataclasses.asdict(environment(device))
-
-
-def append_rows(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, object]]) -> None:
-    """Append rows to a CSV, writing the header when the file is new; refuse a file with other columns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    exists = path.exists() and path.stat().st_size > 0
-    if exists:
-        with path.open(newline="") as f:
-            header = next(csv.reader(f), [])
-        if header != list(columns):
-            raise ValueError(
-                f"{path} has columns {header}, expected {list(columns)}: move it aside or pass another path"
-            )
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
-        if not exists:
-            writer.writeheader()
-        for row in rows:
-            writer.writerow(row)

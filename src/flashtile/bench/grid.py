@@ -1,9 +1,10 @@
-"""The benchmark grid of TARGETS.md: presets, axes, and the FLOP and byte counts of one attention call.
+"""The FlashAttention papers' benchmark grid: presets, axes, and the FLOP and byte counts of one call.
 
-Conventions (the FlashAttention papers'): total tokens B·N and hidden size H·D are fixed (16384 and 2048), so
-B = 16384 / N and H = 2048 / D; forward FLOPs = 4·B·H·N_q·N_k·D, halved when causal; backward = 2.5 × forward,
-forward+backward = 3.5 × forward. Bytes moved count each tensor read or written once: q, k, v read and o
-written forward; the backward adds dO read and dq, dk, dv written (and reads o again for rowsum(o·dO)).
+Conventions (the papers', described in benchmarks/README.md): total tokens B·N and hidden size H·D are fixed
+(16384 and 2048), so B = 16384 / N and H = 2048 / D; forward FLOPs = 4·B·H·N_q·N_k·D, halved when causal;
+backward = 2.5 × forward, forward+backward = 3.5 × forward. Bytes moved count each tensor read or written
+once: q, k, v read and o written forward; the backward adds dO read and dq, dk, dv written (and reads o again
+for rowsum(o·dO)).
 """
 
 from __future__ import annotations

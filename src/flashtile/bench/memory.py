@@ -4,7 +4,8 @@ For each implementation (flashtile, the naive reference, the peers) and N doubli
 ``--max-seqlen``: allocate Q, K, V and dO, run forward + backward once to warm up (compilation and workspaces
 stay out of the number), then measure a second forward + backward. The first out-of-memory error stops that
 implementation; the table reports the longest N each one survived. Rows go to
-``benchmarks/results/memory.csv``, the log-log plot of memory against N to a PNG.
+``DIR/memory.csv`` (``--out-dir``, default ``./flashtile-results``), the log-log plot of memory against N
+to ``DIR/memory.png``.
 
 What "extra memory" means:
 
@@ -37,21 +38,20 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from flashtile.bench.ceilings import PROVENANCE_COLUMNS, append_rows, provenance
+from flashtile.bench.ceilings import PROVENANCE_COLUMNS, provenance
 from flashtile.bench.grid import DTYPES
 from flashtile.bench.io_model import AttentionShape, extra_memory
+from flashtile.bench.results import append_rows, output_csv
 from flashtile.bench.roofline import (
     AttentionFn,
     Contender,
-    add_shape_arguments,
+    add_common_arguments,
     contenders,
     failure_status,
     make_config,
     resolve_device,
 )
 
-DEFAULT_CSV = Path("benchmarks/results/memory.csv")
-DEFAULT_PLOT = Path("benchmarks/results/memory.png")
 # (min, max) sequence length when --min-seqlen / --max-seqlen are not given.
 DEFAULT_SEQLENS = {"cuda": (1024, 131072), "cpu": (256, 1024)}
 
@@ -344,9 +344,10 @@ def run(args: argparse.Namespace) -> int:
             "are the algorithms' own footprint. Neither is a GPU number.[/yellow]"
         )
     if rows:
-        append_rows(args.csv, COLUMNS, rows)
-        plot_memory(rows, args.plot)
-        console.print(f"appended {len(rows)} rows to {args.csv}; plot in {args.plot}")
+        csv_path = output_csv(args)
+        append_rows(csv_path, rows, COLUMNS)
+        plot_memory(rows, csv_path.with_suffix(".png"))
+        console.print(f"appended {len(rows)} rows to {csv_path}; plot in {csv_path.with_suffix('.png')}")
     failed = [p for p in points if p.impl == "flashtile" and p.status not in ("ok", "oom")]
     return 1 if failed else 0
 
@@ -359,7 +360,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_shape_arguments(parser, heads=16, head_dim=128)
+    add_common_arguments(parser, "memory", heads=16, head_dim=128)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="element type (default bf16)")
     parser.add_argument(
         "--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default on)"
@@ -369,14 +370,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--max-seqlen", type=int, default=None, help="last N (default 131072 on CUDA, 1024 on CPU)"
-    )
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
-    parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
-    parser.add_argument(
-        "--csv", type=Path, default=DEFAULT_CSV, help=f"CSV to append to (default {DEFAULT_CSV})"
-    )
-    parser.add_argument(
-        "--plot", type=Path, default=DEFAULT_PLOT, help=f"PNG to write (default {DEFAULT_PLOT})"
     )
     parser.set_defaults(func=run)
     return parser

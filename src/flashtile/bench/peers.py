@@ -8,6 +8,7 @@ whose import fails is still listed, with ``unavailable`` set to the reason.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,8 +55,18 @@ def _needs_cuda_half(config: Config, dtypes: tuple[str, ...] = _HALF) -> str | N
     return None
 
 
-def _capability() -> tuple[int, int]:
-    return torch.cuda.get_device_capability()
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, **options: object) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` on flash_attn's (B, N, H, D) layout, GQA/MQA included; ``options``
+    go to SDPA (``is_causal``, ``attn_mask``)."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        scale=scale,
+        enable_gqa=q.shape[2] != k.shape[2],
+        **options,
+    )
+    return out.transpose(1, 2)
 
 
 def flashtile_peer(device: str) -> Peer:
@@ -86,15 +97,7 @@ def sdpa_peer(name: str, backend_name: str) -> Peer:
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
         with sdpa_kernel(backend):
-            out = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2),
-                k.transpose(1, 2),
-                v.transpose(1, 2),
-                is_causal=causal,
-                scale=scale,
-                enable_gqa=q.shape[2] != k.shape[2],
-            )
-        return out.transpose(1, 2)
+            return sdpa(q, k, v, scale, is_causal=causal)
 
     def supports(config: Config) -> str | None:
         if config.causal and config.seqlen_q != config.seqlen_k:
@@ -180,63 +183,51 @@ def flex_peer(compile_mode: str = "static") -> Peer:
     )
 
 
-def fa2_peer() -> Peer:
+def _flash_attn_peer(name: str, module: str, limit: Callable[[Config, tuple[int, int]], str | None]) -> Peer:
+    """A FlashAttention build's ``module.flash_attn_func``, on CUDA in fp16/bf16; ``limit(config, compute
+    capability)`` is why it cannot run a cell, or None."""
     try:
-        from flash_attn import flash_attn_func
+        flash_attn_func = importlib.import_module(module).flash_attn_func
     except Exception as exc:
-        return _unavailable("fa2", exc)
+        return _unavailable(name, exc)
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
         return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
 
     def supports(config: Config) -> str | None:
-        if reason := _needs_cuda_half(config):
-            return reason
-        if _capability() < (8, 0):
-            return "FlashAttention-2 needs sm_80 or newer"
-        if config.head_dim > 256 or config.head_dim % 8:
-            return f"head dim {config.head_dim} not supported (multiples of 8 up to 256)"
-        return None
+        return _needs_cuda_half(config) or limit(config, torch.cuda.get_device_capability())
 
-    return Peer("fa2", fn, supports)
+    return Peer(name, fn, supports)
+
+
+def _fa2_limit(config: Config, capability: tuple[int, int]) -> str | None:
+    if capability < (8, 0):
+        return "FlashAttention-2 needs sm_80 or newer"
+    if config.head_dim > 256 or config.head_dim % 8:
+        return f"head dim {config.head_dim} not supported (multiples of 8 up to 256)"
+    return None
+
+
+def fa2_peer() -> Peer:
+    return _flash_attn_peer("fa2", "flash_attn", _fa2_limit)
 
 
 def fa3_peer() -> Peer:
-    try:
-        from flash_attn_interface import flash_attn_func
-    except Exception as exc:
-        return _unavailable("fa3", exc)
-
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
-
-    def supports(config: Config) -> str | None:
-        if reason := _needs_cuda_half(config):
-            return reason
-        if _capability() != (9, 0):
-            return "FlashAttention-3 runs on sm_90 only"
-        return None
-
-    return Peer("fa3", fn, supports)
+    return _flash_attn_peer(
+        "fa3",
+        "flash_attn_interface",
+        lambda config, capability: None if capability == (9, 0) else "FlashAttention-3 runs on sm_90 only",
+    )
 
 
 def fa4_peer() -> Peer:
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as exc:
-        return _unavailable("fa4", exc)
-
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
-
-    def supports(config: Config) -> str | None:
-        if reason := _needs_cuda_half(config):
-            return reason
-        if _capability()[0] not in (9, 10):
-            return "FlashAttention-4 runs on sm_90 and sm_100"
-        return None
-
-    return Peer("fa4", fn, supports)
+    return _flash_attn_peer(
+        "fa4",
+        "flash_attn.cute",
+        lambda config, capability: (
+            None if capability[0] in (9, 10) else "FlashAttention-4 runs on sm_90 and sm_100"
+        ),
+    )
 
 
 def naive_peer(default: bool = True) -> Peer:

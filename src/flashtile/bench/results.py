@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -46,7 +48,9 @@ COLUMNS = (
     "detail",
 )
 STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "skipped")
-DEFAULT_CSV = Path("benchmarks/results/bench.csv")
+# Relative to the current directory, so results land in plain view wherever the command runs, and the results
+# committed in a checkout (benchmarks/results/) change only when --out-dir names that folder.
+DEFAULT_OUT_DIR = Path("flashtile-results")
 
 
 @dataclass(frozen=True)
@@ -224,20 +228,42 @@ def environment_of(row: dict[str, str]) -> Environment:
     return Environment(**{name: row[name] for name in Environment.__dataclass_fields__})
 
 
-def append_rows(path: Path, rows: list[dict[str, str]]) -> None:
-    """Append rows to the CSV at ``path``, writing the header first when the file is new or empty."""
+def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--out-dir`` and ``--name``: where a command's CSV (``DIR/NAME.csv``) and plots go."""
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_OUT_DIR,
+        metavar="DIR",
+        help=f"folder for the CSV (appended to) and the plots (default: ./{DEFAULT_OUT_DIR} in the current "
+        "directory, so that a run never touches a checkout's committed results; those were written with "
+        "--out-dir benchmarks/results)",
+    )
+    parser.add_argument(
+        "--name", default=name, help=f"file name stem: DIR/NAME.csv and DIR/NAME*.png (default {name})"
+    )
+
+
+def output_csv(args: argparse.Namespace) -> Path:
+    """The CSV that ``add_output_arguments``' flags name."""
+    return args.out_dir / f"{args.name}.csv"
+
+
+def append_rows(path: Path, rows: Iterable[Mapping[str, object]], columns: Sequence[str] = COLUMNS) -> None:
+    """Append rows to the CSV at ``path``, writing the header first when the file is new or empty; a file
+    with other columns is refused."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fresh = not path.exists() or path.stat().st_size == 0
     if not fresh:
         with path.open(newline="") as f:
             header = next(csv.reader(f), [])
-        if tuple(header) != COLUMNS:
+        if header != list(columns):
             raise ValueError(
-                f"{path} has columns {header}, not the {len(COLUMNS)} this version writes "
-                f"({', '.join(COLUMNS)}): pass --out with a new file"
+                f"{path} has columns {header}, not the {len(columns)} this version writes "
+                f"({', '.join(columns)}): pass another --out-dir or --name"
             )
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=list(columns))
         if fresh:
             writer.writeheader()
         writer.writerows(rows)

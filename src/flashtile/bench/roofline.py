@@ -4,7 +4,8 @@ Without ``--measure`` it prints the FLOPs, HBM bytes and arithmetic intensity of
 minimum algorithms (``io_model``), term by term for the forward; the default shape is the worked example
 of ``docs/design/io_accounting.md``. With ``--measure`` it measures the device's ceilings (``ceilings``),
 times the forward of naive attention, each available peer and flashtile at that shape, appends a row per
-implementation to ``benchmarks/results/roofline.csv`` and draws them on a log-log roofline (PNG).
+implementation to ``DIR/roofline.csv`` (``--out-dir``, default ``./flashtile-results``) and draws them on a
+log-log roofline, ``DIR/roofline.png``.
 
 Each implementation is placed at the intensity of the algorithm it runs: ``naive`` for the reference that
 materialises S and P, ``tiled`` (with ``--block-m``/``--block-n``) for flashtile and the fused peers, whose
@@ -28,15 +29,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from flashtile.bench.ceilings import PROVENANCE_COLUMNS, Ceilings, append_rows, measure_ceilings, provenance
+from flashtile.bench.ceilings import PROVENANCE_COLUMNS, Ceilings, measure_ceilings, provenance
 from flashtile.bench.grid import DTYPES, Config
 from flashtile.bench.io_model import Algorithm, AttentionShape, Traffic, account
+from flashtile.bench.peers import AttentionFn, available_peers
+from flashtile.bench.results import add_output_arguments, append_rows, output_csv
 from flashtile.bench.timing import TimingBudget, rotation_copies, time_calls
-
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], torch.Tensor]
-
-DEFAULT_CSV = Path("benchmarks/results/roofline.csv")
-DEFAULT_PLOT = Path("benchmarks/results/roofline.png")
 
 COLUMNS = (
     *PROVENANCE_COLUMNS,
@@ -108,53 +106,15 @@ def _io_model_of(name: str) -> Algorithm:
     return "naive" if "math" in lowered or "naive" in lowered else "tiled"
 
 
-def _fallback_contenders(device: torch.device) -> list[Contender]:
-    """flashtile, the naive reference and SDPA's fused backends, for a tree without ``bench/peers.py``."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from flashtile import flash_attn_func
-    from flashtile.reference.naive import attention
-
-    def sdpa(backend: SDPBackend) -> AttentionFn:
-        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-            with sdpa_kernel(backend):
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, scale=scale
-                )
-            return out.transpose(1, 2)
-
-        return fn
-
-    backends = {"sdpa-math": SDPBackend.MATH}
-    if device.type == "cuda":
-        backends = {
-            "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-            "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-            **backends,
-        }
-    return [
-        Contender(
-            "flashtile", lambda q, k, v, c, s: flash_attn_func(q, k, v, softmax_scale=s, causal=c), "tiled"
-        ),
-        *(Contender(name, sdpa(b), _io_model_of(name)) for name, b in backends.items()),
-        Contender("naive", lambda q, k, v, c, s: attention(q, k, v, softmax_scale=s, causal=c)[0], "naive"),
-    ]
-
-
 def contenders(
     device: torch.device, only: Sequence[str] | None = None, *, flex_compile: str = "static"
 ) -> list[Contender]:
     """flashtile, the peers available on ``device`` and the naive reference; ``only`` keeps the named ones.
     ``flex_compile`` "dynamic" compiles FlexAttention once for every sequence length (``memory``'s sweep)."""
-    try:
-        from flashtile.bench.peers import available_peers
-    except ImportError:
-        found = _fallback_contenders(device)
-    else:
-        found = [
-            Contender(p.name, p.fn, _io_model_of(p.name), p.unavailable, p.supports)
-            for p in available_peers(device.type, flex_compile=flex_compile)
-        ]
+    found = [
+        Contender(p.name, p.fn, _io_model_of(p.name), p.unavailable, p.supports)
+        for p in available_peers(device.type, flex_compile=flex_compile)
+    ]
     if only:
         unknown = set(only) - {c.name for c in found}
         if unknown:
@@ -407,19 +367,25 @@ def run(args: argparse.Namespace) -> int:
     ceilings = measure_ceilings(device, DTYPES[args.dtype])
     budget = TimingBudget(25, 100, 10, 200) if device.type == "cuda" else TimingBudget(5, 50, 3, 10)
     rows = measure_points(shape, args.dtype, device, ceilings, impls, budget)
-    append_rows(args.csv, COLUMNS, rows)
-    plot_roofline(rows, args.plot)
+    csv_path = output_csv(args)
+    append_rows(csv_path, rows, COLUMNS)
+    plot_roofline(rows, csv_path.with_suffix(".png"))
     console.print(results_table(rows))
     if ceilings.is_cpu:
         console.print("[yellow]CPU numbers: roofs and points measured on the CPU, not a GPU.[/yellow]")
-    console.print(f"appended {len(rows)} rows to {args.csv}; plot in {args.plot}")
+    console.print(f"appended {len(rows)} rows to {csv_path}; plot in {csv_path.with_suffix('.png')}")
     return 0 if all(r["status"] == "ok" for r in rows if r["impl"] == "flashtile") else 1
 
 
-def add_shape_arguments(parser: argparse.ArgumentParser, *, heads: int, head_dim: int) -> None:
+def add_common_arguments(parser: argparse.ArgumentParser, name: str, *, heads: int, head_dim: int) -> None:
+    """The shape, device, implementation and output (``name``: the file stem) flags of ``roofline`` and
+    ``memory``."""
     parser.add_argument("--batch", type=int, default=1, help="B (default 1)")
     parser.add_argument("--heads", type=int, default=heads, help=f"H (default {heads})")
     parser.add_argument("--head-dim", type=int, default=head_dim, help=f"D (default {head_dim})")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
+    parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
+    add_output_arguments(parser, name)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -430,7 +396,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_shape_arguments(parser, heads=1, head_dim=64)
+    add_common_arguments(parser, "roofline", heads=1, head_dim=64)
     parser.add_argument("--seqlen", type=int, default=2048, help="N_q = N_k (default 2048)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="element type (default fp32)")
     parser.add_argument("--block-m", type=int, default=64, help="B_r, query rows per program (default 64)")
@@ -438,14 +404,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--causal", action="store_true", help="bottom-right causal mask")
     parser.add_argument(
         "--measure", action="store_true", help="measure ceilings, time each implementation, plot"
-    )
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
-    parser.add_argument("--impls", default=None, help="comma-separated implementations to time (default all)")
-    parser.add_argument(
-        "--csv", type=Path, default=DEFAULT_CSV, help=f"CSV to append to (default {DEFAULT_CSV})"
-    )
-    parser.add_argument(
-        "--plot", type=Path, default=DEFAULT_PLOT, help=f"PNG to write (default {DEFAULT_PLOT})"
     )
     parser.set_defaults(func=run)
     return parser
