@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from flashtile.reference import naive, tiled
 from flashtile.reference.compare import compare
+from flashtile.reference.dropout import philox4x32
 from tests.helpers import assert_matches_oracle
 
 NEG_INF = float("-inf")
@@ -64,6 +66,17 @@ def _assert_float64_close(
     assert result.passed, f"{result} (seed {seed})"
 
 
+def _naive_options(q: torch.Tensor, k: torch.Tensor, options: dict) -> dict:
+    """The naive reference's keywords for the tiled reference's ``options``: dropout as an explicit mask."""
+    options = dict(options)
+    rng_state = options.pop("rng_state", None)
+    if options.get("dropout_p", 0.0) > 0:
+        options["dropout_mask"] = naive.dropout_mask(
+            rng_state, options["dropout_p"], q.shape[0], q.shape[2], q.shape[1], k.shape[1]
+        )
+    return options
+
+
 def _check_tiled_against_naive(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -73,15 +86,23 @@ def _check_tiled_against_naive(
     block_m: int,
     block_n: int,
     seed: int | None,
-) -> None:
+    **options: object,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Tiled against naive in float64 to 1e-10 for out, lse, dq, dk, dv; returns the tiled results."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    out_ref, lse_ref, grads_ref = _naive_with_grads(q, k, v, dout, causal=causal)
-    out, lse = tiled.attention_fwd(q, k, v, scale, causal, block_m=block_m, block_n=block_n)
-    grads = tiled.attention_bwd(dout, q, k, v, out, lse, scale, causal, block_m=block_m, block_n=block_n)
+    naive_options = _naive_options(q, k, options)
+    out_ref, lse_ref, grads_ref = _naive_with_grads(
+        q, k, v, dout, softmax_scale=scale, causal=causal, **naive_options
+    )
+    out, lse = tiled.attention_fwd(q, k, v, scale, causal, block_m=block_m, block_n=block_n, **options)
+    grads = tiled.attention_bwd(
+        dout, q, k, v, out, lse, scale, causal, block_m=block_m, block_n=block_n, **options
+    )
     _assert_float64_close("out", out, out_ref, seed)
     _assert_float64_close("lse", lse, lse_ref, seed)
     for name, grad, grad_ref in zip(("dq", "dk", "dv"), grads, grads_ref, strict=True):
         _assert_float64_close(name, grad, grad_ref, seed)
+    return out, lse, grads
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -474,3 +495,271 @@ def test_accuracy_rule_fails(ours: list[float], oracle: list[float], baseline: l
 def test_accuracy_rule_passes(ours: list[float], oracle: list[float], baseline: list[float]) -> None:
     result = compare("x", *(torch.tensor(t, dtype=torch.float64) for t in (ours, oracle, baseline)), 2.0)
     assert result.passed, str(result)
+
+
+def _rng_state(generator: torch.Generator | None = None) -> torch.Tensor:
+    return torch.randint(-(2**62), 2**62, (2,), generator=generator)
+
+
+def _slopes(kind: str | None, batch: int, nheads: int, generator: torch.Generator | None = None):
+    """float32 ALiBi slopes of shape (H,) for ``"h"``, (B, H) for ``"bh"``, or None."""
+    shape = {"h": (nheads,), "bh": (batch, nheads)}.get(kind)
+    return None if shape is None else torch.rand(*shape, generator=generator) + 0.1
+
+
+# Each option alone; windows include 0 and ones wider than either sequence (never normalised here).
+OPTIONS_ALONE = {
+    "window-3-2": dict(window_size=(3, 2)),
+    "window-left-only": dict(window_size=(5, -1)),
+    "window-right-only": dict(window_size=(-1, 4)),
+    "window-0-0": dict(window_size=(0, 0)),
+    "window-wider-than-sequence": dict(window_size=(100, 100)),
+    "softcap": dict(softcap=0.6),
+    "alibi-h": dict(alibi="h"),
+    "alibi-bh": dict(alibi="bh"),
+    "dropout": dict(dropout_p=0.3),
+}
+SEQLENS_ALONE = [(37, 53), (53, 37), (29, 29)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seqlens", SEQLENS_ALONE, ids=_ids(SEQLENS_ALONE))
+@pytest.mark.parametrize("case", OPTIONS_ALONE.values(), ids=OPTIONS_ALONE.keys())
+def test_tiled_matches_naive_each_option(
+    case: dict, seqlens: tuple[int, int], causal: bool, seed: int
+) -> None:
+    q, k, v, dout = _inputs(2, *seqlens, 4, 2, 16)
+    options = dict(case)
+    options["alibi_slopes"] = _slopes(options.pop("alibi", None), 2, 4)
+    if options.get("dropout_p", 0.0) > 0:
+        options["rng_state"] = _rng_state()
+    _check_tiled_against_naive(2 * q, k, v, dout, causal, 16, 8, seed, **options)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 2),
+    seqlen_q=st.integers(1, 40),
+    seqlen_k=st.integers(0, 40),
+    nheads_kv=st.integers(1, 2),
+    group=st.integers(1, 3),
+    head_dim=st.integers(1, 16),
+    causal=st.booleans(),
+    left=st.integers(-1, 45),
+    right=st.integers(-1, 45),
+    softcap=st.sampled_from([0.0, 0.5, 2.0]),
+    alibi=st.sampled_from([None, "h", "bh"]),
+    dropout_p=st.sampled_from([0.0, 0.17, 0.5]),
+    block_m=st.integers(1, 24),
+    block_n=st.integers(1, 24),
+    draw_seed=st.integers(0, 2**31 - 1),
+)
+def test_tiled_equals_naive_option_combinations(
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    nheads_kv: int,
+    group: int,
+    head_dim: int,
+    causal: bool,
+    left: int,
+    right: int,
+    softcap: float,
+    alibi: str | None,
+    dropout_p: float,
+    block_m: int,
+    block_n: int,
+    draw_seed: int,
+) -> None:
+    """Window × causal × ALiBi × softcap × dropout × GQA/MQA, odd and unequal lengths, any tile sizes."""
+    generator = torch.Generator().manual_seed(draw_seed)
+    nheads = nheads_kv * group
+    q, k, v, dout = _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_kv, head_dim, generator=generator)
+    _check_tiled_against_naive(
+        2 * q, k, v, dout, causal, block_m, block_n, draw_seed,
+        window_size=(left, right), softcap=softcap,
+        alibi_slopes=_slopes(alibi, batch, nheads, generator),
+        dropout_p=dropout_p, rng_state=_rng_state(generator),
+    )  # fmt: skip
+
+
+FULLY_MASKED = {
+    "window-0-0": dict(window_size=(0, 0)),
+    "window-causal": dict(window_size=(1, -1), causal=True),
+    "everything": dict(window_size=(0, 0), softcap=0.5, alibi="bh", dropout_p=0.4),
+}
+
+
+@pytest.mark.parametrize("case", FULLY_MASKED.values(), ids=FULLY_MASKED.keys())
+def test_window_fully_masked_rows(case: dict, seed: int) -> None:
+    # 7 queries on 3 keys, bottom-right aligned: queries 0..3 meet no key of a window of right ≤ 0.
+    q, k, v, dout = _inputs(2, 7, 3, 4, 2, 8)
+    options = dict(case)
+    causal = options.pop("causal", False)
+    options["alibi_slopes"] = _slopes(options.pop("alibi", None), 2, 4)
+    options["rng_state"] = _rng_state()
+    out, lse, grads = _check_tiled_against_naive(q, k, v, dout, causal, 2, 2, seed, **options)
+    assert (out[:, :4] == 0).all() and torch.isneginf(lse[:, :, :4]).all()
+    assert torch.isfinite(lse[:, :, 4:]).all()
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert (grads[0][:, :4] == 0).all()
+
+
+WINDOW_TILES = {
+    "local-16-0": ((64, 64), (16, 0), False),
+    "local-5-9-unequal": ((45, 70), (5, 9), False),
+    "causal-unequal": ((70, 45), (-1, -1), True),
+    "right-only": ((40, 40), (-1, 3), False),
+}
+
+
+@pytest.mark.parametrize("case", WINDOW_TILES.values(), ids=WINDOW_TILES.keys())
+def test_tiles_outside_the_window_are_skipped(case: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop bounds shrink: exactly the tiles holding a visible (query, key) pair are scored."""
+    (seqlen_q, seqlen_k), window_size, causal = case
+    block_m, block_n = 8, 4
+    visited = []
+    scores = tiled._Problem.scores
+
+    def spy(self, q_tile, k_tile, row_start, col_start):
+        visited.append((row_start, col_start))
+        return scores(self, q_tile, k_tile, row_start, col_start)
+
+    monkeypatch.setattr(tiled._Problem, "scores", spy)
+    visible = naive.keep_mask(seqlen_q, seqlen_k, causal=causal, window_size=window_size)
+    expected = {
+        (r, c)
+        for r in range(0, seqlen_q, block_m)
+        for c in range(0, seqlen_k, block_n)
+        if visible[r : r + block_m, c : c + block_n].any()
+    }
+    assert len(expected) < -(-seqlen_q // block_m) * -(-seqlen_k // block_n)
+    q, k, v, dout = _inputs(1, seqlen_q, seqlen_k, 2, 1, 8)
+    out, lse = tiled.attention_fwd(
+        q, k, v, 0.3, causal, window_size=window_size, block_m=block_m, block_n=block_n
+    )
+    assert sorted(visited) == sorted(expected), "forward"
+    visited.clear()
+    tiled.attention_bwd(
+        dout, q, k, v, out, lse, 0.3, causal, window_size=window_size, block_m=block_m, block_n=block_n
+    )
+    assert sorted(visited) == sorted(expected), "backward"
+
+
+def test_dropout_mask_is_the_kernels_rule() -> None:
+    rng_state = torch.tensor([2024, 11])
+    mask = naive.dropout_mask(rng_state, 0.4, 2, 3, 5, 7)
+    assert mask.shape == (2, 3, 5, 7)
+    # Entry [b, h, i, j] is philox counter (j, i, b·H + h, offset), kept iff word 0 ≥ floor(p·2³²).
+    word = philox4x32((2024, 0), (6, 4, 1 * 3 + 2, 11))[0]
+    assert bool(mask[1, 2, 4, 6]) == (int(word) >= math.floor(0.4 * 2**32))
+
+
+def test_dropout_lse_is_before_dropout_and_same_state_repeats(seed: int) -> None:
+    q, k, v, _ = _inputs(1, 9, 11, 2, 1, 8)
+    rng_state = _rng_state()
+    plain = tiled.attention_fwd(q, k, v, 0.4, True)
+    first = tiled.attention_fwd(q, k, v, 0.4, True, dropout_p=0.5, rng_state=rng_state)
+    second = tiled.attention_fwd(q, k, v, 0.4, True, dropout_p=0.5, rng_state=rng_state.clone())
+    assert torch.equal(first[1], plain[1])
+    assert torch.equal(first[0], second[0]) and not torch.equal(first[0], plain[0])
+
+
+def test_dropout_without_rng_state_is_rejected() -> None:
+    q, k, v, _ = _inputs(1, 2, 2, 1, 1, 4)
+    with pytest.raises(ValueError, match="rng_state"):
+        tiled.attention_fwd(q, k, v, 1.0, False, dropout_p=0.1)
+
+
+# Per-sequence (N_q, N_k): zero-length sequences on either side, N_q ≠ N_k both ways, odd lengths.
+VARLEN_SEQLENS = [(5, 9), (0, 4), (13, 6), (3, 0), (1, 1), (17, 17)]
+
+
+def _varlen_inputs(
+    seqlens: list[tuple[int, int]], nheads: int, nheads_kv: int, head_dim: int
+) -> tuple[torch.Tensor, ...]:
+    lens_q, lens_k = zip(*seqlens, strict=True)
+    cu_q = torch.tensor([0, *itertools.accumulate(lens_q)], dtype=torch.int32)
+    cu_k = torch.tensor([0, *itertools.accumulate(lens_k)], dtype=torch.int32)
+    q, k, v, dout = (t[0] for t in _inputs(1, sum(lens_q), sum(lens_k), nheads, nheads_kv, head_dim))
+    q, k, v = 2 * q, k.contiguous(), v.contiguous()
+    return q, k, v, dout, cu_q, cu_k
+
+
+VARLEN_OPTIONS = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window-causal-alibi-bh": dict(causal=True, window_size=(3, -1), alibi="bh"),
+    "window-softcap-dropout": dict(window_size=(2, 4), softcap=0.8, dropout_p=0.25),
+    "everything": dict(causal=True, window_size=(4, -1), softcap=1.5, alibi="h", dropout_p=0.5),
+}
+
+
+@pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
+@pytest.mark.parametrize("case", VARLEN_OPTIONS.values(), ids=VARLEN_OPTIONS.keys())
+def test_varlen_tiled_matches_naive(case: dict, heads: tuple[int, int], seed: int) -> None:
+    nheads, nheads_kv = heads
+    q, k, v, dout, cu_q, cu_k = _varlen_inputs(VARLEN_SEQLENS, nheads, nheads_kv, 8)
+    batch, max_q, max_k = len(VARLEN_SEQLENS), 17, 17
+    options = dict(case)
+    causal = options.pop("causal", False)
+    options["alibi_slopes"] = _slopes(options.pop("alibi", None), batch, nheads)
+    naive_options = dict(options)
+    if options.get("dropout_p", 0.0) > 0:
+        options["rng_state"] = _rng_state()
+        # The sequence index is dropout's batch index; i, j are positions inside the sequence.
+        naive_options["dropout_mask"] = naive.dropout_mask(
+            options["rng_state"], options["dropout_p"], batch, nheads, max_q, max_k
+        )
+    scale = 0.3
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out_ref, lse_ref = naive.attention_varlen(
+        *leaves, cu_q, cu_k, max_q, max_k, softmax_scale=scale, causal=causal, **naive_options
+    )
+    grads_ref = torch.autograd.grad(out_ref, leaves, dout)
+    args = (cu_q, cu_k, max_q, max_k, scale, causal)
+    out, lse = tiled.attention_varlen_fwd(q, k, v, *args, block_m=4, block_n=8, **options)
+    grads = tiled.attention_varlen_bwd(dout, q, k, v, out, lse, *args, block_m=8, block_n=4, **options)
+    assert out.shape == q.shape and lse.shape == (nheads, q.shape[0])
+    _assert_float64_close("out", out, out_ref.detach(), seed)
+    _assert_float64_close("lse", lse, lse_ref, seed)
+    for name, grad, grad_ref in zip(("dq", "dk", "dv"), grads, grads_ref, strict=True):
+        _assert_float64_close(name, grad, grad_ref, seed)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_varlen_tiled_equals_per_sequence_runs(dtype: torch.dtype) -> None:
+    """A packed batch is bitwise the dense reference run on each sequence alone."""
+    q, k, v, dout, cu_q, cu_k = _varlen_inputs(VARLEN_SEQLENS, 4, 2, 8)
+    q, k, v, dout = (t.to(dtype) for t in (q, k, v, dout))
+    slopes = _slopes("bh", len(VARLEN_SEQLENS), 4)
+    options = dict(window_size=(5, 1), softcap=1.0, block_m=4, block_n=8)
+    out, lse = tiled.attention_fwd(
+        q, k, v, 0.3, True, alibi_slopes=slopes, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+        max_seqlen_q=17, max_seqlen_k=17, **options,
+    )  # fmt: skip
+    grads = tiled.attention_bwd(
+        dout, q, k, v, out, lse, 0.3, True, alibi_slopes=slopes, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+        max_seqlen_q=17, max_seqlen_k=17, **options,
+    )  # fmt: skip
+    bounds = zip(itertools.pairwise(cu_q.tolist()), itertools.pairwise(cu_k.tolist()), strict=True)
+    for b, ((q0, q1), (k0, k1)) in enumerate(bounds):
+        seq = q[None, q0:q1], k[None, k0:k1], v[None, k0:k1]
+        out_b, lse_b = tiled.attention_fwd(*seq, 0.3, True, alibi_slopes=slopes[b], **options)
+        dq_b, dk_b, dv_b = tiled.attention_bwd(
+            dout[None, q0:q1], *seq, out_b, lse_b, 0.3, True, alibi_slopes=slopes[b], **options
+        )
+        assert torch.equal(out[q0:q1], out_b[0]) and torch.equal(lse[:, q0:q1], lse_b[0])
+        assert torch.equal(grads[0][q0:q1], dq_b[0])
+        assert torch.equal(grads[1][k0:k1], dk_b[0]) and torch.equal(grads[2][k0:k1], dv_b[0])
+
+
+def test_varlen_empty_batch() -> None:
+    q, k, v = torch.zeros(0, 2, 8), torch.zeros(0, 1, 8), torch.zeros(0, 1, 8)
+    cu = torch.zeros(1, dtype=torch.int32)
+    out, lse = tiled.attention_varlen_fwd(q, k, v, cu, cu, 0, 0, 0.5, True)
+    dq, dk, dv = tiled.attention_varlen_bwd(out, q, k, v, out, lse, cu, cu, 0, 0, 0.5, True)
+    out_ref, lse_ref = naive.attention_varlen(q, k, v, cu, cu, 0, 0, causal=True)
+    assert out.shape == out_ref.shape == (0, 2, 8) and lse.shape == lse_ref.shape == (2, 0)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape

@@ -2,10 +2,10 @@
 
 ``naive`` materialises S and P and defines every option of ``flash_attn_func``; ``tiled`` is the
 FlashAttention algorithm itself (online softmax forward, recomputing backward) in O(N) memory;
-``compare`` holds the accuracy rule. Nothing here imports the kernels: the oracle stays independent
-of what it checks.
+``dropout`` draws dropout's keep mask bitwise as the kernels do; ``compare`` holds the accuracy rule.
+Nothing here imports the kernels: the oracle stays independent of what it checks.
 """
 
-from flashtile.reference import compare, naive, tiled
+from flashtile.reference import compare, dropout, naive, tiled
 
-__all__ = ["compare", "naive", "tiled"]
+__all__ = ["compare", "dropout", "naive", "tiled"]

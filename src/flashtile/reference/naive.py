@@ -14,7 +14,10 @@ For query ``i`` and key ``j`` of one head, with ``off = N_k − N_q`` (bottom-ri
     lse_i = log Σ_j exp(s_ij),   P_ij = exp(s_ij − lse_i)
     out_i = Σ_j P_ij · keep_ij / (1 − dropout_p) · v_j      keep = dropout_mask (all True without dropout)
 
-A row with no visible key gives ``out_i = 0`` and ``lse_i = −∞``.
+A row with no visible key gives ``out_i = 0`` and ``lse_i = −∞``. ``window_size`` is taken literally:
+flash_attn's normalisation (a bound ≥ ``N_k`` becomes −1, which differs from the literal window when
+``N_q > N_k``) is the caller's (``flashtile.validation``). :func:`dropout_mask` draws the keep mask the
+kernels draw from an ``rng_state``; :func:`attention_varlen` runs a packed batch sequence by sequence.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from flashtile.reference.dropout import dropout_keep
 
 
 def keep_mask(
@@ -167,11 +172,13 @@ def attention(
         causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j ≤ i + N_k − N_q``.
         window_size: ``(left, right)``; query ``i`` sees keys in
             ``[i + N_k − N_q − left, i + N_k − N_q + right]``; −1 is unlimited; causal forces right = 0.
+            Taken literally: flash_attn's normalisation of bounds ≥ ``N_k`` to −1 is the caller's.
         softcap: > 0 replaces the scaled score s by ``softcap · tanh(s / softcap)`` before ALiBi and masking.
         alibi_slopes: float32 ``(H,)`` or ``(B, H)``; adds ``−slope · |i + N_k − N_q − j|`` to the score.
         dropout_p: probability of dropping an entry of P; needs ``dropout_mask`` when > 0.
         dropout_mask: bool ``(B, H, N_q, N_k)``, True = keep; kept entries of P are scaled by
-            ``1/(1 − dropout_p)``. The lse is that of the softmax before dropout.
+            ``1/(1 − dropout_p)``. The lse is that of the softmax before dropout. :func:`dropout_mask`
+            gives the mask the kernels draw for an ``rng_state``.
 
     Returns:
         ``out`` ``(B, N_q, H, D)`` in the input dtype; ``lse`` ``(B, H, N_q)`` natural log, float32
@@ -220,3 +227,94 @@ def attention_probs(
     if dropout_mask is not None:
         p = torch.where(dropout_mask, p, -p)
     return p.to(q.dtype)
+
+
+def dropout_mask(
+    rng_state: torch.Tensor, dropout_p: float, batch: int, nheads: int, seqlen_q: int, seqlen_k: int
+) -> torch.Tensor:
+    """The keep mask the kernels draw for ``rng_state``: bool ``(batch, nheads, seqlen_q, seqlen_k)``.
+
+    Entry ``[b, h, i, j]`` is :func:`flashtile.reference.dropout.dropout_keep` of batch ``b`` (the
+    sequence index under varlen), head ``h``, query ``i``, key ``j``; pass it as ``dropout_mask`` to
+    :func:`attention` or :func:`attention_varlen`. On ``rng_state``'s device.
+
+    >>> dropout_mask(torch.tensor([0, 0]), 0.0, 2, 3, 4, 5).all().item()
+    True
+    """
+    device = rng_state.device
+    b = torch.arange(batch, device=device)[:, None, None, None]
+    h = torch.arange(nheads, device=device)[None, :, None, None]
+    rows = torch.arange(seqlen_q, device=device)[:, None]
+    cols = torch.arange(seqlen_k, device=device)[None, :]
+    keep = dropout_keep(rng_state, dropout_p, b, h, nheads, rows, cols)
+    return keep.expand(batch, nheads, seqlen_q, seqlen_k)
+
+
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention` of a packed batch (flash_attn's ``flash_attn_varlen_func``), sequence by sequence.
+
+    Sequence ``b`` is queries ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` against keys
+    ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``, attended as a batch of one with its own lengths (either may
+    be 0; causal and windows bottom-right aligned per sequence). Differentiable by autograd.
+
+    Args:
+        q: ``(total_q, H, D)``; k, v: ``(total_k, H_KV, D)``.
+        cu_seqlens_q, cu_seqlens_k: int ``(B + 1,)`` cumulative lengths, starting at 0.
+        max_seqlen_q, max_seqlen_k: the longest sequence; they size ``dropout_mask``.
+        alibi_slopes: float32 ``(H,)`` or ``(B, H)`` (row ``b`` for sequence ``b``).
+        dropout_mask: bool ``(B, H, max_seqlen_q, max_seqlen_k)``, as flash_attn's varlen ``S_dmask``;
+            sequence ``b`` uses ``[b, :, :N_q, :N_k]``.
+        The rest: as in :func:`attention`.
+
+    Returns:
+        ``out`` ``(total_q, H, D)`` and ``lse`` ``(H, total_q)`` (flash_attn's varlen layout).
+
+    >>> q = k = v = torch.ones(3, 1, 4, dtype=torch.float64)
+    >>> cu = torch.tensor([0, 1, 3], dtype=torch.int32)
+    >>> attention_varlen(q, k, v, cu, cu, 2, 2, causal=True)[1].tolist()
+    [[2.0, 2.0, 2.6931471805599454]]
+    """
+    _check_dropout(dropout_p, dropout_mask)
+    q_bounds, k_bounds = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    # Empty leading pieces give the right shapes and dtypes when there are no sequences.
+    outs = [q.new_zeros(0, q.shape[1], v.shape[2])]
+    lses = [q.new_zeros(q.shape[1], 0, dtype=_compute_dtype(q.dtype))]
+    for b in range(len(q_bounds) - 1):
+        (q_start, q_stop), (k_start, k_stop) = q_bounds[b : b + 2], k_bounds[b : b + 2]
+        slopes = alibi_slopes
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[b]
+        mask = None
+        if dropout_mask is not None:
+            mask = dropout_mask[b : b + 1, :, : q_stop - q_start, : k_stop - k_start]
+        out, lse = attention(
+            q[None, q_start:q_stop],
+            k[None, k_start:k_stop],
+            v[None, k_start:k_stop],
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=window_size,
+            softcap=softcap,
+            alibi_slopes=slopes,
+            dropout_p=dropout_p,
+            dropout_mask=mask,
+        )
+        outs.append(out[0])
+        lses.append(lse[0])
+    return torch.cat(outs), torch.cat(lses, dim=1)

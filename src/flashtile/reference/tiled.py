@@ -3,16 +3,33 @@
 Work is done on tiles of ``block_m`` query rows × ``block_n`` keys, vectorised over batch and heads; no
 ``N_q × N_k`` tensor is ever formed, so the extra memory is O(N). Accumulation runs in
 max(float32, input dtype). The derivations are in ``docs/design/online_softmax.md`` and
-``docs/design/backward.md``.
+``docs/design/backward.md``; how each option reaches this code is ``docs/design/options.md``.
 
 GQA/MQA without copying K/V per query head: the ``G = H // H_KV`` query heads that share a KV head are
 stacked along the row axis, so one tile holds ``G · block_m`` rows that all meet the same K/V tile, and
 ``Pᵀ·dO`` / ``dSᵀ·Q`` sum over the group by the matmul itself.
+
+Every flash_attn option enters through the score of one tile (:meth:`_Problem.scores`), the loop bounds
+(:meth:`_Problem.key_tiles`, :meth:`_Problem.query_tiles`) and dropout's keep mask
+(:meth:`_Problem.dropout_keep`), in this order, as in the kernels:
+
+    s = scale · Q·Kᵀ                        the scaled score
+    s ← softcap · tanh(s / softcap)         softcap > 0
+    s ← s − slope · |i + N_k − N_q − j|     ALiBi
+    s ← −∞ outside the window               causal / window_size (only on tiles the window cuts)
+    P = softmax(s);  out = (P ∘ Z / (1 − p)) · V   dropout keep mask Z (lse is that of P, before dropout)
+
+``window_size`` arrives normalised by the caller (``flashtile.validation``): each bound is −1
+(unlimited) or the raw flash_attn value, and ``causal`` forces ``right = 0`` here as in flash_attn.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from flashtile.reference.dropout import dropout_keep
 
 
 def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -30,74 +47,146 @@ def _rows(x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     return x[:, :, :, start:stop].flatten(2, 3)
 
 
-def _causal_keep(
-    row_start: int,
-    row_stop: int,
-    col_start: int,
-    col_stop: int,
-    offset: int,
-    group: int,
-    device: torch.device,
-) -> torch.Tensor:
-    """Causal keep mask of one tile, ``(G·block_m, block_n)`` bool: key ``j`` seen iff ``j ≤ i + offset``."""
-    rows = torch.arange(row_start, row_stop, device=device)[:, None]
-    cols = torch.arange(col_start, col_stop, device=device)[None, :]
-    return (cols <= rows + offset).repeat(group, 1)
+def _aligned_range(first: int, stop: int, block: int) -> range:
+    """Starts of the ``block``-aligned tiles that cover ``[first, stop)`` (empty when ``stop ≤ first``)."""
+    return range(first - first % block, stop, block)
 
 
-def _last_visible_key(row_stop: int, offset: int, causal: bool, seqlen_k: int) -> int:
-    """One past the last key that any row below ``row_stop`` may see: K/V tiles from there on are skipped."""
-    return min(seqlen_k, row_stop + offset) if causal else seqlen_k
+@dataclass(frozen=True)
+class _Problem:
+    """What turns ``Q·Kᵀ`` of one tile into its masked score, shared by the forward and the backward.
+
+    Row ``i`` and column ``j`` are positions inside one sequence; ``batch_ids`` are the batch indices that
+    dropout's counter uses (the sequence index under varlen).
+    """
+
+    seqlen_q: int
+    seqlen_k: int
+    nheads: int
+    group: int
+    softmax_scale: float
+    left: int
+    right: int
+    softcap: float
+    # (B, H_KV, G, 1) in the accumulation dtype, or None.
+    slopes: torch.Tensor | None
+    dropout_p: float
+    rng_state: torch.Tensor | None
+    # (B,) int64.
+    batch_ids: torch.Tensor
+
+    @property
+    def offset(self) -> int:
+        """``N_k − N_q``: query ``i`` is aligned with key ``i + offset`` (bottom-right)."""
+        return self.seqlen_k - self.seqlen_q
+
+    def key_tiles(self, row_start: int, row_stop: int, block_n: int) -> range:
+        """Starts of the K/V tiles that some row in ``[row_start, row_stop)`` sees; the others are skipped."""
+        first = 0 if self.left < 0 else max(0, row_start + self.offset - self.left)
+        stop = self.seqlen_k if self.right < 0 else min(self.seqlen_k, row_stop + self.offset + self.right)
+        return _aligned_range(first, stop, block_n)
+
+    def query_tiles(self, col_start: int, col_stop: int, block_m: int) -> range:
+        """Starts of the query tiles with some row that sees a key in ``[col_start, col_stop)``."""
+        first = 0 if self.right < 0 else max(0, col_start - self.offset - self.right)
+        stop = self.seqlen_q if self.left < 0 else min(self.seqlen_q, col_stop - self.offset + self.left)
+        return _aligned_range(first, stop, block_m)
+
+    def _cut_by_window(self, row_start: int, row_stop: int, col_start: int, col_stop: int) -> bool:
+        """Whether some (row, key) pair of the tile lies outside the window, so the tile needs the mask."""
+        left_cut = self.left >= 0 and col_start < row_stop - 1 + self.offset - self.left
+        right_cut = self.right >= 0 and col_stop - 1 > row_start + self.offset + self.right
+        return left_cut or right_cut
+
+    def _positions(
+        self, row_start: int, row_stop: int, col_start: int, col_stop: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query positions ``(G·bm, 1)`` (repeated for each head of a group) and key positions ``(1, bn)``."""
+        rows = torch.arange(row_start, row_stop, device=device).repeat(self.group)[:, None]
+        cols = torch.arange(col_start, col_stop, device=device)[None, :]
+        return rows, cols
+
+    def scores(
+        self, q_tile: torch.Tensor, k_tile: torch.Tensor, row_start: int, col_start: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The masked score of one tile ``[B, H_KV, G·bm, bn]`` and, under softcap, ``ds/ds̃ = 1 − tanh²``."""
+        row_stop = row_start + q_tile.shape[-2] // self.group
+        col_stop = col_start + k_tile.shape[-2]
+        rows, cols = self._positions(row_start, row_stop, col_start, col_stop, q_tile.device)
+        distance = cols - (rows + self.offset)  # [G·bm, bn]
+        s = q_tile @ k_tile.transpose(-1, -2) * self.softmax_scale
+        softcap_grad = None
+        if self.softcap > 0:
+            capped = torch.tanh(s / self.softcap)
+            s = self.softcap * capped
+            softcap_grad = 1.0 - capped * capped
+        if self.slopes is not None:
+            slopes = self.slopes.repeat_interleave(row_stop - row_start, dim=2)  # [B, H_KV, G·bm, 1]
+            s = s - slopes * distance.abs().to(s.dtype)
+        if self._cut_by_window(row_start, row_stop, col_start, col_stop):
+            hidden = torch.zeros_like(distance, dtype=torch.bool)
+            if self.left >= 0:
+                hidden |= distance < -self.left
+            if self.right >= 0:
+                hidden |= distance > self.right
+            s = s.masked_fill(hidden, float("-inf"))
+        return s, softcap_grad
+
+    def dropout_keep(self, row_start: int, row_stop: int, col_start: int, col_stop: int) -> torch.Tensor:
+        """Dropout's keep mask ``Z`` of one tile, bool ``[B, H_KV, G·bm, bn]`` (``reference.dropout``)."""
+        device = self.batch_ids.device
+        rows, cols = self._positions(row_start, row_stop, col_start, col_stop, device)
+        # Query head of each stacked row: KV head κ holds query heads κ·G … κ·G + G − 1.
+        heads = torch.arange(self.nheads, device=device).view(-1, self.group, 1)
+        heads = heads.expand(-1, -1, row_stop - row_start).flatten(1)[None, :, :, None]
+        batch = self.batch_ids[:, None, None, None]
+        return dropout_keep(self.rng_state, self.dropout_p, batch, heads, self.nheads, rows, cols)
 
 
-def attention_fwd(
+def _problem(
     q: torch.Tensor,
     k: torch.Tensor,
-    v: torch.Tensor,
     softmax_scale: float,
     causal: bool,
-    block_m: int = 64,
-    block_n: int = 64,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward pass by the online softmax, one ``block_m × block_n`` tile at a time.
-
-    For each tile of query rows, keep a running row max ``m``, row sum ``ℓ`` and unnormalised output
-    ``O`` (initially ``−∞``, 0, 0) and visit the K/V tiles left to right. For tile ``j`` with scores
-    ``S = scale · Q·Kⱼᵀ`` (−∞ where causally masked), its row max ``m̃ = rowmax(S)``,
-    ``P̃ = exp(S − m̃)`` and ``ℓ̃ = rowsum(P̃)``:
-
-        m_new = max(m, m̃)
-        ℓ_new = e^{m − m_new} · ℓ + e^{m̃ − m_new} · ℓ̃
-        O_new = e^{m − m_new} · O + e^{m̃ − m_new} · P̃·Vⱼ
-
-    (the code forms ``exp(S − m_new)`` directly, which folds in the factor ``e^{m̃ − m_new}``). At the end
-    ``out = O / ℓ`` and ``lse = m + log ℓ``. Under ``causal`` (bottom-right aligned, key ``j`` visible from
-    query ``i`` iff ``j ≤ i + N_k − N_q``) the K/V tiles wholly above the diagonal are never visited, and
-    only tiles that straddle it are masked. Where ``m_new = −∞`` (nothing visible yet) the exponents use 0
-    in its place, so no ``−∞ − (−∞)`` arises; a row that sees no key ends with ``ℓ = 0`` and gives
-    ``out = 0``, ``lse = −∞``.
-
-    Args:
-        q: ``(B, N_q, H, D)``; k, v: ``(B, N_k, H_KV, D)``, ``H % H_KV == 0``; fp16, bf16, fp32 or fp64,
-            any strides.
-        softmax_scale: multiplies ``q·kᵀ``.
-        causal: bottom-right aligned causal mask.
-        block_m, block_n: tile sizes (any positive integers).
-
-    Returns:
-        ``out`` ``(B, N_q, H, D)`` in the input dtype and ``lse`` ``(B, H, N_q)`` natural log, float32
-        (float64 for float64 inputs).
-
-    >>> q = k = v = torch.ones(1, 3, 1, 2)
-    >>> out, lse = attention_fwd(q, k, v, softmax_scale=1.0, causal=True, block_m=2, block_n=2)
-    >>> out[0, :, 0, 0].tolist(), [round(x, 4) for x in lse[0, 0].tolist()]
-    ([1.0, 1.0, 1.0], [2.0, 2.6931, 3.0986])
-    """
-    batch, seqlen_q, nheads, head_dim = q.shape
-    seqlen_k, nheads_kv = k.shape[1], k.shape[2]
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    dropout_p: float,
+    rng_state: torch.Tensor | None,
+    batch_ids: torch.Tensor,
+) -> _Problem:
+    """The per-call constants of a dense problem; ``alibi_slopes`` already has one row per batch element."""
+    if dropout_p > 0 and rng_state is None:
+        raise ValueError(f"dropout_p={dropout_p} needs rng_state, an int64 tensor (2,) = (seed, offset)")
+    nheads, nheads_kv = q.shape[2], k.shape[2]
     group = nheads // nheads_kv
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(device=q.device, dtype=_accumulate_dtype(q.dtype))
+        slopes = slopes.expand(q.shape[0], nheads).reshape(q.shape[0], nheads_kv, group, 1)
+    left, right = window_size
+    return _Problem(
+        seqlen_q=q.shape[1],
+        seqlen_k=k.shape[1],
+        nheads=nheads,
+        group=group,
+        softmax_scale=softmax_scale,
+        left=left,
+        right=0 if causal else right,
+        softcap=softcap,
+        slopes=slopes,
+        dropout_p=dropout_p,
+        rng_state=rng_state,
+        batch_ids=batch_ids,
+    )
+
+
+def _forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: _Problem, block_m: int, block_n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, seqlen_q, _, head_dim = q.shape
+    nheads_kv, group = k.shape[2], problem.group
     acc_dtype = _accumulate_dtype(q.dtype)
-    offset = seqlen_k - seqlen_q
     q_g = _grouped(q, nheads_kv, acc_dtype)
     k_t = k.to(acc_dtype).transpose(1, 2)
     v_t = v.to(acc_dtype).transpose(1, 2)
@@ -113,20 +202,19 @@ def attention_fwd(
         m = torch.full(q_tile.shape[:-1], float("-inf"), dtype=acc_dtype, device=q.device)
         ell = torch.zeros_like(m)
         acc = torch.zeros_like(q_tile)
-        for col_start in range(0, _last_visible_key(row_stop, offset, causal, seqlen_k), block_n):
-            col_stop = min(col_start + block_n, seqlen_k)
-            k_tile = k_t[:, :, col_start:col_stop]  # [B, H_KV, bn, D]
-            s = q_tile @ k_tile.transpose(-1, -2) * softmax_scale  # [B, H_KV, G·bm, bn]
-            # Only tiles that straddle the diagonal need a mask; those left of it are fully visible.
-            if causal and col_stop - 1 > row_start + offset:
-                keep = _causal_keep(row_start, row_stop, col_start, col_stop, offset, group, q.device)
-                s = s.masked_fill(~keep, float("-inf"))
+        for col_start in problem.key_tiles(row_start, row_stop, block_n):
+            col_stop = min(col_start + block_n, problem.seqlen_k)
+            s, _ = problem.scores(q_tile, k_t[:, :, col_start:col_stop], row_start, col_start)
             m_new = torch.maximum(m, s.amax(dim=-1))
             # Rows that have seen no key yet keep m_new = −∞; shift them by 0 to avoid −∞ − (−∞).
             shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
             p = torch.exp(s - shift[..., None])
             alpha = torch.exp(m - shift)
+            # ℓ sums P before dropout: the lse and the normaliser are those of the softmax itself.
             ell = alpha * ell + p.sum(dim=-1)
+            if problem.dropout_p > 0:
+                keep = problem.dropout_keep(row_start, row_stop, col_start, col_stop)
+                p = p * keep.to(acc_dtype) / (1.0 - problem.dropout_p)
             acc = alpha[..., None] * acc + p @ v_t[:, :, col_start:col_stop]
             m = m_new
 
@@ -141,57 +229,26 @@ def attention_fwd(
     return out.flatten(2, 3), lse.flatten(1, 2)
 
 
-def attention_bwd(
+def _backward(
     dout: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     out: torch.Tensor,
     lse: torch.Tensor,
-    softmax_scale: float,
-    causal: bool,
-    block_m: int = 64,
-    block_n: int = 64,
+    problem: _Problem,
+    block_m: int,
+    block_n: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward pass that recomputes P tile by tile from Q, K and the forward's LSE.
-
-    First ``Dᵢ = rowsum(dO ∘ O)`` (equal to ``rowsum(P ∘ dP)``). Then for each K/V tile ``j``, with
-    ``dKⱼ``, ``dVⱼ`` accumulated over the query tiles ``i`` that can see it:
-
-        P   = exp(scale · Qᵢ·Kⱼᵀ − lse)          (0 where causally masked)
-        dVⱼ += Pᵀ · dOᵢ
-        dP  = dOᵢ · Vⱼᵀ
-        dS  = P ∘ (dP − D)
-        dQᵢ += scale · dS · Kⱼ
-        dKⱼ += scale · dSᵀ · Qᵢ
-
-    With GQA the ``G`` query heads of a KV head are stacked along the rows of ``P`` and ``dS``, so
-    ``Pᵀ·dO`` and ``dSᵀ·Q`` sum the group into ``dk``, ``dv`` of the KV head. A row with ``lse = −∞``
-    (no visible key) gets ``P = 0`` by shifting with 0 instead of ``−∞``, hence zero gradients.
-
-    Args:
-        dout: ``(B, N_q, H, D)`` gradient of ``out``, any strides.
-        q, k, v, out, lse, softmax_scale, causal: as given to and returned by :func:`attention_fwd`.
-        block_m, block_n: tile sizes (any positive integers).
-
-    Returns:
-        ``dq`` ``(B, N_q, H, D)``, ``dk`` and ``dv`` ``(B, N_k, H_KV, D)``, in the input dtype.
-
-    >>> q = k = v = torch.ones(1, 2, 1, 2)
-    >>> out, lse = attention_fwd(q, k, v, 1.0, causal=True)
-    >>> dq, dk, dv = attention_bwd(torch.ones_like(out), q, k, v, out, lse, 1.0, causal=True)
-    >>> dv[0, :, 0, 0].tolist()
-    [1.5, 0.5]
-    """
-    batch, seqlen_q, nheads, head_dim = q.shape
+    batch, seqlen_q, _, head_dim = q.shape
     seqlen_k, nheads_kv = k.shape[1], k.shape[2]
-    group = nheads // nheads_kv
+    group, scale = problem.group, problem.softmax_scale
     acc_dtype = _accumulate_dtype(q.dtype)
-    offset = seqlen_k - seqlen_q
     q_g = _grouped(q, nheads_kv, acc_dtype)
     do_g = _grouped(dout, nheads_kv, acc_dtype)
     k_t = k.to(acc_dtype).transpose(1, 2)
     v_t = v.to(acc_dtype).transpose(1, 2)
+    # D = rowsum(dO ∘ O) = rowsum(P ∘ dP), with or without dropout (docs/design/backward.md).
     delta = (do_g * _grouped(out, nheads_kv, acc_dtype)).sum(dim=-1)  # [B, H_KV, G, N_q]
     lse_g = lse.to(acc_dtype).unflatten(1, (nheads_kv, group))
     # A fully masked row has lse = −∞ and only −∞ scores: shifting by 0 makes its P exactly 0.
@@ -208,23 +265,323 @@ def attention_bwd(
         v_tile = v_t[:, :, col_start:col_stop]
         dk_tile = torch.zeros_like(k_tile)
         dv_tile = torch.zeros_like(v_tile)
-        # Query rows above the diagonal (i < col_start − offset) see no key of this tile: skip their tiles.
-        first_row = max(0, col_start - offset) if causal else 0
-        for row_start in range(first_row - first_row % block_m, seqlen_q, block_m):
+        for row_start in problem.query_tiles(col_start, col_stop, block_m):
             row_stop = min(row_start + block_m, seqlen_q)
             q_tile = _rows(q_g, row_start, row_stop)  # [B, H_KV, G·bm, D]
             do_tile = _rows(do_g, row_start, row_stop)
-            s = q_tile @ k_tile.transpose(-1, -2) * softmax_scale  # [B, H_KV, G·bm, bn]
-            if causal and col_stop - 1 > row_start + offset:
-                keep = _causal_keep(row_start, row_stop, col_start, col_stop, offset, group, q.device)
-                s = s.masked_fill(~keep, float("-inf"))
+            s, softcap_grad = problem.scores(q_tile, k_tile, row_start, col_start)
             p = torch.exp(s - _rows(lse_g[..., None], row_start, row_stop))
-            dv_tile += p.transpose(-1, -2) @ do_tile
             dp = do_tile @ v_tile.transpose(-1, -2)
+            if problem.dropout_p > 0:
+                # O = (P ∘ Z/(1−p))·V: dV sees the dropped P, and dP = ∂L/∂P carries the same factor.
+                keep = problem.dropout_keep(row_start, row_stop, col_start, col_stop)
+                dropout_scale = keep.to(acc_dtype) / (1.0 - problem.dropout_p)
+                dv_tile += (p * dropout_scale).transpose(-1, -2) @ do_tile
+                dp = dp * dropout_scale
+            else:
+                dv_tile += p.transpose(-1, -2) @ do_tile
             ds = p * (dp - _rows(delta[..., None], row_start, row_stop))
-            dk_tile += ds.transpose(-1, -2) @ q_tile * softmax_scale
-            dq[:, :, :, row_start:row_stop] += (ds @ k_tile * softmax_scale).unflatten(2, (group, -1))
+            if softcap_grad is not None:
+                ds = ds * softcap_grad
+            dk_tile += ds.transpose(-1, -2) @ q_tile * scale
+            dq[:, :, :, row_start:row_stop] += (ds @ k_tile * scale).unflatten(2, (group, -1))
         dk[:, col_start:col_stop] = dk_tile.transpose(1, 2).to(k.dtype)
         dv[:, col_start:col_stop] = dv_tile.transpose(1, 2).to(v.dtype)
 
     return dq.flatten(1, 2).transpose(1, 2).to(q.dtype), dk, dv
+
+
+Window = tuple[int, int]
+
+
+def attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    *,
+    window_size: Window = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward pass by the online softmax, one ``block_m × block_n`` tile at a time.
+
+    For each tile of query rows, keep a running row max ``m``, row sum ``ℓ`` and unnormalised output
+    ``O`` (initially ``−∞``, 0, 0) and visit the K/V tiles the rows can see, left to right. For tile
+    ``j`` form the score, each option entering in this order:
+
+        S = scale · Q·Kⱼᵀ
+        S ← softcap · tanh(S / softcap)            softcap > 0
+        S ← S − slope_h · |i + N_k − N_q − j|      alibi_slopes
+        S ← −∞ where key j is outside the window   causal / window_size, only on tiles the window cuts
+
+    then, with ``m̃ = rowmax(S)``, ``P̃ = exp(S − m_new)``:
+
+        m_new = max(m, m̃)
+        ℓ_new = e^{m − m_new} · ℓ + rowsum(P̃)                         (P before dropout)
+        O_new = e^{m − m_new} · O + (P̃ ∘ Z / (1 − dropout_p)) · Vⱼ    (Z: dropout's keep mask, 1 without)
+
+    At the end ``out = O / ℓ`` and ``lse = m + log ℓ``: the lse and the normaliser are those of the
+    softmax before dropout, and dropout only thins the weighted sum. The window is ``[i + N_k − N_q −
+    left, i + N_k − N_q + right]`` (bottom-right aligned; −1 is unlimited; ``causal`` forces right = 0):
+    K/V tiles wholly outside it are never visited, tiles wholly inside are not masked. Where
+    ``m_new = −∞`` (nothing visible yet) the exponents use 0 in its place, so no ``−∞ − (−∞)`` arises; a
+    row that sees no key ends with ``ℓ = 0`` and gives ``out = 0``, ``lse = −∞``.
+
+    Args:
+        q: ``(B, N_q, H, D)``; k, v: ``(B, N_k, H_KV, D)``, ``H % H_KV == 0``; fp16, bf16, fp32 or fp64,
+            any strides. With ``cu_seqlens_q`` given, the varlen layout of
+            :func:`attention_varlen_fwd` instead.
+        softmax_scale: multiplies ``q·kᵀ``.
+        causal: bottom-right aligned causal mask.
+        window_size: ``(left, right)``, normalised by the caller (``flashtile.validation``): −1 unlimited.
+        softcap: > 0 caps the scaled score; 0 is off.
+        alibi_slopes: float32 ``(H,)`` or ``(B, H)``, or None.
+        dropout_p: in [0, 1); > 0 needs ``rng_state``.
+        rng_state: int64 ``(2,)`` = ``(seed, offset)`` for :func:`flashtile.reference.dropout.dropout_keep`.
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: varlen, see :func:`attention_varlen_fwd`.
+        block_m, block_n: tile sizes (any positive integers).
+
+    Returns:
+        ``out`` ``(B, N_q, H, D)`` in the input dtype and ``lse`` ``(B, H, N_q)`` natural log, float32
+        (float64 for float64 inputs); varlen: ``(total_q, H, D)`` and ``(H, total_q)``.
+
+    >>> q = k = v = torch.ones(1, 3, 1, 2)
+    >>> out, lse = attention_fwd(q, k, v, softmax_scale=1.0, causal=True, block_m=2, block_n=2)
+    >>> out[0, :, 0, 0].tolist(), [round(x, 4) for x in lse[0, 0].tolist()]
+    ([1.0, 1.0, 1.0], [2.0, 2.6931, 3.0986])
+    >>> _, lse = attention_fwd(q, k, v, 1.0, False, window_size=(0, 0), alibi_slopes=torch.tensor([1.0]))
+    >>> lse[0, 0].tolist()
+    [2.0, 2.0, 2.0]
+    """
+    if cu_seqlens_q is not None:
+        return attention_varlen_fwd(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+            window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+            rng_state=rng_state, block_m=block_m, block_n=block_n,
+        )  # fmt: skip
+    batch_ids = torch.arange(q.shape[0], device=q.device)
+    problem = _problem(
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids
+    )
+    return _forward(q, k, v, problem, block_m, block_n)
+
+
+def attention_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    *,
+    window_size: Window = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward pass that recomputes P tile by tile from Q, K and the forward's LSE.
+
+    First ``Dᵢ = rowsum(dO ∘ O)`` (equal to ``rowsum(P ∘ dP)``, dropout included). Then for each K/V tile
+    ``j``, with ``dKⱼ``, ``dVⱼ`` accumulated over the query tiles ``i`` that can see it (the others are
+    skipped), each option entering as marked:
+
+        S   = the masked score of the forward (scale, softcap, ALiBi, window)
+        P   = exp(S − lse)                            (0 outside the window)
+        dVⱼ += (P ∘ Z/(1 − p))ᵀ · dOᵢ                 dropout: V met the dropped P
+        dP  = (dOᵢ · Vⱼᵀ) ∘ Z/(1 − p)                 dropout: ∂L/∂P carries the same factor
+        dS  = P ∘ (dP − D)
+        dS ← dS ∘ (1 − tanh²(S̃ / softcap))           softcap: S̃ = scale · Qᵢ·Kⱼᵀ, the uncapped score
+        dQᵢ += scale · dS · Kⱼ
+        dKⱼ += scale · dSᵀ · Qᵢ
+
+    ALiBi adds a constant to S, so it enters only through the recomputed P. With GQA the ``G`` query
+    heads of a KV head are stacked along the rows of ``P`` and ``dS``, so ``Pᵀ·dO`` and ``dSᵀ·Q`` sum
+    the group into ``dk``, ``dv`` of the KV head. A row with ``lse = −∞`` (no visible key) gets ``P = 0``
+    by shifting with 0 instead of ``−∞``, hence zero gradients.
+
+    Args:
+        dout: ``(B, N_q, H, D)`` gradient of ``out``, any strides.
+        q, k, v, out, lse: as given to and returned by :func:`attention_fwd`.
+        softmax_scale, causal and the keywords: as given to :func:`attention_fwd`.
+        block_m, block_n: tile sizes (any positive integers).
+
+    Returns:
+        ``dq`` ``(B, N_q, H, D)``, ``dk`` and ``dv`` ``(B, N_k, H_KV, D)``, in the input dtype (varlen:
+        ``(total_q, H, D)`` and ``(total_k, H_KV, D)``).
+
+    >>> q = k = v = torch.ones(1, 2, 1, 2)
+    >>> out, lse = attention_fwd(q, k, v, 1.0, causal=True)
+    >>> dq, dk, dv = attention_bwd(torch.ones_like(out), q, k, v, out, lse, 1.0, causal=True)
+    >>> dv[0, :, 0, 0].tolist()
+    [1.5, 0.5]
+    """
+    if cu_seqlens_q is not None:
+        return attention_varlen_bwd(
+            dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+            dropout_p=dropout_p, rng_state=rng_state, block_m=block_m, block_n=block_n,
+        )  # fmt: skip
+    batch_ids = torch.arange(q.shape[0], device=q.device)
+    problem = _problem(
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids
+    )
+    return _backward(dout, q, k, v, out, lse, problem, block_m, block_n)
+
+
+def _sequences(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    """``(q_start, q_stop, k_start, k_stop)`` of each sequence of a packed batch (read on the host)."""
+    q_bounds, k_bounds = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    return list(zip(q_bounds[:-1], q_bounds[1:], k_bounds[:-1], k_bounds[1:], strict=True))
+
+
+def _sequence_problem(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    index: int,
+    softmax_scale: float,
+    causal: bool,
+    window_size: Window,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    dropout_p: float,
+    rng_state: torch.Tensor | None,
+) -> _Problem:
+    """Sequence ``index`` (``q``, ``k`` a batch of 1): its ALiBi slopes, and ``b = index`` for dropout."""
+    if alibi_slopes is not None and alibi_slopes.dim() == 2:
+        alibi_slopes = alibi_slopes[index]
+    batch_ids = torch.tensor([index], device=q.device)
+    return _problem(
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids
+    )
+
+
+def attention_varlen_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int | None,
+    max_seqlen_k: int | None,
+    softmax_scale: float,
+    causal: bool,
+    *,
+    window_size: Window = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention_fwd` on a packed batch, one sequence at a time (a loop on the host).
+
+    Sequence ``b`` holds queries ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and keys
+    ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``; it is attended exactly as a dense batch of one, with its own
+    ``N_q``, ``N_k`` (either may be 0; causal and windows are bottom-right aligned per sequence), its row
+    ``b`` of ``(B, H)`` ALiBi slopes, and ``b`` as dropout's batch index (``i``, ``j`` are positions
+    inside the sequence).
+
+    Args:
+        q: ``(total_q, H, D)``; k, v: ``(total_k, H_KV, D)``.
+        cu_seqlens_q, cu_seqlens_k: int32 ``(B + 1,)``, validated by the caller (start at 0,
+            non-decreasing, end at ``total_q`` / ``total_k``).
+        max_seqlen_q, max_seqlen_k: part of the launcher contract; the loop does not need them.
+        The rest: as in :func:`attention_fwd`.
+
+    Returns:
+        ``out`` ``(total_q, H, D)`` in the input dtype and ``lse`` ``(H, total_q)`` (flash_attn's varlen
+        layout), float32 (float64 for float64 inputs).
+
+    >>> q = k = v = torch.ones(3, 1, 2)
+    >>> cu = torch.tensor([0, 1, 3], dtype=torch.int32)
+    >>> out, lse = attention_varlen_fwd(q, k, v, cu, cu, 2, 2, 1.0, True)
+    >>> [round(x, 4) for x in lse[0].tolist()]
+    [2.0, 2.0, 2.6931]
+    """
+    acc_dtype = _accumulate_dtype(q.dtype)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("nan"), dtype=acc_dtype, device=q.device)
+    for index, (q_start, q_stop, k_start, k_stop) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k)):
+        q_seq, k_seq, v_seq = q[None, q_start:q_stop], k[None, k_start:k_stop], v[None, k_start:k_stop]
+        problem = _sequence_problem(
+            q_seq, k_seq, index, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
+            rng_state,
+        )  # fmt: skip
+        out_seq, lse_seq = _forward(q_seq, k_seq, v_seq, problem, block_m, block_n)
+        out[q_start:q_stop] = out_seq[0]
+        lse[:, q_start:q_stop] = lse_seq[0]
+    return out, lse
+
+
+def attention_varlen_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int | None,
+    max_seqlen_k: int | None,
+    softmax_scale: float,
+    causal: bool,
+    *,
+    window_size: Window = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`attention_bwd` on a packed batch, one sequence at a time, as :func:`attention_varlen_fwd`.
+
+    Args:
+        dout, out: ``(total_q, H, D)``; lse: ``(H, total_q)``; the rest as in :func:`attention_varlen_fwd`.
+
+    Returns:
+        ``dq`` ``(total_q, H, D)``, ``dk`` and ``dv`` ``(total_k, H_KV, D)``, in the input dtype.
+
+    >>> q = k = v = torch.ones(3, 1, 2)
+    >>> cu = torch.tensor([0, 1, 3], dtype=torch.int32)
+    >>> out, lse = attention_varlen_fwd(q, k, v, cu, cu, 2, 2, 1.0, True)
+    >>> _, _, dv = attention_varlen_bwd(torch.ones_like(out), q, k, v, out, lse, cu, cu, 2, 2, 1.0, True)
+    >>> dv[:, 0, 0].tolist()
+    [1.0, 1.5, 0.5]
+    """
+    dq = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    dk = torch.full(k.shape, float("nan"), dtype=k.dtype, device=k.device)
+    dv = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
+    for index, (q_start, q_stop, k_start, k_stop) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k)):
+        q_seq, k_seq, v_seq = q[None, q_start:q_stop], k[None, k_start:k_stop], v[None, k_start:k_stop]
+        problem = _sequence_problem(
+            q_seq, k_seq, index, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
+            rng_state,
+        )  # fmt: skip
+        grads = _backward(
+            dout[None, q_start:q_stop], q_seq, k_seq, v_seq, out[None, q_start:q_stop],
+            lse[None, :, q_start:q_stop], problem, block_m, block_n,
+        )  # fmt: skip
+        dq[q_start:q_stop], dk[k_start:k_stop], dv[k_start:k_stop] = (g[0] for g in grads)
+    return dq, dk, dv

@@ -1,0 +1,117 @@
+"""Dropout's keep mask: Philox4x32-10 in PyTorch integer arithmetic, bitwise equal to Triton's ``tl.philox``.
+
+The kernels draw their mask with ``tl.philox(seed, c0, c1, c2, c3)``; this module computes the same 32-bit
+words on any device with int64 tensors, so the CPU backend, the interpreter and the GPU kernels keep the
+same entries of P for the same ``rng_state`` (``docs/design/options.md`` section 3).
+
+Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) maps a 128-bit
+counter ``(c0, c1, c2, c3)`` and a 64-bit key ``(k0, k1)`` through ten rounds of
+
+    c0, c1, c2, c3 ← hi(M1·c2) ^ c1 ^ k0,  lo(M1·c2),  hi(M0·c0) ^ c3 ^ k1,  lo(M0·c0)
+    k0, k1 ← k0 + W0, k1 + W1                                  (mod 2³²)
+
+with ``M0 = 0xD2511F53``, ``M1 = 0xCD9E8D57``, ``W0 = 0x9E3779B9``, ``W1 = 0xBB67AE85``; ``hi``/``lo``
+are the upper and lower 32 bits of the 64-bit product. Triton takes the key from a 64-bit seed as
+``k0 = seed & 0xffffffff``, ``k1 = seed >> 32``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+_MUL_A = 0xD2511F53
+_MUL_B = 0xCD9E8D57
+_KEY_A = 0x9E3779B9
+_KEY_B = 0xBB67AE85
+_ROUNDS = 10
+
+IntLike = torch.Tensor | int
+
+
+def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(hi, lo)`` 32-bit halves of ``multiplier · x`` for ``x`` in [0, 2³²), without any int64 overflow.
+
+    The multiplier is split into 16-bit halves so every partial product stays below 2⁴⁹: signed overflow
+    is undefined behaviour in the C++ kernels behind torch, so it is not relied on.
+    """
+    high_half = (multiplier >> 16) * x  # < 2⁴⁸
+    low_half = (multiplier & 0xFFFF) * x  # < 2⁴⁸
+    # multiplier · x = upper · 2¹⁶ + (low_half & 0xffff)
+    upper = high_half + (low_half >> 16)
+    return upper >> 16, ((upper & 0xFFFF) << 16) | (low_half & 0xFFFF)
+
+
+def philox4x32(
+    key: tuple[IntLike, IntLike], counter: tuple[IntLike, IntLike, IntLike, IntLike], rounds: int = _ROUNDS
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Philox4x32 with ``rounds`` rounds: four int64 tensors holding the uint32 output words.
+
+    ``key`` and ``counter`` are ints or integer tensors (broadcast together); only their low 32 bits are
+    used, as Triton bitcasts the counter words to uint32.
+
+    >>> [hex(int(w)) for w in philox4x32((0, 0), (0, 0, 0, 0))]
+    ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']
+    """
+    given = (*counter, *key)
+    device = next((x.device for x in given if isinstance(x, torch.Tensor)), None)
+    words = [torch.as_tensor(x, dtype=torch.int64, device=device) & _MASK32 for x in given]
+    c0, c1, c2, c3, k0, k1 = torch.broadcast_tensors(*words)
+    for _ in range(rounds):
+        hi_b, lo_b = _mulhilo(_MUL_B, c2)
+        hi_a, lo_a = _mulhilo(_MUL_A, c0)
+        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
+        k0 = (k0 + _KEY_A) & _MASK32
+        k1 = (k1 + _KEY_B) & _MASK32
+    return c0, c1, c2, c3
+
+
+def dropout_threshold(dropout_p: float) -> int:
+    """``floor(p · 2³²)``: kept iff the uint32 draw is ≥ this (exact: scaling by 2³² rounds nothing).
+
+    >>> dropout_threshold(0.0), dropout_threshold(0.5)
+    (0, 2147483648)
+    """
+    return math.floor(dropout_p * 2**32)
+
+
+def dropout_keep(
+    rng_state: torch.Tensor,
+    dropout_p: float,
+    b: IntLike,
+    h: IntLike,
+    nheads: int,
+    rows: IntLike,
+    cols: IntLike,
+) -> torch.Tensor:
+    """Which entries of P dropout keeps: a bool tensor of the broadcast shape of ``b, h, rows, cols``.
+
+    For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
+    ``j`` in ``cols`` (positions inside the sequence):
+    ``x = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(j, i, b·nheads + h, offset))[0]``
+    and the entry is kept iff ``x ≥ floor(p · 2³²)``. Counter words are taken modulo 2³² (so an offset
+    ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
+
+    Args:
+        rng_state: int64 ``(2,)`` = ``(seed, offset)``, on the device the mask is wanted on; read without a
+            host synchronisation.
+        dropout_p: in [0, 1).
+        b, h, rows, cols: ints or int64 tensors, broadcast together.
+        nheads: query heads per batch element.
+
+    >>> state = torch.tensor([0, 0])
+    >>> dropout_keep(state, 0.5, 0, 0, 1, torch.arange(2)[:, None], torch.arange(3)).shape
+    torch.Size([2, 3])
+    """
+    device = rng_state.device
+    seed, offset = rng_state.to(torch.int64).unbind()
+
+    def index(x: IntLike) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=torch.int64, device=device)
+
+    x, _, _, _ = philox4x32(
+        (seed, seed >> 32), (index(cols), index(rows), index(b) * nheads + index(h), offset)
+    )
+    return x >= dropout_threshold(dropout_p)
