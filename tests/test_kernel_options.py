@@ -331,3 +331,20 @@ def test_bad_cu_seqlens_stay_inside_the_packed_tensors(device, seed):
     dense_out, _ = attn_fwd(q[None, :30], k[None, :20], v[None, :20], 0.2, True, window_size=(3, -1))
     assert torch.equal(out[:30], dense_out[0])
     assert all(g.shape == t.shape for g, t in zip(grads, (q, k, v), strict=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_strided_alibi_slopes_and_rng_state(device, seed):
+    # Views with non-unit strides: the kernels address slopes[b, h] and rng_state[0:2] with unit strides.
+    q = torch.randn(2, 29, 3, 32, dtype=torch.float16, device=device)
+    k, v = (torch.randn(2, 41, 3, 32, dtype=torch.float16, device=device) for _ in range(2))
+    state = torch.randint(-(2**62), 2**62, (2, 2), device=device)[:, 1]
+    mask = naive.dropout_mask(state.contiguous(), 0.25, 2, 3, 29, 41)
+    for slopes in (torch.rand(3, 2, device=device).t(), torch.rand(3, 2, device=device)[:, 0]):
+        out, lse = attn_fwd(q, k, v, 0.3, False, alibi_slopes=slopes, dropout_p=0.25, rng_state=state)
+        kw = dict(softmax_scale=0.3, alibi_slopes=slopes, dropout_p=0.25, dropout_mask=mask)
+        ref = naive.attention(*(t.double() for t in (q, k, v)), **kw)
+        base = naive.attention(q, k, v, **kw)
+        for name, ours, r, b in zip(("out", "lse"), (out, lse), ref, base, strict=True):
+            assert_matches_oracle(name, ours, r, b, seed=seed)

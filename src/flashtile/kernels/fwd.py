@@ -237,8 +237,9 @@ def kernel_options(
         softcap_out=softcap * LOG2_E,
         dropout_threshold=dropout_threshold(dropout_p),
         dropout_scale=1.0 / (1.0 - dropout_p),
-        alibi_slopes=alibi_slopes,
-        rng_state=rng_state if dropout_p > 0 else None,
+        # The kernels read slopes at h (+ b·stride) and the state at 0 and 1: unit strides (no copy if so).
+        alibi_slopes=None if alibi_slopes is None else alibi_slopes.contiguous(),
+        rng_state=rng_state.contiguous() if dropout_p > 0 else None,
         cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k,
         switches=dict(
