@@ -22,6 +22,7 @@ from flashtile import (
     flash_attn_varlen_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
+    validation,
 )
 from flashtile.autograd import DOUBLE_BACKWARD_MESSAGE
 from flashtile.reference import naive, tiled
@@ -504,7 +505,9 @@ def _module_reference(layer: FlashAttention, x: torch.Tensor) -> torch.Tensor:
     q = q.view(batch, seqlen, heads, head_dim)
     k = k.view(batch, seqlen, kv_heads, head_dim)
     v = v.view(batch, seqlen, kv_heads, head_dim)
-    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, causal=layer.causal)
+    window = validation.normalize_window(layer.window_size, layer.causal, seqlen)
+    options = dict(causal=layer.causal, window_size=window, softcap=layer.softcap)
+    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, **options)
     out_weight = layer.out_proj.weight.double()
     out_bias = None if layer.out_proj.bias is None else layer.out_proj.bias.double()
     return torch.nn.functional.linear(out.reshape(batch, seqlen, -1), out_weight, out_bias)
@@ -561,3 +564,23 @@ def test_flash_attention_module_fp16_matches_oracle(seed: int) -> None:
     assert out.dtype == torch.float16
     err = (out.double() - _module_reference(layer, x)).abs().max().item()
     assert math.isfinite(err) and err < 2e-2
+
+
+def test_flash_attention_module_options(seed: int) -> None:
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2, causal=True, window_size=(3, 0), softcap=2.0)
+    x = torch.randn(2, 11, 32)
+    err = (layer(x).double() - _module_reference(layer, x)).abs().max().item()
+    assert err < 1e-5, err
+    assert "window_size=(3, 0)" in repr(layer) and "softcap=2.0" in repr(layer)
+
+
+def test_flash_attention_module_dropout_only_in_training(seed: int) -> None:
+    layer = FlashAttention(32, num_heads=4, dropout=0.5)
+    x = torch.randn(2, 11, 32)
+    torch.manual_seed(seed)
+    first = layer(x)
+    torch.manual_seed(seed)
+    assert torch.equal(layer(x), first)
+    layer.eval()
+    err = (layer(x).double() - _module_reference(layer, x)).abs().max().item()
+    assert err < 1e-5 and not torch.allclose(layer(x), first)
