@@ -17,6 +17,7 @@ from flashtile import (
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
 )
 
 
@@ -168,3 +169,81 @@ def test_compiled_graph_calls_the_custom_ops(seed: int) -> None:
     compiled(q, k, v).sum().backward()
     assert any("flashtile.attn_fwd" in g for g in graphs), graphs
     assert any("flashtile.attn_bwd" in g for g in graphs), graphs
+
+
+def _options_args(dtype: torch.dtype) -> tuple:
+    """Op arguments with every option: window, softcap, (B, H) ALiBi slopes and dropout's rng_state."""
+    q, k, v = _op_args(2, 13, 21, 4, 2, 16, dtype)
+    slopes = torch.rand(2, 4)
+    rng_state = torch.tensor([123, 456], dtype=torch.int64)
+    return (q, k, v, 0.25, False, "reference", 5, 2, 3.0, slopes, 0.2, rng_state)
+
+
+def _varlen_args(dtype: torch.dtype) -> tuple:
+    cu_q = torch.tensor([0, 7, 7, 19], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 13, 13], dtype=torch.int32)
+    q = torch.randn(19, 4, 16, dtype=dtype)
+    k, v = torch.randn(13, 2, 16, dtype=dtype), torch.randn(13, 2, 16, dtype=dtype)
+    slopes = torch.rand(4)
+    rng_state = torch.tensor([7, 8], dtype=torch.int64)
+    return (q, k, v, 0.25, True, "reference", 3, 0, 0.0, slopes, 0.3, rng_state, cu_q, cu_k, 12, 9)
+
+
+@pytest.mark.parametrize("make", [_options_args, _varlen_args], ids=["dense-options", "varlen-options"])
+def test_opcheck_with_options(make, seed: int) -> None:
+    args = make(torch.float32)
+    torch.library.opcheck(torch.ops.flashtile.attn_fwd.default, args)
+    out, lse = torch.ops.flashtile.attn_fwd(*args)
+    q, k, v = args[:3]
+    assert lse.shape == ((4, 19) if len(args) > 12 else (2, 4, 13))
+    torch.library.opcheck(
+        torch.ops.flashtile.attn_bwd.default, (torch.randn_like(out), q, k, v, out, lse, *args[3:])
+    )
+    rng_state = args[11]
+    torch.library.opcheck(
+        torch.ops.flashtile.dropout_keep_mask.default, (rng_state, 0.3, 2, 3, 5, 7, "reference")
+    )
+
+
+def test_compile_with_options(seed: int) -> None:
+    q, k, v = _op_args(2, 13, 21, 4, 2, 16, torch.float32)
+    slopes = torch.rand(2, 4)
+
+    def fn(q, k, v):
+        return flash_attn_func(
+            q, k, v, window_size=(5, 2), softcap=3.0, alibi_slopes=slopes, return_attn_probs=True
+        )
+
+    _assert_same(*_eager_and_compiled(fn, q, k, v))
+
+
+def test_compile_varlen(seed: int) -> None:
+    cu_q = torch.tensor([0, 7, 7, 19], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 13, 13], dtype=torch.int32)
+    q, k, v = torch.randn(19, 4, 16), torch.randn(13, 2, 16), torch.randn(13, 2, 16)
+
+    def fn(q, k, v):
+        return flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, 12, 9, causal=True, window_size=(3, -1), softcap=2.0
+        )
+
+    _assert_same(*_eager_and_compiled(fn, q, k, v))
+
+
+def test_compile_dropout_runs_and_matches_its_s_dmask(seed: int) -> None:
+    # Inductor draws rng_state with its own generator, so compare with the reference given the S_dmask.
+    from flashtile.reference import naive
+
+    q, k, v = (t.requires_grad_() for t in _op_args(1, 9, 12, 2, 1, 16, torch.float64))
+    compiled = torch.compile(
+        lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.3, causal=True, return_attn_probs=True),
+        fullgraph=True,
+    )
+    out, _, s_dmask = compiled(q, k, v)
+    keep = ~torch.signbit(s_dmask)
+    expected, _ = naive.attention(q, k, v, causal=True, dropout_p=0.3, dropout_mask=keep)
+    torch.testing.assert_close(out, expected)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    expected_grads = torch.autograd.grad(expected.sum(), (q, k, v))
+    for a, b in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(a, b)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+
 import pytest
 import torch
 
-from flashtile import FlashAttention, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from flashtile import (
+    FlashAttention,
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+)
+from flashtile.ops import RNG_BOUND
 from flashtile.reference import naive
 from tests.helpers import assert_matches_oracle
+from tests.test_options_api import Case, check_against_oracle, combinations, kept, make_call, run_flashtile
 
 pytestmark = pytest.mark.gpu
 
@@ -99,3 +110,108 @@ def test_module_runs_on_gpu(seed):
     y = layer(x)
     y.float().square().mean().backward()
     assert y.shape == x.shape and torch.isfinite(x.grad).all()
+
+
+def _option_cases() -> list:
+    cases = []
+    for dtype in (torch.float16, torch.bfloat16):
+        gpu = dict(dtype=dtype, device="cuda")
+        cases += [
+            Case(((1023, 1025),) * 2, window=(256, 0), head_dim=64, **gpu),
+            Case(((1025, 777),) * 2, window=(100, 31), softcap=30.0, alibi="bh", head_dim=128, **gpu),
+            Case(((777, 1025),) * 2, causal=True, alibi="h", dropout_p=0.1, head_dim=64, **gpu),
+            Case(((2048, 2048),), softcap=50.0, dropout_p=0.2, layout="mha", head_dim=128, **gpu),
+            Case(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu),
+            Case(((513, 2000), (2000, 513)), varlen=True, window=(64, 64), dropout_p=0.1, alibi="bh", **gpu),
+        ]
+    return [pytest.param(c, id=c.id) for c in cases + combinations(8, random.Random(8))]
+
+
+def _on_cuda(case: Case) -> Case:
+    return replace(case, device="cuda")
+
+
+@pytest.mark.parametrize("case", _option_cases())
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_options_match_oracle(case, seed):
+    check_against_oracle(_on_cuda(case), seed)
+
+
+def test_dropout_same_seed_is_bitwise_and_mask_matches_reference(seed):
+    case = Case(((300, 400),) * 2, dropout_p=0.3, window=(64, 8), alibi="h", device="cuda")
+    call = make_call(case)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(seed)
+        runs.append(run_flashtile(call))
+    for name in ("out", "lse", "dq", "dk", "dv", "s_dmask"):
+        assert torch.equal(runs[0][name], runs[1][name]), name
+    torch.manual_seed(seed)
+    rng_state = torch.randint(0, RNG_BOUND, (2,), dtype=torch.int64, device="cuda")
+    assert torch.equal(kept(runs[0]["s_dmask"]), naive.dropout_mask(rng_state, 0.3, 2, 4, 300, 400))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropped_fraction_is_p(p, seed):
+    q = torch.randn(2, 512, 4, 64, device="cuda", dtype=torch.float16) * 0.1
+    _, _, s_dmask = flash_attn_func(q, q, q, dropout_p=p, return_attn_probs=True)
+    assert abs(torch.signbit(s_dmask).double().mean().item() - p) < 0.01
+
+
+def test_deterministic_gradients_bitwise_over_50_runs(seed):
+    case = Case(((1000, 1000),), dropout_p=0.1, window=(128, 0), alibi="bh", head_dim=64, device="cuda")
+    call = make_call(case)
+    first = None
+    for _ in range(50):
+        torch.manual_seed(seed)
+        run = run_flashtile(call, deterministic=True)
+        grads = [run[name] for name in ("dq", "dk", "dv")]
+        first = first or grads
+        assert all(torch.equal(a, b) for a, b in zip(first, grads, strict=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_varlen_equals_per_sequence_bitwise_forward(dtype, seed):
+    case = Case(
+        ((1000, 1200), (0, 9), (513, 513), (1, 1), (300, 0)), varlen=True, window=(64, 3), alibi="bh",
+        softcap=20.0, dtype=dtype, device="cuda",
+    )  # fmt: skip
+    call = make_call(case)
+    cu_q, cu_k = (t.tolist() for t in call.varlen[:2])
+    out, lse, _ = flash_attn_varlen_func(
+        call.q, call.k, call.v, *call.varlen, return_attn_probs=True, **call.options
+    )
+    for b in range(len(case.seqlens)):
+        (q0, q1), (k0, k1) = cu_q[b : b + 2], cu_k[b : b + 2]
+        options = dict(call.options, alibi_slopes=call.options["alibi_slopes"][b : b + 1])
+        expected, expected_lse, _ = flash_attn_func(
+            call.q[None, q0:q1], call.k[None, k0:k1], call.v[None, k0:k1], return_attn_probs=True, **options
+        )
+        assert torch.equal(out[q0:q1], expected[0]), b
+        assert torch.equal(lse[:, q0:q1], expected_lse[0]), b
+
+
+def test_varlen_values_checked_on_cuda_only_in_debug(monkeypatch: pytest.MonkeyPatch):
+    q = torch.randn(9, 2, 64, device="cuda", dtype=torch.float16)
+    bad = torch.tensor([0, 5, 3], dtype=torch.int32, device="cuda")
+    monkeypatch.setenv("FLASHTILE_DEBUG", "1")
+    with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
+        flash_attn_varlen_func(q, q, q, bad, bad, 5, 5)
+    monkeypatch.delenv("FLASHTILE_DEBUG")
+    # No host synchronisation by default: the call runs (on clamped boundaries) and stays in bounds.
+    flash_attn_varlen_func(q, q, q, bad, bad, 5, 5)
+    torch.cuda.synchronize()
+
+
+def test_compile_with_options_matches_eager(seed):
+    q, k, v = (
+        torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3)
+    )
+    slopes = torch.rand(4, device="cuda")
+
+    def attend(q, k, v):
+        return flash_attn_func(q, k, v, window_size=(64, 0), softcap=30.0, alibi_slopes=slopes)
+
+    torch.compiler.reset()
+    compiled = torch.compile(attend, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), attend(q, k, v))

@@ -19,6 +19,10 @@ from flashtile import (
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    validation,
 )
 from flashtile.autograd import DOUBLE_BACKWARD_MESSAGE
 from flashtile.reference import naive, tiled
@@ -458,16 +462,21 @@ def test_signatures_match_flash_attn() -> None:
         ("deterministic", False),
         ("return_attn_probs", False),
     ]
+    varlen = ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
     expected = {
-        flash_attn_func: ["q", "k", "v"],
-        flash_attn_qkvpacked_func: ["qkv"],
-        flash_attn_kvpacked_func: ["q", "kv"],
+        flash_attn_func: (["q", "k", "v"], []),
+        flash_attn_qkvpacked_func: (["qkv"], []),
+        flash_attn_kvpacked_func: (["q", "kv"], []),
+        flash_attn_varlen_func: (["q", "k", "v", *varlen], [("block_table", None)]),
+        flash_attn_varlen_qkvpacked_func: (["qkv", "cu_seqlens", "max_seqlen"], []),
+        flash_attn_varlen_kvpacked_func: (["q", "kv", *varlen], []),
     }
-    for func, tensors in expected.items():
+    for func, (required, extra) in expected.items():
         params = list(inspect.signature(func).parameters.values())
-        assert [p.name for p in params] == tensors + [name for name, _ in options]
-        assert all(p.default is inspect.Parameter.empty for p in params[: len(tensors)])
-        assert [p.default for p in params[len(tensors) :]] == [default for _, default in options]
+        defaults = options + extra
+        assert [p.name for p in params] == required + [name for name, _ in defaults]
+        assert all(p.default is inspect.Parameter.empty for p in params[: len(required)])
+        assert [p.default for p in params[len(required) :]] == [default for _, default in defaults]
 
 
 def test_public_names() -> None:
@@ -477,6 +486,10 @@ def test_public_names() -> None:
         "flash_attn_func",
         "flash_attn_kvpacked_func",
         "flash_attn_qkvpacked_func",
+        "flash_attn_varlen_func",
+        "flash_attn_varlen_kvpacked_func",
+        "flash_attn_varlen_qkvpacked_func",
+        "bert_padding",
     }
     assert isinstance(flashtile.__version__, str)
 
@@ -492,7 +505,9 @@ def _module_reference(layer: FlashAttention, x: torch.Tensor) -> torch.Tensor:
     q = q.view(batch, seqlen, heads, head_dim)
     k = k.view(batch, seqlen, kv_heads, head_dim)
     v = v.view(batch, seqlen, kv_heads, head_dim)
-    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, causal=layer.causal)
+    window = validation.normalize_window(layer.window_size, layer.causal, seqlen)
+    options = dict(causal=layer.causal, window_size=window, softcap=layer.softcap)
+    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, **options)
     out_weight = layer.out_proj.weight.double()
     out_bias = None if layer.out_proj.bias is None else layer.out_proj.bias.double()
     return torch.nn.functional.linear(out.reshape(batch, seqlen, -1), out_weight, out_bias)
@@ -549,3 +564,23 @@ def test_flash_attention_module_fp16_matches_oracle(seed: int) -> None:
     assert out.dtype == torch.float16
     err = (out.double() - _module_reference(layer, x)).abs().max().item()
     assert math.isfinite(err) and err < 2e-2
+
+
+def test_flash_attention_module_options(seed: int) -> None:
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2, causal=True, window_size=(3, 0), softcap=2.0)
+    x = torch.randn(2, 11, 32)
+    err = (layer(x).double() - _module_reference(layer, x)).abs().max().item()
+    assert err < 1e-5, err
+    assert "window_size=(3, 0)" in repr(layer) and "softcap=2.0" in repr(layer)
+
+
+def test_flash_attention_module_dropout_only_in_training(seed: int) -> None:
+    layer = FlashAttention(32, num_heads=4, dropout=0.5)
+    x = torch.randn(2, 11, 32)
+    torch.manual_seed(seed)
+    first = layer(x)
+    torch.manual_seed(seed)
+    assert torch.equal(layer(x), first)
+    layer.eval()
+    err = (layer(x).double() - _module_reference(layer, x)).abs().max().item()
+    assert err < 1e-5 and not torch.allclose(layer(x), first)

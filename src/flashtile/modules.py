@@ -22,6 +22,10 @@ class FlashAttention(nn.Module):
         num_kv_heads: key/value heads, dividing ``num_heads``; None (the default) means ``num_heads``.
         causal: apply the causal mask, default False.
         softmax_scale: the scaling of QKᵀ; None (the default) means ``1 / sqrt(head_dim)``.
+        dropout: attention dropout probability in [0, 1), applied in training mode only (``eval()``
+            turns it off), default 0.0.
+        window_size: ``(left, right)`` sliding window, −1 = unlimited, default (-1, -1).
+        softcap: softcapping of the scores, ≤ 0 = off, default 0.0.
         bias: whether the two projections have biases, default True.
         device, dtype: for the parameters.
 
@@ -39,6 +43,9 @@ class FlashAttention(nn.Module):
         num_kv_heads: int | None = None,
         causal: bool = False,
         softmax_scale: float | None = None,
+        dropout: float = 0.0,
+        window_size: tuple[int, int] = (-1, -1),
+        softcap: float = 0.0,
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -60,6 +67,9 @@ class FlashAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.causal = causal
         self.softmax_scale = softmax_scale
+        self.dropout = dropout
+        self.window_size = tuple(window_size)
+        self.softcap = softcap
         qkv_dim = (num_heads + 2 * num_kv_heads) * self.head_dim
         self.Wqkv = nn.Linear(embed_dim, qkv_dim, bias=bias, device=device, dtype=dtype)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
@@ -67,19 +77,27 @@ class FlashAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: (batch_size, seqlen, embed_dim) → (batch_size, seqlen, embed_dim)."""
         batch, seqlen, _ = x.shape
+        options = dict(
+            dropout_p=self.dropout if self.training else 0.0,
+            softmax_scale=self.softmax_scale,
+            causal=self.causal,
+            window_size=self.window_size,
+            softcap=self.softcap,
+        )
         qkv = self.Wqkv(x)
         if self.num_kv_heads == self.num_heads:
             qkv = qkv.view(batch, seqlen, 3, self.num_heads, self.head_dim)
-            out = flash_attn_qkvpacked_func(qkv, softmax_scale=self.softmax_scale, causal=self.causal)
+            out = flash_attn_qkvpacked_func(qkv, **options)
         else:
             q_dim = self.num_heads * self.head_dim
             q = qkv[..., :q_dim].view(batch, seqlen, self.num_heads, self.head_dim)
             kv = qkv[..., q_dim:].view(batch, seqlen, 2, self.num_kv_heads, self.head_dim)
-            out = flash_attn_kvpacked_func(q, kv, softmax_scale=self.softmax_scale, causal=self.causal)
+            out = flash_attn_kvpacked_func(q, kv, **options)
         return self.out_proj(out.reshape(batch, seqlen, self.embed_dim))
 
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"causal={self.causal}"
+            f"causal={self.causal}, dropout={self.dropout}, window_size={self.window_size}, "
+            f"softcap={self.softcap}"
         )
