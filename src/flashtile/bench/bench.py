@@ -702,7 +702,7 @@ def option_comparisons(found: list[Result]) -> list[OptionComparison]:
                 c.mode,
                 c.seqlen_q,
                 r.tflops,
-                f"flashtile {name}",
+                name,
                 yard.tflops if yard else None,
                 yard.timing.p50_ms / r.timing.p50_ms if yard else None,
                 best.impl if best else None,
@@ -717,7 +717,7 @@ def option_comparisons(found: list[Result]) -> list[OptionComparison]:
                     c.mode,
                     c.seqlen_q,
                     r.tflops,
-                    "flashtile padded to the longest",
+                    "padded to longest",
                     pad.tflops,
                     pad.timing.p50_ms / r.timing.p50_ms,
                     None,
@@ -743,14 +743,16 @@ def render_option_summary(found: list[Result], console: Console) -> None:
         "mode",
         "N",
         "TFLOP/s",
-        "against",
+        "flashtile on",
         "TFLOP/s ",
         "ratio",
         "speedup",
         "peer",
         "vs peer",
     ):
-        table.add_column(name, justify="left" if name in ("option", "mode", "against", "peer") else "right")
+        table.add_column(
+            name, justify="left" if name in ("option", "mode", "flashtile on", "peer") else "right"
+        )
     for c in compared:
         table.add_row(
             c.option,

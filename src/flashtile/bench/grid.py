@@ -186,8 +186,8 @@ class Config:
             "softcap": f"softcap {self.softcap:g}",
             "alibi": "ALiBi",
             "dropout": f"dropout {self.dropout_p:g}",
-            "varlen": f"varlen ({len(self.lengths)} sequences, {sum(self.lengths)} tokens)",
-            "padded": f"padded ({len(self.lengths)} sequences, {sum(self.lengths)} tokens)",
+            "varlen": f"varlen {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
+            "padded": f"padded {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
         }
         return " + ".join(words[name] for name in self.options)
 
