@@ -19,6 +19,9 @@ from flashtile import (
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
 )
 from flashtile.autograd import DOUBLE_BACKWARD_MESSAGE
 from flashtile.reference import naive, tiled
@@ -458,16 +461,21 @@ def test_signatures_match_flash_attn() -> None:
         ("deterministic", False),
         ("return_attn_probs", False),
     ]
+    varlen = ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
     expected = {
-        flash_attn_func: ["q", "k", "v"],
-        flash_attn_qkvpacked_func: ["qkv"],
-        flash_attn_kvpacked_func: ["q", "kv"],
+        flash_attn_func: (["q", "k", "v"], []),
+        flash_attn_qkvpacked_func: (["qkv"], []),
+        flash_attn_kvpacked_func: (["q", "kv"], []),
+        flash_attn_varlen_func: (["q", "k", "v", *varlen], [("block_table", None)]),
+        flash_attn_varlen_qkvpacked_func: (["qkv", "cu_seqlens", "max_seqlen"], []),
+        flash_attn_varlen_kvpacked_func: (["q", "kv", *varlen], []),
     }
-    for func, tensors in expected.items():
+    for func, (required, extra) in expected.items():
         params = list(inspect.signature(func).parameters.values())
-        assert [p.name for p in params] == tensors + [name for name, _ in options]
-        assert all(p.default is inspect.Parameter.empty for p in params[: len(tensors)])
-        assert [p.default for p in params[len(tensors) :]] == [default for _, default in options]
+        defaults = options + extra
+        assert [p.name for p in params] == required + [name for name, _ in defaults]
+        assert all(p.default is inspect.Parameter.empty for p in params[: len(required)])
+        assert [p.default for p in params[len(required) :]] == [default for _, default in defaults]
 
 
 def test_public_names() -> None:
@@ -477,6 +485,10 @@ def test_public_names() -> None:
         "flash_attn_func",
         "flash_attn_kvpacked_func",
         "flash_attn_qkvpacked_func",
+        "flash_attn_varlen_func",
+        "flash_attn_varlen_kvpacked_func",
+        "flash_attn_varlen_qkvpacked_func",
+        "bert_padding",
     }
     assert isinstance(flashtile.__version__, str)
 

@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from flashtile import backend as flashtile_backend
-from flashtile import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, validation
+from flashtile import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    validation,
+)
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.reference import naive, tiled
 
@@ -254,15 +262,9 @@ def test_dropout_p_outside_unit_interval(dropout_p: float, no_launch: list[str])
     assert no_launch == []
 
 
-def test_dropout_not_implemented(no_launch: list[str]) -> None:
+def test_dropout_p_not_a_number(no_launch: list[str]) -> None:
     q, k, v = _qkv()
-    _raises(
-        NotImplementedError,
-        lambda: flash_attn_func(q, k, v, dropout_p=0.1),
-        "dropout_p",
-        "not implemented yet",
-        "0.1",
-    )
+    _raises(TypeError, lambda: flash_attn_func(q, k, v, dropout_p="0.1"), "dropout_p", "'0.1'", "[0, 1)")
     assert no_launch == []
 
 
@@ -319,16 +321,10 @@ def test_window_with_right_zero_is_causal(window_size) -> None:
 
 
 @pytest.mark.parametrize("window_size", [(4, 0), (0, -1), [2, 2], (-1, 6), torch.tensor([3, 3])], ids=str)
-def test_window_size_not_implemented(window_size, no_launch: list[str]) -> None:
-    q, k, v = _qkv()
-    _raises(
-        NotImplementedError,
-        lambda: flash_attn_func(q, k, v, window_size=window_size),
-        "window_size",
-        repr(window_size),
-        "normalised to",
-    )
-    assert no_launch == []
+def test_window_sizes_run_and_match_naive(window_size) -> None:
+    q, k, v = _qkv(dtype=torch.float64)
+    expected, _ = naive.attention(q, k, v, window_size=validation.normalize_window(window_size, False, 7))
+    torch.testing.assert_close(flash_attn_func(q, k, v, window_size=window_size), expected)
 
 
 @pytest.mark.parametrize(
@@ -358,23 +354,154 @@ def test_softcap_non_finite(softcap: float, no_launch: list[str]) -> None:
     assert no_launch == []
 
 
-def test_softcap_positive_not_implemented(no_launch: list[str]) -> None:
+def test_softcap_and_alibi_run_and_match_naive() -> None:
+    q, k, v = _qkv(dtype=torch.float64)
+    slopes = torch.rand(4, dtype=torch.float32)
+    expected, _ = naive.attention(q, k, v, softcap=3.0, alibi_slopes=slopes)
+    torch.testing.assert_close(flash_attn_func(q, k, v, softcap=3.0, alibi_slopes=slopes), expected)
+
+
+@pytest.mark.parametrize(
+    ("slopes", "error", "fragments"),
+    [
+        (torch.ones(4, dtype=torch.float16), TypeError, ["dtype torch.float16", "float32"]),
+        (torch.ones(4, dtype=torch.float64), TypeError, ["dtype torch.float64", "float32"]),
+        (torch.ones(3), ValueError, ["shape (3,)", "(4,) or (2, 4)"]),
+        (torch.ones(3, 4), ValueError, ["shape (3, 4)", "(4,) or (2, 4)"]),
+        (torch.ones(2, 4, 1), ValueError, ["shape (2, 4, 1)"]),
+        ([0.5] * 4, TypeError, ["[0.5, 0.5, 0.5, 0.5]", "float32 tensor"]),
+        (torch.ones(4, device="meta"), ValueError, ["on meta", "on cpu"]),
+    ],
+    ids=["fp16", "fp64", "wrong-heads", "wrong-batch", "rank-3", "list", "other-device"],
+)
+def test_alibi_slopes_rejected(
+    slopes, error: type[Exception], fragments: list[str], no_launch: list[str]
+) -> None:
     q, k, v = _qkv()
-    _raises(NotImplementedError, lambda: flash_attn_func(q, k, v, softcap=30.0), "softcap", "30.0")
+    _raises(error, lambda: flash_attn_func(q, k, v, alibi_slopes=slopes), "alibi_slopes", *fragments)
     assert no_launch == []
 
 
-def test_alibi_slopes_not_implemented(no_launch: list[str]) -> None:
-    q, k, v = _qkv()
-    slopes = torch.ones(4, dtype=torch.float32)
+def test_alibi_slopes_non_contiguous_are_copied() -> None:
+    q, k, v = _qkv(dtype=torch.float64)
+    slopes = torch.rand(4, 2, dtype=torch.float32).t()
+    expected, _ = naive.attention(q, k, v, alibi_slopes=slopes)
+    torch.testing.assert_close(flash_attn_func(q, k, v, alibi_slopes=slopes), expected)
+
+
+def _varlen(total_q: int = 9, total_k: int = 11, nheads: int = 4, nheads_kv: int = 2):
+    q = torch.randn(total_q, nheads, 16)
+    k = torch.randn(total_k, nheads_kv, 16)
+    v = torch.randn(total_k, nheads_kv, 16)
+    cu_q = torch.tensor([0, 4, 4, total_q], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 8, total_k], dtype=torch.int32)
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "fragments"),
+    [
+        (dict(cu_seqlens_q=torch.tensor([0, 4, 4, 9])), TypeError, ["cu_seqlens_q", "torch.int64", "int32"]),
+        (dict(cu_seqlens_k=[0, 3, 8, 11]), TypeError, ["cu_seqlens_k", "[0, 3, 8, 11]"]),
+        (
+            dict(cu_seqlens_q=torch.zeros(2, 4, dtype=torch.int32)),
+            ValueError,
+            ["cu_seqlens_q", "1-D", "shape (2, 4)"],
+        ),
+        (
+            dict(cu_seqlens_q=torch.tensor([0, 0, 4, 4, 4, 9, 9], dtype=torch.int32)[::2]),
+            ValueError,
+            ["cu_seqlens_q", "contiguous", "strides (2,)"],
+        ),
+        (
+            dict(cu_seqlens_k=torch.tensor([0, 11], dtype=torch.int32)),
+            ValueError,
+            ["cu_seqlens_q and cu_seqlens_k", "same length", "4 and 2"],
+        ),
+        (
+            dict(cu_seqlens_q=torch.tensor([1, 4, 4, 9], dtype=torch.int32)),
+            ValueError,
+            ["cu_seqlens_q must start at 0", "= 1"],
+        ),
+        (
+            dict(cu_seqlens_k=torch.tensor([0, 8, 3, 11], dtype=torch.int32)),
+            ValueError,
+            ["cu_seqlens_k must be non-decreasing", "[0, 8, 3, 11]"],
+        ),
+        (
+            dict(cu_seqlens_q=torch.tensor([0, 4, 4, 8], dtype=torch.int32)),
+            ValueError,
+            ["cu_seqlens_q must end at", "9", "= 8"],
+        ),
+        (dict(max_seqlen_q=4), ValueError, ["max_seqlen_q", "longest sequence", "5", "got 4"]),
+        (dict(max_seqlen_k=-1), ValueError, ["max_seqlen_k", "integer ≥ 0", "-1"]),
+        (dict(max_seqlen_k=5.0), ValueError, ["max_seqlen_k", "5.0"]),
+        (dict(cu_seqlens_q=torch.zeros(4, dtype=torch.int32, device="meta")), ValueError, ["on meta"]),
+    ],
+    ids=[
+        "int64", "list", "2-D", "strided", "lengths-differ", "not-from-0", "decreasing", "wrong-total",
+        "max-too-small", "max-negative", "max-float", "other-device",
+    ],
+)  # fmt: skip
+def test_varlen_bad_cu_seqlens(
+    change: dict, error: type[Exception], fragments: list[str], no_launch: list[str]
+) -> None:
+    q, k, v, cu_q, cu_k = _varlen()
+    args = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=5, max_seqlen_k=5) | change
+    _raises(error, lambda: flash_attn_varlen_func(q, k, v, **args), *fragments)
+    assert no_launch == []
+
+
+def test_varlen_qkvpacked_names_its_arguments(no_launch: list[str]) -> None:
+    qkv = torch.randn(9, 3, 2, 16)
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    _raises(ValueError, lambda: flash_attn_varlen_qkvpacked_func(qkv, cu, 4), "max_seqlen ", "got 4")
+    _raises(ValueError, lambda: flash_attn_varlen_qkvpacked_func(qkv, cu[:-1], 5), "cu_seqlens must end")
+    _raises(ValueError, lambda: flash_attn_varlen_qkvpacked_func(qkv[:, :2], cu, 5), "qkv", "3 at dim 1")
+    assert no_launch == []
+
+
+def test_varlen_shapes_checked(no_launch: list[str]) -> None:
+    q, k, v, cu_q, cu_k = _varlen()
     _raises(
-        NotImplementedError,
-        lambda: flash_attn_func(q, k, v, alibi_slopes=slopes),
-        "alibi_slopes",
-        "shape (4,)",
-        "not implemented yet",
+        ValueError,
+        lambda: flash_attn_varlen_func(q[None], k, v, cu_q, cu_k, 5, 5),
+        "(total_q, nheads, headdim)",
+    )
+    _raises(ValueError, lambda: flash_attn_varlen_func(q, k, v[:-1], cu_q, cu_k, 5, 5), "total_k (dim 0)")
+    kv = torch.randn(11, 3, 2, 16)
+    _raises(ValueError, lambda: flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 5, 5), "kv", "2 at dim 1")
+    assert no_launch == []
+
+
+def test_varlen_alibi_batch_is_the_number_of_sequences(no_launch: list[str]) -> None:
+    q, k, v, cu_q, cu_k = _varlen()
+    slopes = torch.ones(2, 4)
+    _raises(
+        ValueError, lambda: flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 5, alibi_slopes=slopes), "(3, 4)"
     )
     assert no_launch == []
+
+
+def test_varlen_block_table_not_implemented(no_launch: list[str]) -> None:
+    q, k, v, cu_q, cu_k = _varlen()
+    table = torch.zeros(3, 1, dtype=torch.int32)
+    _raises(
+        NotImplementedError,
+        lambda: flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 5, block_table=table),
+        "block_table",
+        "not implemented yet",
+        "accepted: None",
+    )
+    assert no_launch == []
+
+
+def test_varlen_values_on_cuda_checked_only_in_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No CUDA here: check the switch on the CPU, where the values are always checked.
+    monkeypatch.delenv(validation.DEBUG_ENV_VAR, raising=False)
+    assert not validation._debug()
+    monkeypatch.setenv(validation.DEBUG_ENV_VAR, "1")
+    assert validation._debug()
 
 
 @pytest.mark.parametrize("flag", ["causal", "deterministic", "return_attn_probs"])

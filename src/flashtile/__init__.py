@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from flashtile.interface import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from flashtile import bert_padding
+from flashtile.interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 from flashtile.modules import FlashAttention
 
 try:
@@ -15,7 +23,11 @@ except PackageNotFoundError:
 __all__ = [
     "FlashAttention",
     "__version__",
+    "bert_padding",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
     "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
 ]

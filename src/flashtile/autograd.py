@@ -39,7 +39,12 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 
 class FlashAttnFunction(torch.autograd.Function):
-    """``(out, lse) = FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend)``; inputs validated."""
+    """``(out, lse) = FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend, *options)`` on
+    validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd`.
+
+    The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
+    for the backward; nothing of size N_q × N_k is.
+    """
 
     @staticmethod
     def forward(
@@ -50,32 +55,68 @@ class FlashAttnFunction(torch.autograd.Function):
         softmax_scale: float,
         causal: bool,
         backend: str,
+        window_left: int,
+        window_right: int,
+        softcap: float,
+        alibi_slopes: torch.Tensor | None,
+        dropout_p: float,
+        rng_state: torch.Tensor | None,
+        cu_seqlens_q: torch.Tensor | None,
+        cu_seqlens_k: torch.Tensor | None,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
-        out, lse = run(q, k, v, softmax_scale, causal, backend)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, lse = run(
+            q, k, v, softmax_scale, causal, backend, window_left, window_right, softcap, alibi_slopes,
+            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k)
         ctx.mark_non_differentiable(lse)
-        ctx.softmax_scale = softmax_scale
-        ctx.causal = causal
-        ctx.backend = backend
+        ctx.options = (softmax_scale, causal, backend, window_left, window_right, softcap)
+        ctx.dropout_p = dropout_p
+        ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
         return out, lse
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
         with torch.no_grad():
-            dq, dk, dv = run(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.backend)
+            dq, dk, dv = run(
+                dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
+                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens,
+            )  # fmt: skip
         graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
         if torch.is_grad_enabled() and graph_inputs:
             dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
         needs_q, needs_k, needs_v = ctx.needs_input_grad[:3]
-        # softmax_scale, causal and backend are not tensors: they get no gradient.
-        return dq if needs_q else None, dk if needs_k else None, dv if needs_v else None, None, None, None
+        grads = (dq if needs_q else None, dk if needs_k else None, dv if needs_v else None)
+        # The options (ALiBi slopes included, as in flash_attn) get no gradient.
+        return grads + (None,) * (len(ctx.needs_input_grad) - len(grads))
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, backend: str
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    backend: str,
+    *,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Differentiable ``(out, lse)`` of validated inputs (``lse`` carries no gradient)."""
-    return FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend)
+    """Differentiable ``(out, lse)`` of validated inputs and normalised options (``lse`` carries no
+    gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`)."""
+    return FlashAttnFunction.apply(
+        q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    )  # fmt: skip

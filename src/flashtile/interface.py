@@ -1,4 +1,6 @@
-"""flash_attn's public functions: flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func.
+"""flash_attn's public functions: flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func and
+their variable-length forms flash_attn_varlen_func, flash_attn_varlen_qkvpacked_func,
+flash_attn_varlen_kvpacked_func.
 
 Signatures, defaults and return conventions are flash_attn 2.8's; where flashtile still differs is listed in
 ``DIVERGENCES`` (part of each function's docstring). Each function validates its arguments
@@ -9,38 +11,46 @@ torch.compile); nothing launches before every check has passed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from flashtile import autograd as _autograd
 from flashtile import backend as _backend
+from flashtile import ops as _ops
 from flashtile import validation
+from flashtile.reference.naive import attention_probs
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
-# The arguments after the tensors, the same in the three functions.
+# The arguments after the tensors, the same in every function.
 OPTIONS = """\
-dropout_p: float, default 0.0. Dropout probability, in [0, 1). Only 0.0 is implemented yet; other
-    values in range raise NotImplementedError. Set it to 0.0 during evaluation.
+dropout_p: float, default 0.0. Dropout probability on the attention probabilities, in [0, 1); set it
+    to 0.0 during evaluation. The mask comes from a counter-based RNG (Philox) seeded by one draw from
+    PyTorch's generator for q's device per call, so torch.manual_seed reproduces a run, and the backward
+    regenerates the mask instead of storing it.
 softmax_scale: float or None, default None. The scaling of QKᵀ before the softmax; None means
     1 / sqrt(headdim). Must be finite; 0 and negative values are allowed.
 causal: bool, default False. Apply the bottom-right aligned causal mask (auto-regressive modelling).
 window_size: (left, right), default (-1, -1). Sliding-window attention: query i sees the keys in
-    [i + seqlen_k − seqlen_q − left, i + seqlen_k − seqlen_q + right]. Any pair of integers (tuple,
-    list, NumPy integers or array, integer tensors); a negative bound or one ≥ seqlen_k is unlimited,
-    and causal=True sets right = 0, as in flash_attn, so (-1, 0) is causal attention. Any other
-    window after that raises NotImplementedError (not implemented yet).
-softcap: float, default 0.0. Softcapping ``softcap · tanh(scores / softcap)``; ≤ 0 disables it.
-    Non-finite values raise ValueError; softcap > 0 is not implemented yet (NotImplementedError).
-alibi_slopes: default None. ALiBi is not implemented yet: anything but None raises
-    NotImplementedError.
+    [i + seqlen_k − seqlen_q − left, i + seqlen_k − seqlen_q + right] (lengths per sequence under
+    varlen). Any pair of integers (tuple, list, NumPy integers or array, integer tensors); a negative
+    bound or one ≥ seqlen_k (max_seqlen_k under varlen) is unlimited, and causal=True sets right = 0,
+    as in flash_attn, so (-1, 0) is causal attention. Tiles wholly outside the window are skipped.
+softcap: float, default 0.0. Softcapping: the scaled score s becomes ``softcap · tanh(s / softcap)``
+    (before ALiBi and masking); ≤ 0 disables it. Non-finite values raise ValueError.
+alibi_slopes: float32 tensor (nheads,) or (batch_size, nheads) on q's device, or None (default). Adds
+    ``−slope · |i + seqlen_k − seqlen_q − j|`` to the score of query i and key j. Not differentiated.
 deterministic: bool, default False. Accepted for compatibility: the backward uses no atomics, so its
     gradients are bitwise reproducible either way.
-return_attn_probs: bool, default False. Also return softmax_lse and S_dmask. As in flash_attn, S_dmask
-    holds the probabilities only under dropout (dropout_p > 0: batch · nheads · seqlen_q · seqlen_k
-    elements of q's dtype, 32 GiB per sequence in bf16 at seqlen 32k with 16 heads; for testing); with
-    dropout_p = 0 it is an empty tensor and costs nothing, so the flag is the way to get softmax_lse.
+return_attn_probs: bool, default False. Also return softmax_lse and S_dmask. S_dmask holds the
+    probabilities only under dropout (dropout_p > 0): the softmax before dropout, negated where
+    dropout dropped the entry, batch · nheads · seqlen_q · seqlen_k elements of q's dtype (32 GiB per
+    sequence in bf16 at seqlen 32k with 16 heads; for testing), computed by the PyTorch reference from
+    q and k with the forward's dropout mask. With dropout_p = 0 it is an empty tensor and costs
+    nothing, so the flag is the way to get softmax_lse.
 causal, deterministic and return_attn_probs take Python or NumPy bools and 0-d bool tensors."""
 
 # Every way flashtile still differs from flash_attn 2.8.
@@ -49,16 +59,22 @@ Where flashtile differs from flash_attn 2.8:
 
 - A fully masked row (every row when seqlen_k = 0) has softmax_lse = −inf; flash_attn gives +inf.
   out is 0 in both.
-- Not implemented yet, raising NotImplementedError: dropout_p > 0, a window_size other than (-1, -1)
-  and (-1, 0) once normalised, softcap > 0, alibi_slopes. The varlen and KV-cache functions do not exist yet.
-- Beyond flash_attn (CUDA, float16/bfloat16 only): CPU tensors run on the PyTorch reference, which also
-  takes float32 and float64 (with float64 inputs softmax_lse is float64); Triton's CPU interpreter also
-  takes float32.
+- Dropout draws its own Philox stream: the same seed does not give flash_attn's mask.
+- S_dmask is (batch_size, nheads, seqlen_q, seqlen_k) (max_seqlen_q, max_seqlen_k under varlen),
+  unpadded; flash_attn pads both lengths to multiples of 128. It is recomputed by the reference from q
+  and k, so its values may differ from the kernel's probabilities by rounding.
+- Not implemented yet: block_table (paged KV cache) raises NotImplementedError; flash_attn_with_kvcache
+  does not exist yet.
+- Beyond flash_attn: softcap combines with dropout and ALiBi; CPU tensors run on the PyTorch reference,
+  which also takes float32 and float64 (with float64 inputs softmax_lse is float64); Triton's CPU
+  interpreter also takes float32. flash_attn runs on CUDA in float16/bfloat16 only.
 - softmax_lse is marked non-differentiable (requires_grad=False); flash_attn returns it requiring grad
   and silently drops any gradient sent to it.
-- Stricter checks, before any launch: non-finite softmax_scale or softcap, dropout_p < 0 and flags
-  that are not bools (e.g. the int 1) raise; flash_attn passes them on. Errors are ValueError or
-  TypeError that are also RuntimeError (flash_attn raises RuntimeError)."""
+- Stricter checks, before any launch: non-finite softmax_scale or softcap, dropout_p < 0, flags that
+  are not bools (e.g. the int 1) and, under varlen, cu_seqlens values (start at 0, non-decreasing, last
+  = token count, no sequence longer than max_seqlen; checked on CPU tensors, on CUDA tensors only with
+  FLASHTILE_DEBUG=1, as the check costs a host synchronisation) raise; flash_attn passes them on.
+  Errors are ValueError or TypeError that are also RuntimeError (flash_attn raises RuntimeError)."""
 
 
 def _document(fn: Callable[..., AttentionResult]) -> Callable[..., AttentionResult]:
@@ -74,13 +90,78 @@ def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
-def _s_dmask(q: torch.Tensor) -> torch.Tensor:
-    """flash_attn's S_dmask for dropout_p = 0: an empty tensor on q's device in q's dtype.
+class _Varlen(NamedTuple):
+    """A packed batch's boundaries as the user passed them, with the names of the arguments."""
 
-    flash_attn builds the probabilities only under dropout, where their sign encodes the dropout mask
-    (``reference.naive.attention_probs(..., dropout_mask=keep)`` computes that matrix).
+    cu_seqlens_q: object
+    cu_seqlens_k: object
+    max_seqlen_q: object
+    max_seqlen_k: object
+    names: tuple[str, str, str, str] = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+
+
+def _check_no_block_table(block_table: object) -> None:
+    if block_table is not None:
+        raise NotImplementedError(
+            "block_table (the paged KV cache) is not implemented yet in flashtile; got "
+            f"{validation.describe(block_table)}, accepted: None"
+        )
+
+
+def _keep_mask(
+    rng_state: torch.Tensor, dropout_p: float, shape: tuple[int, ...], backend: str
+) -> torch.Tensor:
+    run = _ops.dropout_keep_mask if torch.compiler.is_compiling() else _ops.run_dropout_keep_mask
+    return run(rng_state, dropout_p, *shape, backend)
+
+
+def _s_dmask(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    options: validation.Options,
+    rng_state: torch.Tensor | None,
+    backend: str,
+    varlen: tuple[torch.Tensor, torch.Tensor, int, int] | None,
+) -> torch.Tensor:
+    """flash_attn's S_dmask: empty without dropout; under dropout the probabilities, negated where dropped.
+
+    ``(B, H, N_q, N_k)``, or ``(B, H, max_seqlen_q, max_seqlen_k)`` for varlen with sequence ``b`` in
+    ``[b, :, :N_q, :N_k]`` and zeros beyond, computed by the reference from q and k with the keep mask
+    the kernels drew (the same bits on both backends).
     """
-    return q.new_empty((0,))
+    if options.dropout_p == 0.0:
+        return q.new_empty((0,))
+    probs = functools.partial(
+        attention_probs,
+        softmax_scale=scale,
+        causal=options.causal,
+        window_size=options.window_size,
+        softcap=options.softcap,
+        dropout_p=options.dropout_p,
+    )
+    with torch.no_grad():
+        if varlen is None:
+            shape = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+            keep = _keep_mask(rng_state, options.dropout_p, shape, backend)
+            return probs(q, k, v, alibi_slopes=options.alibi_slopes, dropout_mask=keep)
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = varlen
+        shape = (cu_seqlens_q.shape[0] - 1, q.shape[1], max_seqlen_q, max_seqlen_k)
+        keep = _keep_mask(rng_state, options.dropout_p, shape, backend)
+        s_dmask = q.new_zeros(shape)
+        # A host loop over the sequences: S_dmask is for testing, and already N_q × N_k per sequence.
+        q_bounds, k_bounds = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        for b in range(shape[0]):
+            (q0, q1), (k0, k1) = q_bounds[b : b + 2], k_bounds[b : b + 2]
+            slopes = options.alibi_slopes
+            if slopes is not None and slopes.dim() == 2:
+                slopes = slopes[b]
+            s_dmask[b, :, : q1 - q0, : k1 - k0] = probs(
+                q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], alibi_slopes=slopes,
+                dropout_mask=keep[b : b + 1, :, : q1 - q0, : k1 - k0],
+            )[0]  # fmt: skip
+        return s_dmask
 
 
 def _attention(
@@ -93,25 +174,44 @@ def _attention(
     alibi_slopes: torch.Tensor | None,
     deterministic: bool,
     return_attn_probs: bool,
+    varlen: _Varlen | None = None,
 ) -> AttentionResult:
-    """Validate, resolve the backend and run the op; shared by the three public functions.
+    """Validate, resolve the backend and run attention; shared by the public functions.
 
     ``tensors`` are the user's tensor arguments by name (``q, k, v``, ``qkv`` or ``q, kv``), so that errors
-    name what the user passed.
+    name what the user passed; ``varlen`` holds a packed batch's boundaries.
     """
-    q, k, v = validation.unpack_qkv(**tensors)
+    q, k, v = validation.unpack_qkv(varlen is not None, **tensors)
     validation.check_same_device(**tensors)
     backend = _backend.resolve(q.device)
     validation.check_dtypes(backend, **tensors)
+    if varlen is None:
+        batch, seqlen_k = q.shape[0], k.shape[1]
+        boundaries = None
+    else:
+        max_q, max_k = validation.check_cu_seqlens(
+            varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.max_seqlen_q, varlen.max_seqlen_k,
+            q.shape[0], k.shape[0], q.device, varlen.names,
+        )  # fmt: skip
+        batch, seqlen_k = varlen.cu_seqlens_q.shape[0] - 1, max_k
+        boundaries = (varlen.cu_seqlens_q, varlen.cu_seqlens_k, max_q, max_k)
     options = validation.check_options(
-        dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs, k.shape[1]
-    )
+        dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs,
+        seqlen_k, batch, q.shape[-2], q.device,
+    )  # fmt: skip
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
-    out, lse = _autograd.attention(q, k, v, scale, options.causal, backend)
+    rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = boundaries or (None, None, 0, 0)
+    out, lse = _autograd.attention(
+        q, k, v, scale, options.causal, backend,
+        window_size=options.window_size, softcap=options.softcap, alibi_slopes=options.alibi_slopes,
+        dropout_p=options.dropout_p, rng_state=rng_state, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )  # fmt: skip
     if not options.return_attn_probs:
         return out
-    return out, lse, _s_dmask(q)
+    return out, lse, _s_dmask(q, k, v, scale, options, rng_state, backend, boundaries)
 
 
 @_document
@@ -172,8 +272,9 @@ def flash_attn_func(
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
             float64 inputs). The natural-log logsumexp of each row of QKᵀ · softmax_scale after masking; −inf
             for fully masked rows. Not differentiable.
-        S_dmask [only if return_attn_probs=True]: an empty tensor (0 elements) of q's dtype on q's device,
-            as flash_attn returns without dropout.
+        S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, seqlen_q,
+            seqlen_k) in q's dtype: the softmax probabilities, negated where dropout dropped the entry;
+            without dropout an empty tensor (0 elements), as flash_attn returns.
 
     {divergences}
 
@@ -230,8 +331,9 @@ def flash_attn_qkvpacked_func(
         out: (batch_size, seqlen, nheads, headdim), qkv's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen), float32 (float64 for
             float64 inputs), natural log; −inf for fully masked rows. Not differentiable.
-        S_dmask [only if return_attn_probs=True]: an empty tensor (0 elements) of qkv's dtype on its
-            device, as flash_attn returns without dropout.
+        S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, seqlen_q,
+            seqlen_k) in q's dtype: the softmax probabilities, negated where dropout dropped the entry;
+            without dropout an empty tensor (0 elements), as flash_attn returns.
 
     {divergences}
 
@@ -304,8 +406,9 @@ def flash_attn_kvpacked_func(
         out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
             float64 inputs), natural log; −inf for fully masked rows. Not differentiable.
-        S_dmask [only if return_attn_probs=True]: an empty tensor (0 elements) of q's dtype on q's device,
-            as flash_attn returns without dropout.
+        S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, seqlen_q,
+            seqlen_k) in q's dtype: the softmax probabilities, negated where dropout dropped the entry;
+            without dropout an empty tensor (0 elements), as flash_attn returns.
 
     {divergences}
 
@@ -327,4 +430,200 @@ def flash_attn_kvpacked_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
+    )
+
+
+@_document
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
+) -> AttentionResult:
+    """:func:`flash_attn_func` on a packed batch of sequences of different lengths, with no padding.
+
+    Sequence ``b`` is the queries ``q[cu_seqlens_q[b]:cu_seqlens_q[b + 1]]`` attending to the keys and
+    values ``k, v[cu_seqlens_k[b]:cu_seqlens_k[b + 1]]``, exactly as a batch of one with its own seqlen_q
+    and seqlen_k (either may be 0, and they may differ): causal masks and windows are bottom-right aligned
+    per sequence, ``(batch_size, nheads)`` ALiBi slopes give row ``b`` to sequence ``b``. The whole batch
+    runs in one kernel launch, and ``cu_seqlens`` are never read on the host (max_seqlen_q/k size the
+    launch), except for the value checks on CPU tensors and under ``FLASHTILE_DEBUG=1``. MQA/GQA as in
+    :func:`flash_attn_func`. :mod:`flashtile.bert_padding` converts padded batches to this layout and back.
+
+    Arguments:
+        q: (total_q, nheads, headdim), the query tokens of every sequence, one after the other.
+        k: (total_k, nheads_k, headdim).
+        v: (total_k, nheads_k, headdim).
+            dtypes, devices, headdim and strides as in :func:`flash_attn_func`.
+        cu_seqlens_q: (batch_size + 1,) torch.int32, contiguous, on q's device: cumulative query lengths,
+            starting at 0, non-decreasing, ending at total_q.
+        cu_seqlens_k: (batch_size + 1,) torch.int32, the same for the keys, ending at total_k.
+        max_seqlen_q: int ≥ 0, at least the longest query sequence.
+        max_seqlen_k: int ≥ 0, at least the longest key sequence.
+        {options}
+        block_table: must be None: the paged KV cache is not implemented yet (NotImplementedError).
+
+    Returns:
+        out: (total_q, nheads, headdim), q's dtype, contiguous.
+        softmax_lse [only if return_attn_probs=True]: (nheads, total_q), float32 (float64 for float64
+            inputs), natural log; −inf for fully masked rows and empty key sequences. Not differentiable.
+        S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, max_seqlen_q,
+            max_seqlen_k) in q's dtype, sequence b in ``[b, :, :seqlen_q, :seqlen_k]`` (zeros beyond):
+            the softmax probabilities, negated where dropped; without dropout an empty tensor.
+
+    {divergences}
+
+    Example::
+
+        >>> from flashtile.bert_padding import unpad_input, pad_input
+        >>> x = torch.randn(2, 6, 4, 64, dtype=torch.float16, device="cuda")  # padded (batch, seqlen, ...)
+        >>> mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], device="cuda")
+        >>> packed, indices, cu_seqlens, max_seqlen, _ = unpad_input(x, mask)
+        >>> out = flash_attn_varlen_func(packed, packed, packed, cu_seqlens, cu_seqlens, max_seqlen,
+        ...                              max_seqlen, causal=True)
+        >>> out.shape, pad_input(out, indices, 2, 6).shape
+        (torch.Size([9, 4, 64]), torch.Size([2, 6, 4, 64]))
+    """
+    _check_no_block_table(block_table)
+    return _attention(
+        {"q": q, "k": k, "v": v},
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        _Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+    )
+
+
+@_document
+def flash_attn_varlen_qkvpacked_func(
+    qkv: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """:func:`flash_attn_varlen_func` on q, k and v stacked in one packed tensor (self-attention).
+
+    q, k and v are views of ``qkv`` (``qkv[:, 0]``, ``[:, 1]``, ``[:, 2]``), never copied; the gradient
+    comes back as one tensor shaped like ``qkv``. Queries and keys share ``cu_seqlens``.
+
+    Arguments:
+        qkv: (total, 3, nheads, headdim); dtypes and devices as in :func:`flash_attn_func`.
+        cu_seqlens: (batch_size + 1,) torch.int32, contiguous, on qkv's device: cumulative sequence
+            lengths, starting at 0, non-decreasing, ending at total.
+        max_seqlen: int ≥ 0, at least the longest sequence.
+        {options}
+
+    Returns:
+        out: (total, nheads, headdim), qkv's dtype, contiguous.
+        softmax_lse [only if return_attn_probs=True]: (nheads, total), float32 (float64 for float64
+            inputs), natural log; −inf for fully masked rows. Not differentiable.
+        S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, max_seqlen,
+            max_seqlen), as in :func:`flash_attn_varlen_func`; without dropout an empty tensor.
+
+    {divergences}
+
+    Example::
+
+        >>> qkv = torch.randn(10, 3, 4, 64, dtype=torch.bfloat16, device="cuda")  # sequences of 3 and 7
+        >>> cu_seqlens = torch.tensor([0, 3, 10], dtype=torch.int32, device="cuda")
+        >>> flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, 7, causal=True).shape
+        torch.Size([10, 4, 64])
+    """
+    names = ("cu_seqlens", "cu_seqlens", "max_seqlen", "max_seqlen")
+    return _attention(
+        {"qkv": qkv},
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        _Varlen(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, names),
+    )
+
+
+@_document
+def flash_attn_varlen_kvpacked_func(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttentionResult:
+    """:func:`flash_attn_varlen_func` with k and v stacked in one packed tensor.
+
+    k and v are views of ``kv`` (``kv[:, 0]`` and ``kv[:, 1]``), never copied; their gradient comes back
+    as one tensor shaped like ``kv``. MQA/GQA as in :func:`flash_attn_func`.
+
+    Arguments:
+        q: (total_q, nheads, headdim).
+        kv: (total_k, 2, nheads_k, headdim); one dtype and device with q, as in :func:`flash_attn_func`.
+        cu_seqlens_q, cu_seqlens_k: (batch_size + 1,) torch.int32, contiguous, on q's device; cumulative
+            lengths starting at 0, non-decreasing, ending at total_q and total_k.
+        max_seqlen_q, max_seqlen_k: ints ≥ 0, at least the longest query and key sequences.
+        {options}
+
+    Returns:
+        out: (total_q, nheads, headdim), q's dtype, contiguous.
+        softmax_lse [only if return_attn_probs=True]: (nheads, total_q), float32 (float64 for float64
+            inputs), natural log; −inf for fully masked rows. Not differentiable.
+        S_dmask [only if return_attn_probs=True]: as in :func:`flash_attn_varlen_func`.
+
+    {divergences}
+
+    Example::
+
+        >>> q = torch.randn(5, 8, 64, dtype=torch.float16, device="cuda")  # 2 + 3 new tokens
+        >>> kv = torch.randn(300, 2, 2, 64, dtype=torch.float16, device="cuda")  # contexts of 100 and 200
+        >>> cu_q = torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda")
+        >>> cu_k = torch.tensor([0, 100, 300], dtype=torch.int32, device="cuda")
+        >>> flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 3, 200, causal=True).shape
+        torch.Size([5, 8, 64])
+    """
+    return _attention(
+        {"q": q, "kv": kv},
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        _Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
     )

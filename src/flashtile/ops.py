@@ -1,14 +1,18 @@
-"""The custom ops ``torch.ops.flashtile.attn_fwd`` and ``attn_bwd``, their fake implementations, and the
-plain functions ``run_attn_fwd`` and ``run_attn_bwd`` that implement them.
+"""The custom ops ``torch.ops.flashtile.attn_fwd``, ``attn_bwd`` and ``dropout_keep_mask``, their fake
+implementations, and the plain functions ``run_attn_fwd``, ``run_attn_bwd``, ``run_dropout_keep_mask`` that
+implement them.
 
-Each dispatches to the Triton launchers or to the tiled PyTorch reference by its ``backend`` argument
-(``"triton"`` or ``"reference"``, see :mod:`flashtile.backend`). Inputs are assumed validated. The ops are
-what torch.compile traces; eager autograd (:mod:`flashtile.autograd`) calls the plain functions, which
-skips the op dispatcher's per-call cost.
+Each dispatches to the Triton launchers or to the PyTorch reference by its ``backend`` argument
+(``"triton"`` or ``"reference"``, see :mod:`flashtile.backend`). Inputs are assumed validated and the
+options normalised (docs/design/options.md): every option travels as a flat argument, ``window_left`` and
+``window_right`` with −1 = unlimited, ``softcap`` 0 = off, ``rng_state`` an int64 ``(seed, offset)``
+tensor when ``dropout_p > 0``, and ``cu_seqlens_q`` given for a packed (varlen) batch, whose q is
+``(total_q, H, D)`` and lse ``(H, total_q)``. The ops are what torch.compile traces; eager autograd
+(:mod:`flashtile.autograd`) calls the plain functions, which skips the op dispatcher's per-call cost.
 
-Empty problems never reach a backend: with ``B = 0``, ``N_q = 0`` or ``H = 0`` the outputs are empty (and
-``dk``, ``dv`` are zeros), and with ``N_k = 0`` every row is fully masked, so ``out = 0``, ``lse = −inf``
-and ``dq = 0``.
+Empty problems never reach a backend: with no batch, no queries or no heads the outputs are empty (and
+``dk``, ``dv`` are zeros), and with no keys every row is fully masked, so ``out = 0``, ``lse = −inf`` and
+``dq = 0``.
 """
 
 from __future__ import annotations
@@ -17,17 +21,24 @@ import torch
 
 from flashtile.backend import BACKENDS
 
+# Seeds and offsets are drawn below 2⁶²: any int64 below that is a valid (seed, offset).
+RNG_BOUND = 2**62
+
 
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
 
 
-def _no_queries(q: torch.Tensor) -> bool:
-    return q.shape[0] == 0 or q.shape[1] == 0 or q.shape[2] == 0
+def _is_empty(q: torch.Tensor, k: torch.Tensor, varlen: bool) -> bool:
+    """No query row or no key to attend to: the outputs follow without a backend."""
+    dims = (q.shape[0], q.shape[1]) if varlen else (q.shape[0], q.shape[1], q.shape[2])
+    return 0 in dims or k.shape[0 if varlen else 1] == 0
 
 
-def _lse_shape(q: torch.Tensor) -> tuple[int, int, int]:
+def _lse_shape(q: torch.Tensor, varlen: bool) -> tuple[int, ...]:
+    if varlen:
+        return (q.shape[1], q.shape[0])
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
@@ -36,23 +47,79 @@ def lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def draw_rng_state(device: torch.device) -> torch.Tensor:
+    """dropout's ``(seed, offset)``: int64 ``(2,)`` on ``device``, from PyTorch's generator for that device.
+
+    Drawn on the device without a host synchronisation, so ``torch.manual_seed`` reproduces a run and a
+    CUDA graph captures the draw.
+    """
+    return torch.randint(0, RNG_BOUND, (2,), dtype=torch.int64, device=device)
+
+
+def _options(
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    dropout_p: float,
+    rng_state: torch.Tensor | None,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> dict[str, object]:
+    """The launchers' keywords (the same for the Triton kernels and the tiled reference)."""
+    return dict(
+        window_size=(window_left, window_right),
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p,
+        rng_state=rng_state,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None,
+        max_seqlen_k=max_seqlen_k if cu_seqlens_q is not None else None,
+    )
+
+
 def run_attn_fwd(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, backend: str
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    backend: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)``: ``out`` like ``q``, ``lse`` (B, H, N_q) in :func:`lse_dtype`, natural log."""
+    """``(out, lse)``: ``out`` like ``q``; ``lse`` (B, H, N_q), or (H, total_q) for varlen, in
+    :func:`lse_dtype`, natural log."""
     _check_backend(backend)
-    if _no_queries(q) or k.shape[1] == 0:
+    varlen = cu_seqlens_q is not None
+    if _is_empty(q, k, varlen):
         out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.full(_lse_shape(q), float("-inf"), dtype=lse_dtype(q.dtype), device=q.device)
+        lse = torch.full(_lse_shape(q, varlen), float("-inf"), dtype=lse_dtype(q.dtype), device=q.device)
         return out, lse
+    options = _options(
+        window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    )  # fmt: skip
     if backend == "triton":
         from flashtile.kernels.fwd import attn_fwd as launch
 
-        out, lse = launch(q, k, v, softmax_scale, causal)
+        out, lse = launch(q, k, v, softmax_scale, causal, **options)
     else:
         from flashtile.reference.tiled import attention_fwd
 
-        out, lse = attention_fwd(q, k, v, softmax_scale, causal)
+        out, lse = attention_fwd(q, k, v, softmax_scale, causal, **options)
     return out.to(q.dtype).contiguous(), lse.to(lse_dtype(q.dtype)).contiguous()
 
 
@@ -61,10 +128,25 @@ attn_fwd = torch.library.custom_op("flashtile::attn_fwd", run_attn_fwd, mutates_
 
 @attn_fwd.register_fake
 def _attn_fwd_fake(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, backend: str
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    backend: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = q.new_empty(q.shape)
-    lse = q.new_empty(_lse_shape(q), dtype=lse_dtype(q.dtype))
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None), dtype=lse_dtype(q.dtype))
     return out, lse
 
 
@@ -78,22 +160,37 @@ def run_attn_bwd(
     softmax_scale: float,
     causal: bool,
     backend: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)``, each contiguous with the shape and dtype of ``q``, ``k``, ``v``."""
+    """``(dq, dk, dv)``, each contiguous with the shape and dtype of ``q``, ``k``, ``v``; the options and
+    ``rng_state`` must be the forward's (the dropout mask is regenerated from it)."""
     _check_backend(backend)
-    if _no_queries(q) or k.shape[1] == 0:
+    if _is_empty(q, k, cu_seqlens_q is not None):
         dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
         return dq, dk, dv
+    options = _options(
+        window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    )  # fmt: skip
     if backend == "triton":
         from flashtile.kernels.bwd import attn_bwd as launch
 
-        dq, dk, dv = launch(dout, q, k, v, out, lse, softmax_scale, causal)
+        dq, dk, dv = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
     else:
         from flashtile.reference.tiled import attention_bwd
 
-        dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, softmax_scale, causal)
+        dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)
     return (
         dq.to(q.dtype).contiguous(),
         dk.to(k.dtype).contiguous(),
@@ -115,5 +212,54 @@ def _attn_bwd_fake(
     softmax_scale: float,
     causal: bool,
     backend: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int = 0,
+    max_seqlen_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def run_dropout_keep_mask(
+    rng_state: torch.Tensor,
+    dropout_p: float,
+    batch: int,
+    nheads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    backend: str,
+) -> torch.Tensor:
+    """The keep mask the forward drew for ``rng_state``: bool ``(batch, nheads, seqlen_q, seqlen_k)`` on
+    rng_state's device, True = kept; the same bits from either backend."""
+    _check_backend(backend)
+    if backend == "triton":
+        from flashtile.kernels._dropout import dropout_mask
+
+        return dropout_mask(rng_state, dropout_p, batch, nheads, seqlen_q, seqlen_k)
+    from flashtile.reference.naive import dropout_mask
+
+    return dropout_mask(rng_state, dropout_p, batch, nheads, seqlen_q, seqlen_k).contiguous()
+
+
+dropout_keep_mask = torch.library.custom_op(
+    "flashtile::dropout_keep_mask", run_dropout_keep_mask, mutates_args=()
+)
+
+
+@dropout_keep_mask.register_fake
+def _dropout_keep_mask_fake(
+    rng_state: torch.Tensor,
+    dropout_p: float,
+    batch: int,
+    nheads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    backend: str,
+) -> torch.Tensor:
+    return rng_state.new_empty((batch, nheads, seqlen_q, seqlen_k), dtype=torch.bool)

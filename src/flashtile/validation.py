@@ -2,14 +2,22 @@
 
 Every error names the argument, what was received and what is accepted: FlashtileTypeError (a TypeError)
 for wrong types and dtypes, FlashtileValueError (a ValueError) for wrong shapes and values, both also
-RuntimeErrors as flash_attn's are (:mod:`flashtile.errors`), and NotImplementedError for flash_attn options
-that flashtile does not implement yet.
+RuntimeErrors as flash_attn's are (:mod:`flashtile.errors`), and NotImplementedError for flash_attn arguments
+that flashtile does not implement yet (``block_table``).
+
+Variable-length batches: the types, dtypes, shapes and devices of ``cu_seqlens_q/k`` are always checked;
+their values (start at 0, non-decreasing, end at the token count, no sequence longer than ``max_seqlen``)
+need them on the host, so they are checked for CPU tensors always and for CUDA tensors only under
+``FLASHTILE_DEBUG=1``, which costs a device-to-host copy per call. Without it, bad values on CUDA give
+wrong numbers for the sequences concerned, never an out-of-bounds access (the kernels clamp them).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
+import os
 import sys
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -19,6 +27,7 @@ import torch
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 
 MAX_HEAD_DIM = 256
+DEBUG_ENV_VAR = "FLASHTILE_DEBUG"
 
 _REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TRITON_CUDA_DTYPES = (torch.float16, torch.bfloat16)
@@ -35,7 +44,7 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
-def _received(value: object) -> str:
+def describe(value: object) -> str:
     """``value`` for an error message: a tensor by its dtype and shape, anything else by its repr."""
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {_shape(value)}"
@@ -96,16 +105,26 @@ def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
 
 
 def check_qkv_shapes(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: tuple[str, torch.Tensor] | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    packed: tuple[str, torch.Tensor] | None = None,
+    varlen: bool = False,
 ) -> None:
     """``q`` is (B, N_q, H, D); ``k`` and ``v`` are (B, N_k, H_KV, D) with ``H % H_KV == 0`` and 1 ≤ D ≤ 256.
 
-    ``packed`` names the packed tensor (``("qkv", qkv)`` or ``("kv", kv)``) that some of q, k, v are views
-    of, so that the messages show what the caller passed.
+    With ``varlen`` the batch and sequence dimensions are one: q (total_q, H, D), k and v
+    (total_k, H_KV, D). ``packed`` names the packed tensor (``("qkv", qkv)`` or ``("kv", kv)``) that some
+    of q, k, v are views of, so that the messages show what the caller passed.
     """
-    check_rank("q", q, "(batch_size, seqlen_q, nheads, headdim)")
-    check_rank("k", k, "(batch_size, seqlen_k, nheads_k, headdim)")
-    check_rank("v", v, "(batch_size, seqlen_k, nheads_k, headdim)")
+    if varlen:
+        check_rank("q", q, "(total_q, nheads, headdim)")
+        check_rank("k", k, "(total_k, nheads_k, headdim)")
+        check_rank("v", v, "(total_k, nheads_k, headdim)")
+    else:
+        check_rank("q", q, "(batch_size, seqlen_q, nheads, headdim)")
+        check_rank("k", k, "(batch_size, seqlen_k, nheads_k, headdim)")
+        check_rank("v", v, "(batch_size, seqlen_k, nheads_k, headdim)")
 
     # Formatted only on failure: shapes may be symbolic under torch.compile.
     def fail(problem: str) -> FlashtileValueError:
@@ -114,54 +133,58 @@ def check_qkv_shapes(
             shapes += f"; unpacked from {packed[0]} {_shape(packed[1])}"
         return FlashtileValueError(f"{problem}; got {shapes}")
 
-    if not q.shape[0] == k.shape[0] == v.shape[0]:
+    # Dimensions counted from the end, the same in both layouts.
+    heads, dim = -2, -1
+    if not varlen and not q.shape[0] == k.shape[0] == v.shape[0]:
         raise fail("q, k and v must have the same batch_size (dim 0)")
-    if k.shape[1] != v.shape[1]:
-        raise fail("k and v must have the same seqlen_k (dim 1)")
-    if not q.shape[3] == k.shape[3] == v.shape[3]:
-        raise fail("q, k and v must have the same headdim (dim 3)")
-    if k.shape[2] != v.shape[2]:
-        raise fail("k and v must have the same nheads_k (dim 2)")
-    nheads, nheads_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
+    if k.shape[-3] != v.shape[-3]:
+        raise fail(f"k and v must have the same {'total_k (dim 0)' if varlen else 'seqlen_k (dim 1)'}")
+    if not q.shape[dim] == k.shape[dim] == v.shape[dim]:
+        raise fail(f"q, k and v must have the same headdim (dim {q.dim() - 1})")
+    if k.shape[heads] != v.shape[heads]:
+        raise fail(f"k and v must have the same nheads_k (dim {q.dim() - 2})")
+    nheads, nheads_k, head_dim = q.shape[heads], k.shape[heads], q.shape[dim]
     if nheads < 1 or nheads_k < 1:
-        raise fail("nheads (q dim 2) and nheads_k (k, v dim 2) must be at least 1")
+        raise fail(f"nheads (q dim {q.dim() - 2}) and nheads_k (k, v dim {q.dim() - 2}) must be at least 1")
     if nheads % nheads_k != 0:
         raise fail(
             f"nheads of q ({nheads}) must be a multiple of nheads_k of k and v ({nheads_k}) for MQA/GQA"
         )
     if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise fail(f"headdim (dim 3 of q, k, v) must be in [1, {MAX_HEAD_DIM}], not {head_dim}")
+        raise fail(f"headdim (dim {q.dim() - 1} of q, k, v) must be in [1, {MAX_HEAD_DIM}], not {head_dim}")
 
 
-# The packed tensors: how many of q, k, v each holds at dim 2, and its layout.
+# The packed tensors: how many of q, k, v each holds at the packing dim, and its layout (dense, varlen).
 _PACKED = {
-    "qkv": (3, "(batch_size, seqlen, 3, nheads, headdim)"),
-    "kv": (2, "(batch_size, seqlen_k, 2, nheads_k, headdim)"),
+    "qkv": (3, "(batch_size, seqlen, 3, nheads, headdim)", "(total, 3, nheads, headdim)"),
+    "kv": (2, "(batch_size, seqlen_k, 2, nheads_k, headdim)", "(total_k, 2, nheads_k, headdim)"),
 }
 
 
-def unpack_qkv(**tensors: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def unpack_qkv(varlen: bool = False, **tensors: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k and v from the user's tensors by name (``q, k, v``, ``qkv`` or ``q, kv``), shapes checked.
 
-    A packed tensor is unbound into views along dim 2, never copied.
+    A packed tensor is unbound into views along its packing dim (2, or 1 with ``varlen``), never copied.
     """
     check_tensors(**tensors)
     views: dict[str, torch.Tensor] = {}
     packed = None
+    pack_dim = 1 if varlen else 2
     for name, t in tensors.items():
         if name not in _PACKED:
             views[name] = t
             continue
-        count, layout = _PACKED[name]
+        count, dense_layout, varlen_layout = _PACKED[name]
+        layout = varlen_layout if varlen else dense_layout
         check_rank(name, t, layout)
-        if t.shape[2] != count:
+        if t.shape[pack_dim] != count:
             raise FlashtileValueError(
-                f"{name} must have shape {layout} with {count} at dim 2; got {_shape(t)}"
+                f"{name} must have shape {layout} with {count} at dim {pack_dim}; got {_shape(t)}"
             )
         # "qkv" unbinds into q, k, v and "kv" into k, v: the name spells the views.
-        views.update(zip(name, t.unbind(dim=2), strict=True))
+        views.update(zip(name, t.unbind(dim=pack_dim), strict=True))
         packed = (name, t)
-    check_qkv_shapes(views["q"], views["k"], views["v"], packed)
+    check_qkv_shapes(views["q"], views["k"], views["v"], packed, varlen)
     return views["q"], views["k"], views["v"]
 
 
@@ -186,17 +209,14 @@ def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
     return scale
 
 
-def check_dropout_p(dropout_p: object) -> None:
-    """``dropout_p`` lies in [0, 1); only 0 is implemented."""
+def check_dropout_p(dropout_p: object) -> float:
+    """``dropout_p`` as a float in [0, 1) (1 would drop everything and divide by 0)."""
     if not _is_real(dropout_p):
         raise FlashtileTypeError(f"dropout_p must be a float in [0, 1); got {dropout_p!r}")
     p = float(dropout_p)
     if not 0.0 <= p < 1.0:
         raise FlashtileValueError(f"dropout_p must be in [0, 1); got {dropout_p!r}")
-    if p > 0.0:
-        raise NotImplementedError(
-            f"dropout_p > 0 is not implemented yet in flashtile; got dropout_p={dropout_p!r}, accepted: 0.0"
-        )
+    return p
 
 
 def _plain(x: object) -> object:
@@ -223,41 +243,39 @@ def normalize_window(window_size: object, causal: bool, seqlen_k: int) -> tuple[
     if len(bounds) != 2 or not all(_is_int(w) for w in bounds):
         raise FlashtileTypeError(
             "window_size must be a pair of integers (left, right), -1 meaning unlimited; "
-            f"got {_received(window_size)}"
+            f"got {describe(window_size)}"
         )
     left, right = (-1 if w < 0 or w >= seqlen_k else int(w) for w in bounds)
     return left, 0 if causal else right
 
 
-def check_window_implemented(window_size: object, window: tuple[int, int]) -> None:
-    """Only the unlimited window ``(-1, -1)`` and the causal one ``(-1, 0)`` are implemented."""
-    if window not in ((-1, -1), (-1, 0)):
-        raise NotImplementedError(
-            f"sliding-window attention is not implemented yet in flashtile; got window_size={window_size!r} "
-            f"(normalised to {window}), accepted: (-1, -1) or, causal, (-1, 0) once normalised"
-        )
-
-
-def check_softcap(softcap: object) -> None:
-    """``softcap`` is a finite real; ≤ 0 disables it (as in flash_attn) and only that is implemented."""
+def check_softcap(softcap: object) -> float:
+    """``softcap`` as a float: a finite real, ≤ 0 disabling it (as in flash_attn) and becoming 0.0."""
     if not _is_real(softcap):
         raise FlashtileTypeError(f"softcap must be a float (≤ 0 disables it); got {softcap!r}")
     cap = float(softcap)
     if not _is_finite(cap):
         raise FlashtileValueError(f"softcap must be finite (≤ 0 disables it); got {softcap!r}")
-    if cap > 0.0:
-        raise NotImplementedError(
-            f"softcapping is not implemented yet in flashtile; got softcap={softcap!r}, accepted: ≤ 0 (off)"
-        )
+    return max(cap, 0.0)
 
 
-def check_alibi_slopes(alibi_slopes: object) -> None:
-    """Only ``alibi_slopes=None`` is implemented."""
-    if alibi_slopes is not None:
-        raise NotImplementedError(
-            f"ALiBi is not implemented yet in flashtile; got alibi_slopes={_received(alibi_slopes)}, "
-            "accepted: None"
-        )
+def check_alibi_slopes(
+    alibi_slopes: object, batch: int, nheads: int, device: torch.device
+) -> torch.Tensor | None:
+    """None, or the slopes as a contiguous float32 ``(nheads,)`` or ``(batch, nheads)`` tensor on ``device``
+    (a non-contiguous tensor is copied)."""
+    if alibi_slopes is None:
+        return None
+    accepted = f"a float32 tensor of shape ({nheads},) or ({batch}, {nheads}) on {device}, or None"
+    if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.layout != torch.strided:
+        raise FlashtileTypeError(f"alibi_slopes must be {accepted}; got {describe(alibi_slopes)}")
+    if alibi_slopes.dtype != torch.float32:
+        raise FlashtileTypeError(f"alibi_slopes must be {accepted}; got dtype {alibi_slopes.dtype}")
+    if _shape(alibi_slopes) not in ((nheads,), (batch, nheads)):
+        raise FlashtileValueError(f"alibi_slopes must be {accepted}; got shape {_shape(alibi_slopes)}")
+    if alibi_slopes.device != torch.device(device):
+        raise FlashtileValueError(f"alibi_slopes must be {accepted}; got a tensor on {alibi_slopes.device}")
+    return alibi_slopes.contiguous()
 
 
 def _numpy_bool(value: object) -> bool:
@@ -272,15 +290,18 @@ def check_flag(name: str, value: object) -> bool:
         return bool(value)
     if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() == 0:
         return bool(value)
-    received = _received(value) if isinstance(value, torch.Tensor) else f"{value!r} ({type(value).__name__})"
+    received = describe(value) if isinstance(value, torch.Tensor) else f"{value!r} ({type(value).__name__})"
     raise FlashtileTypeError(f"{name} must be a bool (Python, NumPy or a 0-d bool tensor); got {received}")
 
 
 class Options(NamedTuple):
-    """The options as the layers below the API take them, normalised."""
+    """The options as the layers below the API take them, normalised (docs/design/options.md)."""
 
     causal: bool
     window_size: tuple[int, int]
+    softcap: float
+    alibi_slopes: torch.Tensor | None
+    dropout_p: float
     return_attn_probs: bool
 
 
@@ -293,10 +314,15 @@ def check_options(
     deterministic: object,
     return_attn_probs: object,
     seqlen_k: int,
+    batch: int,
+    nheads: int,
+    device: torch.device,
 ) -> Options:
     """The non-tensor arguments shared by every flash_attn_* function, checked and normalised.
 
-    ``causal`` comes back true for every window that is causal attention, ``window_size=(-1, 0)`` included.
+    ``seqlen_k`` is the keys' length (``max_seqlen_k`` for varlen), against which the window is
+    normalised; ``batch`` and ``nheads`` size the ALiBi slopes. ``causal`` comes back true for every
+    window whose right side is 0 (the causal constraint), ``window_size=(-1, 0)`` included.
 
     ``deterministic`` is accepted either way: the backward uses no atomics, so it is deterministic by
     construction.
@@ -304,9 +330,87 @@ def check_options(
     causal = check_flag("causal", causal)
     check_flag("deterministic", deterministic)
     return_attn_probs = check_flag("return_attn_probs", return_attn_probs)
-    check_dropout_p(dropout_p)
+    p = check_dropout_p(dropout_p)
     window = normalize_window(window_size, causal, seqlen_k)
-    check_window_implemented(window_size, window)
-    check_softcap(softcap)
-    check_alibi_slopes(alibi_slopes)
-    return Options(window == (-1, 0), window, return_attn_probs)
+    cap = check_softcap(softcap)
+    slopes = check_alibi_slopes(alibi_slopes, batch, nheads, device)
+    return Options(window[1] == 0, window, cap, slopes, p, return_attn_probs)
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV_VAR, "0") == "1"
+
+
+def check_max_seqlen(name: str, value: object) -> int:
+    """``value`` as an int ≥ 0 (a Python or NumPy integer, or a 0-d integer tensor)."""
+    plain = _plain(value)
+    if not _is_int(plain) or plain < 0:
+        raise FlashtileValueError(
+            f"{name} must be an integer ≥ 0 (the longest sequence); got {describe(value)}"
+        )
+    return int(plain)
+
+
+def check_cu_seqlens(
+    cu_seqlens_q: object,
+    cu_seqlens_k: object,
+    max_seqlen_q: object,
+    max_seqlen_k: object,
+    total_q: int,
+    total_k: int,
+    device: torch.device,
+    names: tuple[str, str, str, str] = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"),
+) -> tuple[int, int]:
+    """A packed batch's boundaries: int32, 1-D, contiguous ``(batch_size + 1,)`` tensors on ``device``, the
+    same length for q and k, and ``max_seqlen_q/k`` integers; returns the two maxima as ints.
+
+    Values (start at 0, non-decreasing, last = ``total_q`` / ``total_k``, every length ≤ its max_seqlen;
+    zero-length sequences are allowed) are checked for CPU tensors, and for CUDA tensors only under
+    ``FLASHTILE_DEBUG=1`` (a host synchronisation); never inside a torch.compile'd graph. ``names`` are
+    the user's argument names (the qkv-packed function has one ``cu_seqlens`` and one ``max_seqlen``).
+    """
+    name_q, name_k, name_max_q, name_max_k = names
+    for name, cu in ((name_q, cu_seqlens_q), (name_k, cu_seqlens_k)):
+        accepted = f"a contiguous 1-D torch.int32 tensor (batch_size + 1,) on {device}"
+        if not isinstance(cu, torch.Tensor) or cu.layout != torch.strided:
+            raise FlashtileTypeError(f"{name} must be {accepted}; got {describe(cu)}")
+        if cu.dtype != torch.int32:
+            raise FlashtileTypeError(f"{name} must be {accepted}; got dtype {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise FlashtileValueError(f"{name} must be {accepted}; got shape {_shape(cu)}")
+        if not cu.is_contiguous():
+            raise FlashtileValueError(f"{name} must be {accepted}; got strides {cu.stride()}")
+        if cu.device != torch.device(device):
+            raise FlashtileValueError(f"{name} must be {accepted}; got a tensor on {cu.device}")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise FlashtileValueError(
+            f"{name_q} and {name_k} must have the same length (batch_size + 1); got "
+            f"{cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}"
+        )
+    max_q = check_max_seqlen(name_max_q, max_seqlen_q)
+    max_k = check_max_seqlen(name_max_k, max_seqlen_k)
+    # torch.compile cannot trace the host copy: a compiled graph skips the value checks.
+    if not torch.compiler.is_compiling() and (torch.device(device).type == "cpu" or _debug()):
+        _check_cu_seqlens_values(name_q, cu_seqlens_q, total_q, name_max_q, max_q, "q")
+        _check_cu_seqlens_values(name_k, cu_seqlens_k, total_k, name_max_k, max_k, "k")
+    return max_q, max_k
+
+
+def _check_cu_seqlens_values(
+    name: str, cu: torch.Tensor, total: int, name_max: str, max_seqlen: int, side: str
+) -> None:
+    bounds = cu.tolist()
+    if bounds[0] != 0:
+        raise FlashtileValueError(f"{name} must start at 0; got {name}[0] = {bounds[0]}")
+    lengths = [b - a for a, b in itertools.pairwise(bounds)]
+    if any(n < 0 for n in lengths):
+        raise FlashtileValueError(f"{name} must be non-decreasing; got {bounds}")
+    if bounds[-1] != total:
+        raise FlashtileValueError(
+            f"{name} must end at the number of tokens of {side} (dim 0), {total}; "
+            f"got {name}[-1] = {bounds[-1]}"
+        )
+    if lengths and max(lengths) > max_seqlen:
+        raise FlashtileValueError(
+            f"{name_max} must be at least the longest sequence in {name}, {max(lengths)}; got {max_seqlen}"
+        )

@@ -36,3 +36,16 @@ def dot_operand(x, DOT_FP32: tl.constexpr):
     if DOT_FP32:
         x = x.to(tl.float32)
     return x
+
+
+@triton.jit
+def sequence_rows(b, cu_seqlens_ptr, total, seqlen, IS_VARLEN: tl.constexpr):
+    """(base, length) of sequence b: ``head_desc(ptr, base, ...)`` then addresses its rows. Dense: base is
+    b itself (the launcher passes the batch stride). Varlen: base is the sequence's first row of the
+    packed tensor (the launcher passes the row stride as the batch stride), and cu_seqlens is clamped so
+    that bad values can never address a row outside [0, total)."""
+    if IS_VARLEN:
+        start = tl.minimum(tl.maximum(tl.load(cu_seqlens_ptr + b), 0), total)
+        end = tl.minimum(tl.maximum(tl.load(cu_seqlens_ptr + b + 1), start), total)
+        return start.to(tl.int64), end - start
+    return b, seqlen

@@ -13,10 +13,21 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
+from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
-from flashtile.kernels._masking import key_bounds, query_bounds, visible
-from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program
-from flashtile.kernels.fwd import LOG2_E, RUNTIME_SIZES, dot_options, pick_kernel
+from flashtile.kernels._masking import visible, visible_span
+from flashtile.kernels._scores import base2_scores
+from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
+from flashtile.kernels.fwd import (
+    LOG2_E,
+    LOG2_E_C,
+    RUNTIME_SIZES,
+    WINDOW_ARGS,
+    dense_strides,
+    dot_options,
+    kernel_options,
+    pick_kernel,
+)
 
 
 @triton.jit
@@ -74,25 +85,39 @@ def _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q):
 
 
 @triton.jit
+def _recompute_p(
+    qk, rows, cols, lse, seqlen_k, lo_diag, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope,
+    diag_offset, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+):  # fmt: skip
+    """P = exp2(s·log2(e) − lse) of a tile from the raw q·kᵀ (0 where masked), and the softcap's
+    tanh; ``rows``, ``cols`` and ``lse`` broadcast to the tile (which is Pᵀ in the dK/dV kernel)."""
+    s, t = base2_scores(
+        qk, rows, cols, qk_scale, softcap_qk, softcap_out, alibi_slope, diag_offset, HAS_SOFTCAP, HAS_ALIBI
+    )
+    p = tl.math.exp2(s - lse)
+    if MASKED:
+        p = tl.where(visible(rows, cols, seqlen_k, lo_diag, hi_diag, IS_LOCAL), p, 0.0)
+    return p, t
+
+
+@triton.jit
+def _score_grad(p, dp, delta, t, HAS_SOFTCAP: tl.constexpr):
+    """dS with respect to the scaled score ``scale·q·kᵀ``: P ∘ (dP − Δ), times 1 − tanh² under softcap."""
+    ds = p * (dp - delta)
+    if HAS_SOFTCAP:
+        ds = ds * (1.0 - t * t)
+    return ds
+
+
+@triton.jit
 def _attn_bwd_dkdv_steps(
-    dk,
-    dv,
-    k,
-    v,
-    q_desc,
-    do_desc,
-    lse_ptr,
-    delta_ptr,
-    start_m,
-    end_m,
-    offs_n,
-    qk_scale,
-    seqlen_q,
-    causal_offset,
-    MASKED: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-):
+    dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, start_m, end_m, offs_n, qk_scale, seqlen_q,
+    seqlen_k, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+    dropout_threshold, dropout_scale, bh,
+    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
     """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
     that Pᵀ and dSᵀ feed the next dots directly."""
     for m0 in tl.range(start_m, end_m, BLOCK_M):
@@ -101,202 +126,243 @@ def _attn_bwd_dkdv_steps(
         offs_m = m0 + tl.arange(0, BLOCK_M)
         lse, delta = _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q)
         s_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
-        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
-        if MASKED:
-            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        if HAS_SOFTCAP or HAS_ALIBI or MASKED:
+            p_t, t_t = _recompute_p(
+                s_t, offs_m[None, :], offs_n[:, None], lse[None, :], seqlen_k, lo_diag, hi_diag, qk_scale,
+                softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI,
+            )  # fmt: skip
+        else:
+            p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
+            t_t = s_t
         dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
-        ds_t = p_t * (dp_t - delta[None, :])
+        if HAS_DROPOUT:
+            keep_t = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[None, :], offs_n[:, None])
+            # dV takes the dropped P (its 1/(1 − p) is applied once at the end); dP the mask and scale.
+            dv = tl.dot(tl.where(keep_t, p_t, 0.0).to(do.dtype), do, dv)
+            dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+        ds_t = _score_grad(p_t, dp_t, delta[None, :], t_t, HAS_SOFTCAP)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=WINDOW_ARGS)
 def attn_bwd_dkdv_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    do_ptr,
-    lse_ptr,
-    delta_ptr,
-    dk_ptr,
-    dv_ptr,
-    stride_qb,
-    stride_qn,
-    stride_qh,
-    stride_kb,
-    stride_kn,
-    stride_kh,
-    stride_vb,
-    stride_vn,
-    stride_vh,
-    stride_dob,
-    stride_don,
-    stride_doh,
-    stride_dkb,
-    stride_dkn,
-    stride_dkh,
-    stride_dvb,
-    stride_dvn,
-    stride_dvh,
-    seqlen_q,
-    seqlen_k,
-    num_n_blocks,
-    qk_scale,
-    softmax_scale,
-    H,
-    GROUP,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-):
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+    stride_dob, stride_don, stride_doh, stride_dkb, stride_dkn, stride_dkh,
+    stride_dvb, stride_dvn, stride_dvh,
+    stride_lse_h, stride_alibi_b,
+    seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale, window_left, window_right,
+    softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
     H_KV = H // GROUP
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
+    n0 = (n_block * BLOCK_N).to(tl.int32)
+    q_base, seqlen_q_b = sequence_rows(b, cu_seqlens_q_ptr, seqlen_q, seqlen_q, IS_VARLEN)
+    k_base, seqlen_k_b = sequence_rows(b, cu_seqlens_k_ptr, seqlen_k, seqlen_k, IS_VARLEN)
+    q_rows = seqlen_q_b
+    if IS_VARLEN:
+        # The grid covers the longest sequence; blocks past this one's end have nothing to do.
+        if n0 >= seqlen_k_b:
+            return
+        # A descriptor over zero rows is not a valid TMA map; a sequence with no queries visits no tile.
+        q_rows = tl.maximum(seqlen_q_b, 1)
 
-    k_desc = head_desc(k_ptr, b, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = head_desc(v_ptr, b, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    k_desc = head_desc(
+        k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+    )
+    v_desc = head_desc(
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+    )
     dk_desc = head_desc(
-        dk_ptr, b, h_kv, stride_dkb, stride_dkh, stride_dkn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D
+        dk_ptr, k_base, h_kv, stride_dkb, stride_dkh, stride_dkn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     dv_desc = head_desc(
-        dv_ptr, b, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D
+        dv_ptr, k_base, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
-    n0 = (n_block * BLOCK_N).to(tl.int32)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
     v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    causal_offset = seqlen_k - seqlen_q
-    start_m, masked_end = query_bounds(n0, seqlen_q, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    diag_offset = seqlen_k_b - seqlen_q_b
+    lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
+    hi_diag = diag_offset + window_right
+    if IS_LOCAL:
+        # The mirror of the forward's span: key j is seen by queries i with j − hi_diag ≤ i ≤ j − lo_diag.
+        start_m, unmasked_start, unmasked_end, end_m = visible_span(
+            n0, seqlen_k_b, seqlen_q_b, -hi_diag, -lo_diag if HAS_WINDOW_LEFT else None, BLOCK_N, BLOCK_M
+        )
+        if not HAS_WINDOW_LEFT:
+            # Every later query sees the block; queries past the end have P = 0 (their LSE is +inf).
+            unmasked_end = end_m
+    else:
+        start_m, unmasked_start, unmasked_end, end_m = 0, 0, seqlen_q_b, seqlen_q_b
+    seed, rng_offset = 0, 0
+    if HAS_DROPOUT:
+        seed, rng_offset = load_rng_state(rng_state_ptr)
 
     for g in range(GROUP):
         h = h_kv * GROUP + g
-        q_desc = head_desc(q_ptr, b, h, stride_qb, stride_qh, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-        do_desc = head_desc(
-            do_ptr, b, h, stride_dob, stride_doh, stride_don, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D
+        q_desc = head_desc(
+            q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
         )
-        row_stats = (b * H + h) * seqlen_q
+        do_desc = head_desc(
+            do_ptr, q_base, h, stride_dob, stride_doh, stride_don, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
+        )
+        bh = b * H + h
+        row_stats = h * stride_lse_h + q_base if IS_VARLEN else bh * seqlen_q
+        alibi_slope = 0.0
+        if HAS_ALIBI:
+            alibi_slope = tl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+        if IS_LOCAL:
+            dk, dv = _attn_bwd_dkdv_steps(
+                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m,
+                unmasked_start, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
+                True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+            )  # fmt: skip
         dk, dv = _attn_bwd_dkdv_steps(
-            dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m, masked_end,
-            offs_n, qk_scale, seqlen_q, causal_offset, True, BLOCK_M, DOT_FP32,
+            dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_start,
+            unmasked_end, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+            softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
+            False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
         )  # fmt: skip
-        dk, dv = _attn_bwd_dkdv_steps(
-            dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, masked_end, seqlen_q,
-            offs_n, qk_scale, seqlen_q, causal_offset, False, BLOCK_M, DOT_FP32,
-        )  # fmt: skip
+        if HAS_WINDOW_LEFT:
+            dk, dv = _attn_bwd_dkdv_steps(
+                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_end,
+                end_m, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
+                True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+            )  # fmt: skip
 
+    if HAS_DROPOUT:
+        dv = dv * dropout_scale
     dk_desc.store([n0, 0], (dk * softmax_scale).to(dk_desc.dtype))
     dv_desc.store([n0, 0], dv.to(dv_desc.dtype))
 
 
 @triton.jit
 def _attn_bwd_dq_steps(
-    dq,
-    q,
-    do,
-    lse,
-    delta,
-    k_desc,
-    v_desc,
-    start_n,
-    end_n,
-    offs_m,
-    qk_scale,
-    seqlen_k,
-    causal_offset,
-    MASKED: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-):
+    dq, q, do, lse, delta, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
+    softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
+    bh, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
     """Accumulate into dQ the contributions of keys [start_n, end_n)."""
     for n0 in tl.range(start_n, end_n, BLOCK_N):
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
-        p = tl.math.exp2(s * qk_scale - lse[:, None])
-        if MASKED:
-            keep = visible(offs_m, n0 + tl.arange(0, BLOCK_N), seqlen_k, causal_offset, IS_CAUSAL)
-            p = tl.where(keep, p, 0.0)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        if HAS_SOFTCAP or HAS_ALIBI or MASKED:
+            p, t = _recompute_p(
+                s, offs_m[:, None], offs_n[None, :], lse[:, None], seqlen_k, lo_diag, hi_diag, qk_scale,
+                softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI,
+            )  # fmt: skip
+        else:
+            p = tl.math.exp2(s * qk_scale - lse[:, None])
+            t = s
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
-        ds = p * (dp - delta[:, None])
+        if HAS_DROPOUT:
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
+            dp = tl.where(keep, dp * dropout_scale, 0.0)
+        ds = _score_grad(p, dp, delta[:, None], t, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=WINDOW_ARGS)
 def attn_bwd_dq_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    do_ptr,
-    lse_ptr,
-    delta_ptr,
-    dq_ptr,
-    stride_qb,
-    stride_qn,
-    stride_qh,
-    stride_kb,
-    stride_kn,
-    stride_kh,
-    stride_vb,
-    stride_vn,
-    stride_vh,
-    stride_dob,
-    stride_don,
-    stride_doh,
-    stride_dqb,
-    stride_dqn,
-    stride_dqh,
-    seqlen_q,
-    seqlen_k,
-    num_m_blocks,
-    qk_scale,
-    softmax_scale,
-    H,
-    GROUP,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-):
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+    stride_dob, stride_don, stride_doh, stride_dqb, stride_dqn, stride_dqh,
+    stride_lse_h, stride_alibi_b,
+    seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale, window_left, window_right,
+    softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
-    q_desc = head_desc(q_ptr, b, h, stride_qb, stride_qh, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    m0 = (m_block * BLOCK_M).to(tl.int32)
+    q_base, seqlen_q_b = sequence_rows(b, cu_seqlens_q_ptr, seqlen_q, seqlen_q, IS_VARLEN)
+    k_base, seqlen_k_b = sequence_rows(b, cu_seqlens_k_ptr, seqlen_k, seqlen_k, IS_VARLEN)
+    if IS_VARLEN:
+        if m0 >= seqlen_q_b:
+            return
+        row_stats = h * stride_lse_h + q_base
+    else:
+        row_stats = bh * seqlen_q
+    kv_rows = tl.maximum(seqlen_k_b, 1) if IS_VARLEN else seqlen_k_b
+    q_desc = head_desc(
+        q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
+    )
     do_desc = head_desc(
-        do_ptr, b, h, stride_dob, stride_doh, stride_don, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D
+        do_ptr, q_base, h, stride_dob, stride_doh, stride_don, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
     )
     dq_desc = head_desc(
-        dq_ptr, b, h, stride_dqb, stride_dqh, stride_dqn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D
+        dq_ptr, q_base, h, stride_dqb, stride_dqh, stride_dqn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
     )
-    k_desc = head_desc(k_ptr, b, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = head_desc(v_ptr, b, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    k_desc = head_desc(
+        k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+    )
+    v_desc = head_desc(
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+    )
 
-    m0 = (m_block * BLOCK_M).to(tl.int32)
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    causal_offset = seqlen_k - seqlen_q
-    unmasked_end, hi = key_bounds(m0, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    diag_offset = seqlen_k_b - seqlen_q_b
+    lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
+    hi_diag = diag_offset + window_right
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = tl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+    seed, rng_offset = 0, 0
+    if HAS_DROPOUT:
+        seed, rng_offset = load_rng_state(rng_state_ptr)
 
     q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
     do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
-    lse, delta = _load_row_stats(lse_ptr + bh * seqlen_q, delta_ptr + bh * seqlen_q, offs_m, seqlen_q)
+    lse, delta = _load_row_stats(lse_ptr + row_stats, delta_ptr + row_stats, offs_m, seqlen_q_b)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if IS_LOCAL:
+        start, unmasked_start, unmasked_end, end = visible_span(
+            m0, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, BLOCK_M, BLOCK_N
+        )
+        if HAS_WINDOW_LEFT:
+            dq = _attn_bwd_dq_steps(
+                dq, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
+                lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+                dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                BLOCK_N, DOT_FP32,
+            )  # fmt: skip
+    else:
+        unmasked_start = 0
+        unmasked_end = seqlen_k_b // BLOCK_N * BLOCK_N
+        end = seqlen_k_b
     dq = _attn_bwd_dq_steps(
-        dq, q, do, lse, delta, k_desc, v_desc, 0, unmasked_end, offs_m, qk_scale, seqlen_k, causal_offset,
-        False, IS_CAUSAL, BLOCK_N, DOT_FP32,
+        dq, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
+        lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+        dropout_threshold, dropout_scale, bh, False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+        BLOCK_N, DOT_FP32,
     )  # fmt: skip
     dq = _attn_bwd_dq_steps(
-        dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, hi, offs_m, qk_scale, seqlen_k, causal_offset,
-        True, IS_CAUSAL, BLOCK_N, DOT_FP32,
+        dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
+        lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+        dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+        BLOCK_N, DOT_FP32,
     )  # fmt: skip
     dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
 
@@ -314,66 +380,102 @@ def attn_bwd(
     lse: torch.Tensor,
     softmax_scale: float,
     causal: bool,
+    *,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
     config: configs.BwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the backward. Shapes as in the forward; ``lse`` (B, H, N_q) float32 from it.
+    """Launch the backward. Shapes and keywords as in ``fwd.attn_fwd``; ``lse`` float32 from it
+    ((B, H, N_q), or (H, total_q) for varlen) and the same ``rng_state``, whose mask is regenerated.
 
     Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v.
     """
-    batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    varlen = cu_seqlens_q is not None
+    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads_kv = k.shape[-2]
+    if varlen:
+        batch = cu_seqlens_q.shape[0] - 1
+        total_q, total_k = q.shape[0], k.shape[0]
+        seqlen_q, seqlen_k = max_seqlen_q, max_seqlen_k
+    else:
+        batch, seqlen_q = q.shape[:2]
+        seqlen_k = total_k = k.shape[1]
+        total_q = seqlen_q
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    if dq.numel() == 0 or dk.numel() == 0:
+    if dq.numel() == 0 or dk.numel() == 0 or batch == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
 
+    opts = kernel_options(
+        softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
+        cu_seqlens_q, cu_seqlens_k, total_q, total_k,
+    )  # fmt: skip
     d_pad = padded_head_dim(head_dim)
     q, k, v, dout, out = (as_descriptor_operand(t, d_pad) for t in (q, k, v, dout, out))
     lse = lse.contiguous()
-    grads = [g if d_pad == head_dim else torch.empty(*g.shape[:3], d_pad, dtype=g.dtype, device=g.device)
+    grads = [g if d_pad == head_dim else torch.empty(*g.shape[:-1], d_pad, dtype=g.dtype, device=g.device)
              for g in (dq, dk, dv)]  # fmt: skip
     cfg = config or configs.bwd_config(head_dim, causal, q.device)
     bd = configs.block_d(d_pad)
     common = dict(
-        H=heads,
-        GROUP=heads // heads_kv,
-        HEAD_DIM=d_pad,
-        BLOCK_D=bd,
-        IS_CAUSAL=causal,
-        **dot_options(q.dtype),
+        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **dot_options(q.dtype)
+    )
+    qk_scale = softmax_scale * LOG2_E
+    option_args = (lse.stride(0), opts.stride_alibi_b, total_q, total_k)
+    pointers = (opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k)
+    runtime = (
+        qk_scale,
+        softmax_scale,
+        opts.window_left,
+        opts.window_right,
+        opts.softcap_qk,
+        opts.softcap_out,
+        opts.dropout_threshold,
+        opts.dropout_scale,
     )
 
+    # Δ is laid out like the LSE; a packed batch is one long sequence to the preprocess.
     delta = torch.empty_like(lse)
+    pre_out, pre_dout = (t.unsqueeze(0) if varlen else t for t in (out, dout))
+    pre_batch = 1 if varlen else batch
     pre_block = 64
-    num_pre_blocks = triton.cdiv(seqlen_q, pre_block)
-    qk_scale = softmax_scale * LOG2_E
-    num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
-    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
-    dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, seqlen_q, seqlen_k)
-    dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, seqlen_q, seqlen_k)
+    num_pre_blocks = triton.cdiv(total_q, pre_block)
     launch(
-        attn_bwd_preprocess_kernel, (num_pre_blocks * batch * heads,), q.device,
-        out, dout, delta, *out.stride()[:3], *dout.stride()[:3], seqlen_q, num_pre_blocks,
+        attn_bwd_preprocess_kernel, (num_pre_blocks * pre_batch * heads,), q.device,
+        pre_out, pre_dout, delta, *pre_out.stride()[:3], *pre_dout.stride()[:3], total_q, num_pre_blocks,
         H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
     )  # fmt: skip
-    launch(
-        dkdv_kernel, (num_n_blocks * batch * heads_kv,), q.device,
-        q, k, v, dout, lse, delta, grads[1], grads[2],
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
-        *grads[1].stride()[:3], *grads[2].stride()[:3],
-        seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale,
-        BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1, num_stages=cfg.num_stages1,
-        **common,
-    )  # fmt: skip
-    launch(
-        dq_kernel, (num_m_blocks * batch * heads,), q.device,
-        q, k, v, dout, lse, delta, grads[0],
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3], *grads[0].stride()[:3],
-        seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale,
-        BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2, num_stages=cfg.num_stages2,
-        **common,
-    )  # fmt: skip
+
+    num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
+    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
+    dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, total_q, total_k)
+    dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, total_q, total_k)
+    if num_n_blocks > 0:
+        launch(
+            dkdv_kernel, (num_n_blocks * batch * heads_kv,), q.device,
+            q, k, v, dout, lse, delta, grads[1], grads[2], *pointers,
+            *(s for t in (q, k, v, dout, grads[1], grads[2]) for s in dense_strides(t, varlen)),
+            *option_args, num_n_blocks, *runtime,
+            BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1,
+            num_stages=cfg.num_stages1, **common,
+        )  # fmt: skip
+    if num_m_blocks > 0:
+        launch(
+            dq_kernel, (num_m_blocks * batch * heads,), q.device,
+            q, k, v, dout, lse, delta, grads[0], *pointers,
+            *(s for t in (q, k, v, dout, grads[0]) for s in dense_strides(t, varlen)),
+            *option_args, num_m_blocks, *runtime,
+            BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2,
+            num_stages=cfg.num_stages2, **common,
+        )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:
             grad.copy_(padded[..., :head_dim])

@@ -8,24 +8,30 @@ log-sum-exp is converted back to natural log once at the end.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
+from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
-from flashtile.kernels._masking import key_bounds, visible
-from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program
+from flashtile.kernels._masking import visible, visible_span
+from flashtile.kernels._scores import base2_scores
+from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
 
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
 LN_2 = tl.constexpr(math.log(2.0))
+LOG2_E_C = tl.constexpr(LOG2_E)
 # Triton turns an integer argument equal to 1 into a constant, and a constant sequence length of 1 makes
 # the sm_90 loop pipeliner fail (regression: tests/test_kernels.py gpu-1x1 GQA cases). Sequences of length 1
 # therefore launch a twin of each kernel compiled with the sizes kept runtime; every other launch keeps
 # Triton's size specialisation, worth ~11 % in the backward (benchmarks/results/kernel_sweep_bwd_h100_*.csv).
-RUNTIME_SIZES = ["seqlen_q", "seqlen_k", "num_m_blocks", "num_n_blocks"]
+# Window bounds stay runtime in every kernel: a bound of 1 would otherwise compile a kernel of its own.
+WINDOW_ARGS = ["window_left", "window_right"]
+RUNTIME_SIZES = ["seqlen_q", "seqlen_k", "num_m_blocks", "num_n_blocks", *WINDOW_ARGS]
 
 
 def pick_kernel(specialised, runtime_sizes, seqlen_q: int, seqlen_k: int):
@@ -35,107 +41,134 @@ def pick_kernel(specialised, runtime_sizes, seqlen_q: int, seqlen_k: int):
 
 @triton.jit
 def _attn_fwd_steps(
-    acc,
-    l_i,
-    m_i,
-    q,
-    k_desc,
-    v_desc,
-    start_n,
-    end_n,
-    offs_m,
-    qk_scale,
-    seqlen_k,
-    causal_offset,
-    MASKED: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-):
+    acc, l_i, m_i, q, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
+    softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, bh,
+    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
     """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks."""
     for n0 in tl.range(start_n, end_n, BLOCK_N):
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            s, _ = base2_scores(
+                s, offs_m[:, None], offs_n[None, :], qk_scale, softcap_qk, softcap_out, alibi_slope,
+                diag_offset, HAS_SOFTCAP, HAS_ALIBI,
+            )  # fmt: skip
+            s_scale = 1.0
+        else:
+            # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, and the
+            # scaling folds into one FMA per score below.
+            s_scale = qk_scale
         if MASKED:
-            keep = visible(offs_m, n0 + tl.arange(0, BLOCK_N), seqlen_k, causal_offset, IS_CAUSAL)
+            keep = visible(offs_m[:, None], offs_n[None, :], seqlen_k, lo_diag, hi_diag, IS_LOCAL)
             s = tl.where(keep, s, -float("inf"))
-        # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, and the scaling
-        # folds into one FMA per score below.
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_new = tl.maximum(m_i, tl.max(s, 1) * s_scale)
         # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
         m_ref = tl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-        p = tl.math.exp2(s * qk_scale - m_ref[:, None])
+        p = tl.math.exp2(s * s_scale - m_ref[:, None])
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
+        if HAS_DROPOUT:
+            # ℓ sums the undropped P (the softmax before dropout); only the weighted sum is thinned.
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
+            p = tl.where(keep, p, 0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=WINDOW_ARGS)
 def attn_fwd_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
-    lse_ptr,
-    stride_qb,
-    stride_qn,
-    stride_qh,
-    stride_kb,
-    stride_kn,
-    stride_kh,
-    stride_vb,
-    stride_vn,
-    stride_vh,
-    stride_ob,
-    stride_on,
-    stride_oh,
-    seqlen_q,
-    seqlen_k,
-    num_m_blocks,
-    qk_scale,
-    H,
-    GROUP,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-):
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+    stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
+    stride_lse_h, stride_alibi_b,
+    seqlen_q, seqlen_k, num_m_blocks, qk_scale, window_left, window_right,
+    softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
-    q_desc = head_desc(q_ptr, b, h, stride_qb, stride_qh, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-    k_desc = head_desc(k_ptr, b, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = head_desc(v_ptr, b, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    o_desc = head_desc(o_ptr, b, h, stride_ob, stride_oh, stride_on, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-
     m0 = (m_block * BLOCK_M).to(tl.int32)
+    # Varlen: seqlen_q/k are the packed totals here and become this sequence's lengths.
+    q_base, seqlen_q_b = sequence_rows(b, cu_seqlens_q_ptr, seqlen_q, seqlen_q, IS_VARLEN)
+    k_base, seqlen_k_b = sequence_rows(b, cu_seqlens_k_ptr, seqlen_k, seqlen_k, IS_VARLEN)
+    if IS_VARLEN:
+        # The grid covers the longest sequence; blocks past this one's end have nothing to do.
+        if m0 >= seqlen_q_b:
+            return
+        lse_row = lse_ptr + h * stride_lse_h + q_base
+    else:
+        lse_row = lse_ptr + bh * seqlen_q
+    # A descriptor over zero rows is not a valid TMA map; a sequence with no keys visits no key tile.
+    kv_rows = tl.maximum(seqlen_k_b, 1) if IS_VARLEN else seqlen_k_b
+    q_desc = head_desc(
+        q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
+    )
+    k_desc = head_desc(
+        k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+    )
+    v_desc = head_desc(
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+    )
+    o_desc = head_desc(
+        o_ptr, q_base, h, stride_ob, stride_oh, stride_on, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
+    )
+
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    causal_offset = seqlen_k - seqlen_q
-    unmasked_end, hi = key_bounds(m0, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    diag_offset = seqlen_k_b - seqlen_q_b
+    lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
+    hi_diag = diag_offset + window_right
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = tl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+    seed, rng_offset = 0, 0
+    if HAS_DROPOUT:
+        seed, rng_offset = load_rng_state(rng_state_ptr)
 
     q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
+    if IS_LOCAL:
+        start, unmasked_start, unmasked_end, end = visible_span(
+            m0, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, BLOCK_M, BLOCK_N
+        )
+        # Without a left bound the masked tiles before the unmasked ones do not exist.
+        if HAS_WINDOW_LEFT:
+            acc, l_i, m_i = _attn_fwd_steps(
+                acc, l_i, m_i, q, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
+                lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+                dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+            )  # fmt: skip
+    else:
+        unmasked_start = 0
+        unmasked_end = seqlen_k_b // BLOCK_N * BLOCK_N
+        end = seqlen_k_b
     acc, l_i, m_i = _attn_fwd_steps(
-        acc, l_i, m_i, q, k_desc, v_desc, 0, unmasked_end, offs_m, qk_scale, seqlen_k, causal_offset,
-        False, IS_CAUSAL, BLOCK_N, DOT_FP32,
+        acc, l_i, m_i, q, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
+        lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+        dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_steps(
-        acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, hi, offs_m, qk_scale, seqlen_k, causal_offset,
-        True, IS_CAUSAL, BLOCK_N, DOT_FP32,
+        acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
+        lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+        dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
     )  # fmt: skip
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    if HAS_DROPOUT:
+        out = out * dropout_scale
     o_desc.store([m0, 0], out.to(o_desc.dtype))
     lse = (m_i + tl.math.log2(l_i)) * LN_2
-    tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    tl.store(lse_row + offs_m, lse, mask=offs_m < seqlen_q_b)
 
 
 attn_fwd_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_fwd_kernel.fn)
@@ -151,25 +184,125 @@ def dot_options(dtype: torch.dtype) -> dict[str, object]:
     return options
 
 
+@dataclass(frozen=True)
+class Options:
+    """The options of one call as the kernels take them: constexpr switches and their runtime values."""
+
+    window_left: int
+    window_right: int
+    softcap_qk: float
+    softcap_out: float
+    dropout_threshold: int
+    dropout_scale: float
+    alibi_slopes: torch.Tensor | None
+    rng_state: torch.Tensor | None
+    cu_seqlens_q: torch.Tensor | None
+    cu_seqlens_k: torch.Tensor | None
+    switches: dict[str, bool]
+
+    @property
+    def stride_alibi_b(self) -> int:
+        """Slopes (H,) are shared by every batch element; (B, H) have a row each."""
+        slopes = self.alibi_slopes
+        return 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
+
+
+def kernel_options(
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    dropout_p: float,
+    rng_state: torch.Tensor | None,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    total_q: int,
+    total_k: int,
+) -> Options:
+    """Translate the launcher keywords (validated, window normalised) into what the kernels take.
+
+    Causal is the window (left, 0). An unlimited left side is a compile-time switch (causal keeps its own
+    code); an unlimited right side becomes a bound as wide as the packed tensors, which no sequence
+    exceeds."""
+    left, right = window_size
+    if causal:
+        right = 0
+    is_local = left >= 0 or right >= 0
+    return Options(
+        # Read only under HAS_WINDOW_LEFT.
+        window_left=max(left, 0),
+        window_right=right if right >= 0 else total_q,
+        softcap_qk=softmax_scale / softcap if softcap > 0 else 0.0,
+        softcap_out=softcap * LOG2_E,
+        dropout_threshold=dropout_threshold(dropout_p),
+        dropout_scale=1.0 / (1.0 - dropout_p),
+        # The kernels read slopes at h (+ b·stride) and the state at 0 and 1: unit strides (no copy if so).
+        alibi_slopes=None if alibi_slopes is None else alibi_slopes.contiguous(),
+        rng_state=rng_state.contiguous() if dropout_p > 0 else None,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        switches=dict(
+            IS_LOCAL=is_local,
+            HAS_WINDOW_LEFT=left >= 0,
+            HAS_SOFTCAP=softcap > 0,
+            HAS_ALIBI=alibi_slopes is not None,
+            HAS_DROPOUT=dropout_p > 0,
+            IS_VARLEN=cu_seqlens_q is not None,
+        ),
+    )
+
+
+def dense_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    """(batch, row, head) strides of a (B, N, H, D) tensor, or of a packed (total, H, D) one, whose batch
+    stride is its row stride: the kernels address sequence b from its first row (_tiles.sequence_rows)."""
+    if varlen:
+        return t.stride(0), t.stride(0), t.stride(1)
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
 def attn_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     softmax_scale: float,
     causal: bool,
+    *,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
     config: configs.FwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the forward. q (B, N_q, H, D), k/v (B, N_k, H_KV, D), validated.
+    """Launch the forward on validated inputs (docs/design/options.md: the window arrives normalised,
+    rng_state is int64 (2,) on q's device when dropout_p > 0).
 
-    Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse`` (B, H, N_q) float32, both contiguous.
+    Dense: q (B, N_q, H, D), k/v (B, N_k, H_KV, D); returns ``out`` (B, N_q, H, D) in q's dtype and
+    ``lse`` (B, H, N_q) float32. Varlen (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k): q (total_q, H, D),
+    k/v (total_k, H_KV, D); returns ``out`` (total_q, H, D) and ``lse`` (H, total_q). Both contiguous.
     """
-    batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    varlen = cu_seqlens_q is not None
+    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads_kv = k.shape[-2]
+    if varlen:
+        batch = cu_seqlens_q.shape[0] - 1
+        total_q, total_k = q.shape[0], k.shape[0]
+        seqlen_q = max_seqlen_q
+        lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
+    else:
+        batch, seqlen_q = q.shape[:2]
+        total_k = k.shape[1]
+        total_q = seqlen_q
+        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    if out.numel() == 0:
+    if out.numel() == 0 or batch == 0 or seqlen_q == 0:
         return out, lse
-    if seqlen_k == 0:
+    if total_k == 0:
         return out.zero_(), lse.fill_(-math.inf)
 
     # softmax(scale·q·kᵀ) is unchanged by (q, scale) → (−q, −scale), and with scale 0 every score is 0:
@@ -178,19 +311,25 @@ def attn_fwd(
         q, softmax_scale = -q, -softmax_scale
     elif softmax_scale == 0:
         q, softmax_scale = torch.zeros_like(q), 1.0
+    opts = kernel_options(
+        softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
+        cu_seqlens_q, cu_seqlens_k, total_q, total_k,
+    )  # fmt: skip
     d_pad = padded_head_dim(head_dim)
     q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
     o = out if d_pad == head_dim else torch.empty_like(q)
     cfg = config or configs.fwd_config(head_dim, q.device)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
-    kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, seqlen_q, seqlen_k)
+    kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
     launch(
         kernel, (num_m_blocks * batch * heads,), q.device,
-        q, k, v, o, lse,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        seqlen_q, seqlen_k, num_m_blocks, softmax_scale * LOG2_E,
+        q, k, v, o, lse, opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k,
+        *(s for t in (q, k, v, o) for s in dense_strides(t, varlen)),
+        lse.stride(0), opts.stride_alibi_b,
+        total_q, total_k, num_m_blocks, softmax_scale * LOG2_E, opts.window_left, opts.window_right,
+        opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale,
         H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **opts.switches,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
     )  # fmt: skip
     if o is not out:

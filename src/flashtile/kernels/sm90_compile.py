@@ -5,6 +5,7 @@ every configuration the dispatcher can pick compiles, uses wgmma and TMA, and do
 Run a compile in a subprocess: a compiler abort ends the whole process.
 
     python -m flashtile.kernels.sm90_compile fwd 128 causal
+    python -m flashtile.kernels.sm90_compile bwd 128 local+softcap+alibi+dropout+varlen
 """
 
 from __future__ import annotations
@@ -17,8 +18,24 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
-_FLOAT_ARGS = {"qk_scale", "softmax_scale"}
-_FP32_POINTERS = {"lse_ptr", "delta_ptr"}
+_FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_qk", "softcap_out", "dropout_scale"}
+_POINTER_TYPES = {
+    "lse_ptr": "*fp32",
+    "delta_ptr": "*fp32",
+    "alibi_ptr": "*fp32",
+    "rng_state_ptr": "*i64",
+    "cu_seqlens_q_ptr": "*i32",
+    "cu_seqlens_k_ptr": "*i32",
+}
+# The option each pointer belongs to: without the option the launcher passes None (a constexpr).
+_OPTION_POINTERS = {
+    "alibi_ptr": "HAS_ALIBI",
+    "rng_state_ptr": "HAS_DROPOUT",
+    "cu_seqlens_q_ptr": "IS_VARLEN",
+    "cu_seqlens_k_ptr": "IS_VARLEN",
+}
+# Variant words: "full" or "causal" (the window (-1, 0)), plus any of these joined with "+".
+OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen")
 
 
 @dataclass(frozen=True)
@@ -37,13 +54,39 @@ def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
         if name in constexprs:
             sig[name] = "constexpr"
         elif name.endswith("_ptr"):
-            sig[name] = "*fp32" if name in _FP32_POINTERS else f"*{dtype}"
+            sig[name] = _POINTER_TYPES.get(name, f"*{dtype}")
         else:
             sig[name] = "fp32" if name in _FLOAT_ARGS else "i32"
     return sig
 
 
-def _kernels_for(kind: str, head_dim: int, causal: bool):
+def _switches(variant: str) -> dict[str, bool]:
+    words = set(variant.split("+"))
+    unknown = words - {"full", "causal", *OPTION_WORDS}
+    if unknown:
+        raise ValueError(f"unknown variant words {sorted(unknown)}; accepted: full, causal, {OPTION_WORDS}")
+    return dict(
+        IS_LOCAL=bool(words & {"causal", "local"}),
+        # "local" is a window with both bounds; causal has no left bound.
+        HAS_WINDOW_LEFT="local" in words,
+        HAS_SOFTCAP="softcap" in words,
+        HAS_ALIBI="alibi" in words,
+        HAS_DROPOUT="dropout" in words,
+        IS_VARLEN="varlen" in words,
+    )
+
+
+def _with_absent_pointers(fn, constexprs: dict) -> dict:
+    """The constexprs plus None for each pointer argument of an option that is off."""
+    absent = {
+        name: None
+        for name, switch in _OPTION_POINTERS.items()
+        if name in fn.arg_names and not constexprs[switch]
+    }
+    return {**constexprs, **absent}
+
+
+def _kernels_for(kind: str, head_dim: int, variant: str):
     import torch
 
     from flashtile.kernels import bwd, configs, fwd
@@ -52,7 +95,9 @@ def _kernels_for(kind: str, head_dim: int, causal: bool):
     configs._is_hopper = lambda device: True
     device = torch.device("cuda")
     bd = configs.block_d(head_dim)
-    common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, IS_CAUSAL=causal, DOT_FP32=False)
+    switches = _switches(variant)
+    causal = "causal" in variant.split("+")
+    common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, DOT_FP32=False, **switches)
     if kind == "fwd":
         cfg = configs.fwd_config(head_dim, device)
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
@@ -74,7 +119,7 @@ def _kernels_for(kind: str, head_dim: int, causal: bool):
     ]
 
 
-def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16"):
+def compile_here(kind: str, head_dim: int, variant: str, dtype: str = "bf16"):
     """Compile in this process (use ``compile_in_subprocess`` from tests)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -82,7 +127,8 @@ def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16"):
 
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     reports = []
-    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, causal):
+    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, variant):
+        constexprs = _with_absent_pointers(fn, constexprs)
         src = ASTSource(fn=fn, signature=_signature(fn, constexprs, dtype), constexprs=constexprs)
         compiled = triton.compile(
             src,
@@ -114,26 +160,33 @@ def compile_here(kind: str, head_dim: int, causal: bool, dtype: str = "bf16"):
     return reports
 
 
-def compile_in_subprocess(kind: str, head_dim: int, causal: bool, dtype: str = "bf16", timeout: float = 600):
-    """Compile in a fresh interpreter without TRITON_INTERPRET; return the reports or raise its stderr."""
+def compile_in_subprocess(
+    kind: str,
+    head_dim: int,
+    causal: bool,
+    dtype: str = "bf16",
+    timeout: float = 600,
+    options: tuple[str, ...] = (),
+):
+    """Compile in a fresh interpreter without TRITON_INTERPRET; return the reports or raise its stderr.
+
+    ``options`` are words of OPTION_WORDS (each switches its kernel option on)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    mask = "causal" if causal else "full"
+    variant = "+".join(("causal" if causal else "full", *options))
     proc = subprocess.run(
-        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, str(head_dim), mask, dtype],
+        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, str(head_dim), variant, dtype],
         capture_output=True,
         text=True,
         env=env,
         timeout=timeout,
     )
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"sm_90 compile of {kind} D={head_dim} causal={causal} failed:\n{proc.stderr[-3000:]}"
-        )
+        raise RuntimeError(f"sm_90 compile of {kind} D={head_dim} {variant} failed:\n{proc.stderr[-3000:]}")
     return [CompileReport(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
 
 
 if __name__ == "__main__":
     kind_arg, dim_arg, mask_arg = sys.argv[1:4]
     dtype_arg = sys.argv[4] if len(sys.argv) > 4 else "bf16"
-    out = compile_here(kind_arg, int(dim_arg), mask_arg == "causal", dtype_arg)
+    out = compile_here(kind_arg, int(dim_arg), mask_arg, dtype_arg)
     print(json.dumps([asdict(r) for r in out]))

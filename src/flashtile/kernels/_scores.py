@@ -1,0 +1,41 @@
+"""Score modifiers of a tile: softcap and ALiBi, in the base-2 domain the kernels work in.
+
+From the raw ``qk = q·kᵀ``: ``s = scale·qk``, then ``s ← c·tanh(s / c)`` (softcap c > 0), then
+``s ← s − slope·|i + off − j|`` (ALiBi); the kernels keep ``s·log2(e)``. Derivation:
+docs/design/online_softmax.md and docs/design/backward.md, "Where each option enters".
+"""
+
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+TWO_LOG2_E = tl.constexpr(2.0 * math.log2(math.e))
+
+
+@triton.jit
+def tanh(x):
+    """tanh through exp2 (libdevice's tanh does not run in the interpreter); exact limits ±1 for large |x|,
+    since exp2 overflows to inf or underflows to 0."""
+    return 1.0 - 2.0 / (tl.math.exp2(x * TWO_LOG2_E) + 1.0)
+
+
+@triton.jit
+def base2_scores(
+    qk, rows, cols, qk_scale, softcap_qk, softcap_out, alibi_slope, diag_offset,
+    HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+):  # fmt: skip
+    """``(s·log2(e), tanh)`` of a tile; ``softcap_qk = scale / c``, ``softcap_out = c·log2(e)``,
+    ``alibi_slope`` already times log2(e); ``rows`` and ``cols`` broadcast to the tile. ``tanh`` (the
+    capped fraction the backward needs) is ``qk`` itself without softcap."""
+    if HAS_SOFTCAP:
+        t = tanh(qk * softcap_qk)
+        s = t * softcap_out
+    else:
+        t = qk
+        s = qk * qk_scale
+    if HAS_ALIBI:
+        s = s - alibi_slope * tl.abs(rows + diag_offset - cols).to(tl.float32)
+    return s, t
