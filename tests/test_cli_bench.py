@@ -497,37 +497,9 @@ def test_flex_mask_and_score_mods_equal_the_naive_options() -> None:
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
 
 
-def _reference_flashtile(device: str) -> Peer:
-    """flashtile's peer convention served by the naive reference (SDPA math for dropout)."""
-    from flashtile.reference.naive import attention, attention_varlen
-
-    def fn(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        causal: bool,
-        scale: float,
-        cu_seqlens: torch.Tensor | None = None,
-        max_seqlen: int = 0,
-        dropout_p: float = 0.0,
-        **options: object,
-    ) -> torch.Tensor:
-        if dropout_p:
-            return registry.sdpa(q, k, v, scale, is_causal=causal, dropout_p=dropout_p)
-        if cu_seqlens is None:
-            return attention(q, k, v, softmax_scale=scale, causal=causal, **options)[0]
-        seqs = (cu_seqlens, cu_seqlens, max_seqlen, max_seqlen)
-        return attention_varlen(q[0], k[0], v[0], *seqs, softmax_scale=scale, causal=causal, **options)[0][
-            None
-        ]
-
-    return Peer("flashtile", fn, lambda config: None, options=frozenset(grid.OPTIONS))
-
-
 def test_options_run_writes_option_rows_and_prints_the_ratios(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(registry, "flashtile_peer", _reference_flashtile)
     assert main(["bench", "--options", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
     header, rows = _rows(tmp_path / "bench_options.csv")
     assert tuple(header) == results.OPTION_COLUMNS
@@ -537,6 +509,7 @@ def test_options_run_writes_option_rows_and_prints_the_ratios(
         if r["impl"] == "flashtile"
     }
     assert all(r["status"] == "ok" for r in ours.values()), [r["detail"] for r in ours.values()]
+    assert all("backend reference" in r["detail"] for r in ours.values())
     for mode in ("fwd", "bwd"):
         window = ours[(mode, "dense", "0", "0", "false", "0")]
         assert (window["window_left"], window["causal"]) == ("16", "true")
@@ -595,3 +568,25 @@ def test_option_comparisons_pair_each_option_with_its_yardstick_and_peer() -> No
     assert packed_row.yardstick == "dense causal" and packed_row.speedup == 2.5
     assert padded_row.yardstick == "padded to longest" and padded_row.speedup == 1.5
     assert padded_row.ratio == pytest.approx(1.5), "the same real-token FLOPs: the ratio is the speedup"
+
+
+@pytest.mark.gpu
+def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) -> None:
+    fast = ["--warmup-ms", "1", "--rep-ms", "3", "--min-reps", "2", "--no-plot", "--out-dir", str(tmp_path)]
+    peers = ["--peers", "flashtile", "flex", "sdpa-flash"]
+    assert main(["bench", "--options", "--seqlen", "1k", *peers, *fast]) == 0
+    _, rows = _rows(tmp_path / "bench_options.csv")
+    status = {
+        (r["impl"], r["mode"], r["layout"], r["window_left"], r["softcap"], r["alibi"], r["dropout_p"]): r
+        for r in rows
+    }
+    assert {r["seqlen_q"] for r in rows if r["layout"] == "dense"} == {"1024"}
+    ours = [r for r in rows if r["impl"] == "flashtile"]
+    assert len(ours) == 2 * 8 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
+    assert all("backend triton" in r["detail"] for r in ours)
+    for mode in ("fwd", "bwd"):
+        for option in (("256", "0", "false", "0"), ("-1", "30", "false", "0"), ("-1", "0", "true", "0")):
+            flex = status[("flex", mode, "dense", *option)]
+            assert flex["status"] == "ok", flex["detail"]
+        dropout = status[("sdpa-flash", mode, "dense", "-1", "0", "false", "0.1")]
+        assert dropout["status"] == "ok" and "not checked: dropout" in dropout["detail"]
