@@ -122,9 +122,9 @@ def _figure(
             ax.set_ylabel("TFLOP/s")
             ax.legend(fontsize=7)
     device = "CPU numbers (smoke test, not performance)" if meta["device"] == "cpu" else meta["gpu"]
-    what = f"Attention with {option} (TFLOP/s on visible pairs)," if option else "Attention"
+    what = f"Attention with {option}, TFLOP/s on visible pairs:\n" if option else "Attention "
     fig.suptitle(
-        f"{what} {_MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
+        f"{what}{_MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
         f"torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}",
         fontsize=10,
     )
