@@ -417,3 +417,176 @@ def test_flash_attn_peers_call_their_build_and_state_their_limits(
     assert "fp32 not supported" in peer.supports(dataclasses.replace(cell, dtype="fp32"))
     if peer.name == "fa2" and reason is None:
         assert "head dim 60" in peer.supports(dataclasses.replace(cell, head_dim=60))
+
+
+def test_options_preset_is_the_issue_8_grid() -> None:
+    cells = grid.preset("options", "cuda").configs()
+    assert {(c.dtype, c.head_dim, c.heads * c.head_dim) for c in cells} == {("bf16", 128, 2048)}
+    assert {c.mode for c in cells} == {"fwd", "bwd"}
+    by_option: dict[tuple[str, ...], set[tuple[int, bool]]] = {}
+    for c in cells:
+        by_option.setdefault(c.options, set()).add((c.seqlen_q, c.causal))
+    assert by_option[("window",)] == {(8192, True)}
+    for option in ("softcap", "alibi", "dropout"):
+        assert by_option[(option,)] == {(4096, False), (16384, False)}
+    assert by_option[()] == {(8192, True), (4096, False), (16384, False)}, "each option's plain yardstick"
+    window = next(c for c in cells if c.options == ("window",))
+    assert window.window == (256, 0) and window.batch * window.seqlen_q == 16384
+    assert {c.softcap for c in cells if c.options == ("softcap",)} == {30.0}
+    assert {c.dropout_p for c in cells if c.options == ("dropout",)} == {0.1}
+    packed = next(c for c in cells if c.layout == "varlen")
+    padded = next(c for c in cells if c.layout == "padded")
+    assert sum(packed.lengths) == packed.tokens == 16384 and packed.causal
+    assert all(256 <= n <= 8192 for n in packed.lengths[:-1]) and len(set(packed.lengths)) > 2
+    assert padded.lengths == packed.lengths and padded.seqlen_q == max(packed.lengths)
+    assert padded.q_shape() == (len(packed.lengths), max(packed.lengths), 16, 128)
+    assert packed.q_shape() == (1, 16384, 16, 128)
+    exact = 4 * 16 * 128 * sum(n * (n + 1) // 2 for n in packed.lengths)
+    assert packed.forward_flops() == padded.forward_flops() == exact, "FLOPs of real tokens only"
+    assert window.forward_flops() == 4 * 2 * 16 * 128 * (257 * 8192 - 256 * 257 // 2)
+
+
+@pytest.mark.parametrize(
+    ("seqlen_q", "seqlen_k", "causal", "window"),
+    [
+        (37, 37, True, (-1, -1)),
+        (37, 37, False, (8, 0)),
+        (37, 37, True, (8, 3)),
+        (19, 45, True, (-1, -1)),
+        (45, 19, True, (-1, -1)),
+        (45, 19, False, (4, 2)),
+        (19, 45, False, (0, 0)),
+        (23, 23, False, (100, 100)),
+        (23, 23, False, (-1, 5)),
+        (30, 11, False, (3, -1)),
+        (0, 11, True, (-1, -1)),
+    ],
+    ids=lambda x: str(x).replace(" ", ""),
+)
+def test_visible_pairs_equal_the_naive_keep_mask(
+    seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int]
+) -> None:
+    from flashtile.reference.naive import keep_mask
+
+    brute = int(keep_mask(seqlen_q, seqlen_k, causal=causal, window_size=window).sum())
+    assert grid.visible_pairs(seqlen_q, seqlen_k, causal, window) == brute
+    config = Config("cpu", "fp32", "fwd", causal, 3, 2, 1, seqlen_q, seqlen_k, 16, window=window, alibi=True)
+    assert config.forward_flops() == 4 * 2 * 16 * 3 * brute
+
+
+def test_flex_mask_and_score_mods_equal_the_naive_options() -> None:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from flashtile.reference.naive import attention
+
+    q = torch.randn(1, 24, 2, 16, dtype=torch.float64)
+    k, v = torch.randn(2, 1, 40, 2, 16, dtype=torch.float64)
+    slopes = grid.alibi_slopes(2).double()
+    offset = k.shape[1] - q.shape[1]
+    mask = create_block_mask(registry._mask_mod(offset, 5, 0), None, None, 24, 40, device="cpu")
+    with warnings.catch_warnings():
+        # Eager FlexAttention (no torch.compile) warns that it materialises the scores: fine at this size.
+        warnings.simplefilter("ignore", UserWarning)
+        out = flex_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)),
+            score_mod=registry._score_mod(3.0, slopes, offset),
+            block_mask=mask,
+            scale=0.3,
+        ).transpose(1, 2)
+    expected, _ = attention(q, k, v, softmax_scale=0.3, window_size=(5, 0), softcap=3.0, alibi_slopes=slopes)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+def test_options_run_writes_option_rows_and_prints_the_ratios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--options", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+    header, rows = _rows(tmp_path / "bench_options.csv")
+    assert tuple(header) == results.OPTION_COLUMNS
+    ours = {
+        (r["mode"], r["layout"], r["window_right"], r["softcap"], r["alibi"], r["dropout_p"]): r
+        for r in rows
+        if r["impl"] == "flashtile"
+    }
+    assert all(r["status"] == "ok" for r in ours.values()), [r["detail"] for r in ours.values()]
+    assert all("backend reference" in r["detail"] for r in ours.values())
+    for mode in ("fwd", "bwd"):
+        window = ours[(mode, "dense", "0", "0", "false", "0")]
+        assert (window["window_left"], window["causal"]) == ("16", "true")
+        assert int(window["pairs"]) == 2 * 2 * grid.visible_pairs(64, 64, True, (16, 0))
+        assert "checked on the last" in ours[(mode, "dense", "-1", "30", "false", "0")]["detail"]
+        assert "checked on the last" in ours[(mode, "dense", "-1", "0", "true", "0")]["detail"]
+        assert "not checked: dropout" in ours[(mode, "dense", "-1", "0", "false", "0.1")]["detail"]
+        packed = ours[(mode, "varlen", "-1", "0", "false", "0")]
+        assert "checked on the last" in packed["detail"]
+        assert sum(int(n) for n in packed["lengths"].split()) == 128
+        assert ours[(mode, "padded", "-1", "0", "false", "0")]["lengths"] == packed["lengths"]
+    plain = [
+        r
+        for r in rows
+        if r["layout"] == "dense"
+        and r["window_right"] == "-1"
+        and r["softcap"] == "0"
+        and r["alibi"] == "false"
+        and r["dropout_p"] == "0"
+    ]
+    assert {r["impl"] for r in plain} == {"flashtile"}, "the plain yardsticks are flashtile's alone"
+    peers = {(r["impl"], r["status"]) for r in rows if r["impl"] != "flashtile"}
+    assert ("naive", "ok") in peers and ("sdpa-math", "ok") in peers
+    printed = capsys.readouterr().out
+    assert "options · flashtile TFLOP/s on visible pairs" in printed
+    assert "padded to longest" in printed and "dense causal" in printed
+    pngs = {p.name for p in tmp_path.glob("*.png")}
+    assert {
+        f"bench_options_{o}_{m}_fp32.png"
+        for o in ("window", "softcap", "alibi", "dropout", "varlen")
+        for m in ("fwd", "bwd")
+    } == pngs
+
+
+def test_option_comparisons_pair_each_option_with_its_yardstick_and_peer() -> None:
+    from flashtile.bench.timing import Timing
+
+    plain = Config("cuda", "bf16", "fwd", True, 2, 16, 16, 8192, 8192, 128)
+    window = dataclasses.replace(plain, window=(256, 0))
+    packed = dataclasses.replace(plain, layout="varlen", batch=3, lengths=(8000, 6000, 2384))
+    padded = dataclasses.replace(packed, layout="padded", seqlen_q=8000, seqlen_k=8000)
+
+    def timed(config: Config, impl: str, ms: float) -> results.Result:
+        return results.Result(config, impl, "ok", timing=Timing(ms, ms, ms, reps=1))
+
+    found = [
+        timed(plain, "flashtile", 10.0),
+        timed(window, "flashtile", 0.5),
+        timed(window, "flex", 1.0),
+        timed(packed, "flashtile", 4.0),
+        timed(padded, "flashtile", 6.0),
+    ]
+    window_row, packed_row, padded_row = bench.option_comparisons(found)
+    assert window_row.speedup == 20.0 and window_row.peer == "flex" and window_row.peer_ratio == 2.0
+    assert window_row.ratio == pytest.approx(20.0 * window.flops() / plain.flops())
+    assert packed_row.yardstick == "dense causal" and packed_row.speedup == 2.5
+    assert padded_row.yardstick == "padded to longest" and padded_row.speedup == 1.5
+    assert padded_row.ratio == pytest.approx(1.5), "the same real-token FLOPs: the ratio is the speedup"
+
+
+@pytest.mark.gpu
+def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) -> None:
+    fast = ["--warmup-ms", "1", "--rep-ms", "3", "--min-reps", "2", "--no-plot", "--out-dir", str(tmp_path)]
+    peers = ["--peers", "flashtile", "flex", "sdpa-flash"]
+    assert main(["bench", "--options", "--seqlen", "1k", *peers, *fast]) == 0
+    _, rows = _rows(tmp_path / "bench_options.csv")
+    status = {
+        (r["impl"], r["mode"], r["layout"], r["window_left"], r["softcap"], r["alibi"], r["dropout_p"]): r
+        for r in rows
+    }
+    assert {r["seqlen_q"] for r in rows if r["layout"] == "dense"} == {"1024"}
+    ours = [r for r in rows if r["impl"] == "flashtile"]
+    assert len(ours) == 2 * 8 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
+    assert all("backend triton" in r["detail"] for r in ours)
+    for mode in ("fwd", "bwd"):
+        for option in (("256", "0", "false", "0"), ("-1", "30", "false", "0"), ("-1", "0", "true", "0")):
+            flex = status[("flex", mode, "dense", *option)]
+            assert flex["status"] == "ok", flex["detail"]
+        dropout = status[("sdpa-flash", mode, "dense", "-1", "0", "false", "0.1")]
+        assert dropout["status"] == "ok" and "not checked: dropout" in dropout["detail"]

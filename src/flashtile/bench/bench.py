@@ -7,6 +7,10 @@ that is then timed; the oracle and the baseline cover its last ``b`` sequences a
 KV heads with them), as many as fit the budgets of ``check_slice``: all of them for small shapes, one KV
 head's group of query heads at N = 16k. The last ones, because an index that overflows shows there first.
 Rows go to the CSV after each configuration; tables and plots come at the end.
+
+``--options`` measures each flash_attn option (window, softcap, ALiBi, dropout, a packed batch) beside
+flashtile's plain kernel at the same shape and beside the peers that implement the option; the oracle checks
+every option but dropout, whose mask each implementation draws from its own generator.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ _TOKEN_BUDGET = 2**19
 # Naive float64 attention with its backward keeps about this many score-sized tensors alive at once.
 _LIVE_SCORE_TENSORS = 8
 _DETAIL_CHARS = 400
+_DROPOUT_UNCHECKED = (
+    "not checked: dropout's mask comes from each implementation's own random generator, which the oracle "
+    "cannot reproduce"
+)
 _LOG_WIDTH = 132
 _FATAL_CUDA = (
     "illegal memory access",
@@ -98,6 +106,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="the full grid (N 512..16k, D 64/128/256, causal and not, fwd/bwd/fwd_bwd, bf16) in under 10 "
         "minutes on an H100: SDPA math skipped from N = 4k",
     )
+    preset.add_argument(
+        "--options",
+        action="store_true",
+        help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k; a "
+        "packed batch of mixed lengths) beside the plain kernel and FlexAttention / SDPA flash, about 4 "
+        "minutes on an H100; --seqlen replaces every option's lengths",
+    )
     preset.add_argument("--decode", action="store_true", help="decoding with a KV cache (a later issue)")
     axes = parser.add_argument_group("axes (each overrides the preset)")
     axes.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -125,12 +140,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--time-budget", type=float, metavar="S", help="stop measuring after S seconds (rest: skipped)"
     )
     run.add_argument("--seed", type=int, default=0)
-    results.add_output_arguments(run, "bench")
+    results.add_output_arguments(run, "bench", name_note="; bench_options with --options")
     run.add_argument("--no-plot", action="store_true")
     run.add_argument(
         "--plot-only", action="store_true", help="measure nothing: tabulate and plot the CSV's latest run"
     )
-    parser.set_defaults(func=main)
+    # The default --name depends on --options: main resolves it.
+    parser.set_defaults(func=main, name=None)
     return parser
 
 
@@ -144,8 +160,13 @@ def _device(choice: str) -> torch.device:
 
 def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
     """The preset the flags name, for this device, with every axis flag applied."""
-    name = "paper" if args.paper else "quick" if args.quick else "default"
+    name = "paper" if args.paper else "quick" if args.quick else "options" if args.options else "default"
     base = grid.preset(name, device.type)
+    if base.options and args.seqlen:
+        lengths = tuple(dict.fromkeys(args.seqlen))
+        base = dataclasses.replace(
+            base, options=tuple(dataclasses.replace(o, seqlens=lengths) for o in base.options)
+        )
     for flag in ("batch", "heads", "tokens", "hidden", "gqa_ratio", "min_reps"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -162,7 +183,7 @@ def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
     )
     causal = {"true": (True,), "false": (False,), "both": (False, True)}.get(args.causal)
     return base.with_overrides(
-        seqlens=tuple(dict.fromkeys(args.seqlen)) if args.seqlen else None,
+        seqlens=tuple(dict.fromkeys(args.seqlen)) if args.seqlen and not base.options else None,
         head_dims=tuple(dict.fromkeys(args.head_dim)) if args.head_dim else None,
         causal=causal,
         modes=tuple(m for m in MODES if m in args.mode) if args.mode else None,
@@ -203,6 +224,18 @@ def check_slice(config: Config, device: torch.device) -> Config:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         score_budget = min(score_budget, free // (_LIVE_SCORE_TENSORS * 8))
+    if config.layout == "varlen":
+        # A packed batch is one row of tokens: the oracle covers every sequence of the last heads.
+        heads = max(
+            1,
+            min(
+                score_budget // sum(n * n for n in config.lengths),
+                _TOKEN_BUDGET // (config.tokens * config.head_dim),
+            ),
+        )
+        if heads >= config.heads:
+            return config
+        return config.with_slice(config.batch, max(1, min(config.heads_kv, heads // config.gqa_ratio)))
     rows = max(
         1,
         min(
@@ -219,17 +252,61 @@ def check_slice(config: Config, device: torch.device) -> Config:
 
 def _select(part: Config, config: Config, *, kv: bool = False) -> tuple[slice, slice, slice]:
     """Index of ``part`` (the last sequences and heads) in a (B, N, H, D) or, with ``kv``, (B, N, H_KV, D)
-    tensor of ``config``."""
+    tensor of ``config`` (a packed batch keeps its one row: ``check_slice`` keeps all its sequences)."""
     heads, part_heads = (config.heads_kv, part.heads_kv) if kv else (config.heads, part.heads)
     return slice(config.batch - part.batch, None), slice(None), slice(heads - part_heads, None)
 
 
-def _reference(config: Config, need_grads: bool, device: torch.device) -> _Reference:
-    from flashtile.reference.naive import attention
+def call_options(config: Config, device: torch.device) -> dict[str, object]:
+    """The keywords a peer receives for ``config``'s options (see ``flashtile.bench.peers``); empty for a
+    plain cell. ALiBi's slopes are ``2^(−8(h+1)/H)``."""
+    options: dict[str, object] = {}
+    if config.window != (-1, -1):
+        options["window_size"] = config.window
+    if config.softcap > 0:
+        options["softcap"] = config.softcap
+    if config.alibi:
+        options["alibi_slopes"] = grid.alibi_slopes(config.heads).to(device)
+    if config.dropout_p > 0:
+        options["dropout_p"] = config.dropout_p
+    if config.layout == "varlen":
+        bounds = torch.tensor((0, *config.lengths)).cumsum(0)
+        options["cu_seqlens"] = bounds.to(device=device, dtype=torch.int32)
+        options["max_seqlen"] = max(config.lengths)
+    return options
 
+
+def _oracle(
+    config: Config,
+    part: Config,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    options: dict[str, object],
+) -> torch.Tensor:
+    """Naive attention of the part ``part`` of ``config`` with the cell's options (dropout excepted)."""
+    from flashtile.reference.naive import attention, attention_varlen
+
+    keywords: dict[str, object] = {
+        "softmax_scale": config.softmax_scale,
+        "causal": config.causal,
+        "window_size": config.window,
+        "softcap": config.softcap,
+    }
+    if config.alibi:
+        keywords["alibi_slopes"] = options["alibi_slopes"][config.heads - part.heads :]
+    if config.layout == "varlen":
+        cu, longest = options["cu_seqlens"], options["max_seqlen"]
+        return attention_varlen(q[0], k[0], v[0], cu, cu, longest, longest, **keywords)[0][None]
+    return attention(q, k, v, **keywords)[0]
+
+
+def _reference(
+    config: Config, need_grads: bool, device: torch.device, options: dict[str, object]
+) -> _Reference:
     part = check_slice(config, device)
-    q = torch.randn(config.batch, config.seqlen_q, config.heads, config.head_dim, device=device)
-    k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim, device=device)
+    q = torch.randn(config.q_shape(), device=device)
+    k = torch.randn(config.kv_shape(), device=device)
     v = torch.randn_like(k)
     dout = torch.randn_like(q).to(config.torch_dtype)
     inputs = tuple(t.to(config.torch_dtype) for t in (q, k, v))
@@ -239,7 +316,7 @@ def _reference(config: Config, need_grads: bool, device: torch.device) -> _Refer
 
     def naive(dtype: torch.dtype) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         leaves = [t.detach().to(dtype).requires_grad_(need_grads) for t in sub]
-        out, _ = attention(*leaves, softmax_scale=config.softmax_scale, causal=config.causal)
+        out = _oracle(config, part, *leaves, options)
         grads = torch.autograd.grad(out, leaves, dout[rows].to(dtype)) if need_grads else None
         return out.detach(), grads
 
@@ -280,7 +357,9 @@ def _judge(comparisons: list[Comparison], config: Config, part: Config) -> _Verd
     return _Verdict("ok", f"{where}: max|err|/allowed {errors}")
 
 
-def _check_peer(peer: Peer, ref: _Reference, need_grads: bool) -> tuple[_Verdict, _Verdict | None]:
+def _check_peer(
+    peer: Peer, ref: _Reference, need_grads: bool, options: dict[str, object]
+) -> tuple[_Verdict, _Verdict | None]:
     """The forward verdict and, when asked, the backward verdict of one peer on the check slice."""
     config, part = ref.config, ref.part
     rows, kv_rows = _select(part, config), _select(part, config, kv=True)
@@ -288,7 +367,7 @@ def _check_peer(peer: Peer, ref: _Reference, need_grads: bool) -> tuple[_Verdict
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            out = peer.fn(*leaves, config.causal, config.softmax_scale)
+            out = peer.fn(*leaves, config.causal, config.softmax_scale, **options)
         except Exception as exc:
             verdict = _failure(exc, (str(w.message) for w in caught))
             return verdict, verdict
@@ -315,8 +394,8 @@ def _make_inputs(config: Config, device: torch.device) -> list[tuple[torch.Tenso
     copies = rotation_copies(int(fwd), int(3 * fwd), device)
     made = []
     for _ in range(copies):
-        q = torch.randn(config.batch, config.seqlen_q, config.heads, config.head_dim, device=device)
-        k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim, device=device)
+        q = torch.randn(config.q_shape(), device=device)
+        k = torch.randn(config.kv_shape(), device=device)
         v = torch.randn_like(k)
         dout = torch.randn_like(q)
         q, k, v = (t.to(config.torch_dtype).requires_grad_(True) for t in (q, k, v))
@@ -325,19 +404,22 @@ def _make_inputs(config: Config, device: torch.device) -> list[tuple[torch.Tenso
 
 
 def _measured_fn(
-    peer: Peer, config: Config, inputs: list[tuple[torch.Tensor, ...]]
+    peer: Peer, config: Config, inputs: list[tuple[torch.Tensor, ...]], options: dict[str, object]
 ) -> Callable[[int], object]:
     """``fn(i)`` for the timer: forward, backward alone (``autograd.grad`` on a kept graph), or both."""
-    call, causal, scale = peer.fn, config.causal, config.softmax_scale
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return peer.fn(q, k, v, config.causal, config.softmax_scale, **options)
+
     if config.mode == "fwd":
-        return lambda i: call(*inputs[i][:3], causal, scale)
+        return lambda i: call(*inputs[i][:3])
     if config.mode == "bwd":
-        outs = [call(q, k, v, causal, scale) for q, k, v, _ in inputs]
+        outs = [call(q, k, v) for q, k, v, _ in inputs]
         return lambda i: torch.autograd.grad(outs[i], inputs[i][:3], inputs[i][3], retain_graph=True)
 
     def fwd_bwd(i: int) -> object:
         q, k, v, dout = inputs[i]
-        return torch.autograd.grad(call(q, k, v, causal, scale), (q, k, v), dout)
+        return torch.autograd.grad(call(q, k, v), (q, k, v), dout)
 
     return fwd_bwd
 
@@ -349,7 +431,9 @@ class _Runner:
         self.preset, self.peers, self.device, self.progress = preset, peers, device, progress
         self.deadline = time.monotonic() + preset.time_budget_s if preset.time_budget_s else None
         self.peer_seconds: dict[str, float] = defaultdict(float)
-        self.task = progress.add_task("starting", total=len(preset.configs()) * len(peers))
+        self.task = progress.add_task(
+            "starting", total=sum(preset.measures(p.name, c) for c in preset.configs() for p in peers)
+        )
 
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -364,6 +448,8 @@ class _Runner:
         todo: dict[str, list[Config]] = {}
         for peer in self.peers:
             for config in configs:
+                if not self.preset.measures(peer.name, config):
+                    continue
                 verdict = self._excluded(peer, config)
                 if verdict:
                     done.append(Result(config, peer.name, verdict.status, verdict.detail))
@@ -372,7 +458,8 @@ class _Runner:
                     todo.setdefault(peer.name, []).append(config)
         if not todo:
             return done
-        verdicts = self._check(configs[0], todo)
+        options = call_options(configs[0], self.device)
+        verdicts = self._check(configs[0], todo, options)
         inputs: list[tuple[torch.Tensor, ...]] | None = None
         no_inputs = ""
         for peer in self.peers:
@@ -393,7 +480,7 @@ class _Runner:
                             inputs, no_inputs = [], f"allocating the inputs: {_short(exc)}"
                         self._free()
                     if inputs:
-                        done.append(self._time(peer, config, inputs, verdict))
+                        done.append(self._time(peer, config, inputs, verdict, options))
                     else:
                         done.append(Result(config, peer.name, "oom", no_inputs))
                 self.progress.advance(self.task)
@@ -407,7 +494,7 @@ class _Runner:
     def _excluded(self, peer: Peer, config: Config) -> _Verdict | None:
         if peer.fn is None:
             return _Verdict("unsupported", f"unavailable: {peer.unavailable}")
-        reason = peer.supports(config)
+        reason = peer.lacks(config) or peer.supports(config)
         if reason:
             return _Verdict("unsupported", reason)
         for skip in self.preset.skips:
@@ -417,13 +504,18 @@ class _Runner:
             return _Verdict("skipped", self._budget_reason())
         return None
 
-    def _check(self, config: Config, todo: dict[str, list[Config]]) -> dict[tuple[str, str], _Verdict]:
+    def _check(
+        self, config: Config, todo: dict[str, list[Config]], options: dict[str, object]
+    ) -> dict[tuple[str, str], _Verdict]:
         """A verdict for every (peer, mode) to run, from one oracle shared by all peers."""
+        if config.dropout_p > 0:
+            unchecked = _Verdict("ok", _DROPOUT_UNCHECKED)
+            return {(name, c.mode): unchecked for name, cs in todo.items() for c in cs}
         needs_grads = {name: any(c.mode != "fwd" for c in cs) for name, cs in todo.items()}
         self.progress.update(self.task, description=f"{config.label()} · float64 oracle")
         verdicts: dict[tuple[str, str], _Verdict] = {}
         try:
-            ref = _reference(config, any(needs_grads.values()), self.device)
+            ref = _reference(config, any(needs_grads.values()), self.device, options)
         except Exception as exc:
             failed = _failure(exc)
         else:
@@ -438,7 +530,7 @@ class _Runner:
                 continue
             self.progress.update(self.task, description=f"{config.label()} · checking {peer.name}")
             start = time.monotonic()
-            fwd, bwd = _check_peer(peer, ref, needs_grads[peer.name])
+            fwd, bwd = _check_peer(peer, ref, needs_grads[peer.name], options)
             self._free()
             self.peer_seconds[peer.name] += time.monotonic() - start
             for c in todo[peer.name]:
@@ -448,13 +540,18 @@ class _Runner:
         return verdicts
 
     def _time(
-        self, peer: Peer, config: Config, inputs: list[tuple[torch.Tensor, ...]], check: _Verdict
+        self,
+        peer: Peer,
+        config: Config,
+        inputs: list[tuple[torch.Tensor, ...]],
+        check: _Verdict,
+        options: dict[str, object],
     ) -> Result:
         start = time.monotonic()
         failed = None
         try:
             timing = time_calls(
-                _measured_fn(peer, config, inputs), len(inputs), self.device, self.preset.timing
+                _measured_fn(peer, config, inputs, options), len(inputs), self.device, self.preset.timing
             )
         except Exception as exc:
             failed = _failure(exc)
@@ -482,19 +579,23 @@ def _format_tflops(value: float) -> str:
 
 
 def render_tables(found: list[Result], env: Environment, order: list[str], console: Console) -> None:
-    """One table per (dtype, mode, causal, head dim): TFLOP/s per implementation and N, and flashtile/best."""
-    tables: dict[tuple[str, str, bool, int], list[Result]] = defaultdict(list)
+    """One table per (options, dtype, mode, causal, head dim): TFLOP/s per implementation and N, and
+    flashtile/best."""
+    tables: dict[tuple[str, str, str, bool, int], list[Result]] = defaultdict(list)
     for r in found:
-        tables[(r.config.dtype, r.config.mode, r.config.causal, r.config.head_dim)].append(r)
+        c = r.config
+        tables[(c.option_label(), c.dtype, c.mode, c.causal, c.head_dim)].append(r)
     cpu = env.device == "cpu"
-    for key in sorted(tables, key=lambda k: (k[0], MODES.index(k[1]), k[2], k[3])):
-        dtype, mode, causal, head_dim = key
+    for key in sorted(tables, key=lambda k: (k[0], k[1], MODES.index(k[2]), k[3], k[4])):
+        option, dtype, mode, causal, head_dim = key
+        option = f" · {option}" if option else ""
         cells = {(r.impl, r.config.seqlen_q): r for r in tables[key]}
         seqlens = sorted({n for _, n in cells})
         impls = [i for i in order if any((i, n) in cells for n in seqlens)]
         where = "CPU numbers, tiny shapes: a smoke test, not performance" if cpu else env.gpu
         table = Table(
-            title=f"{mode} · {'causal' if causal else 'non-causal'} · D={head_dim} · {dtype} · TFLOP/s",
+            title=f"{mode} · {'causal' if causal else 'non-causal'}{option} · D={head_dim} · {dtype} "
+            "· TFLOP/s",
             caption=where,
             title_justify="left",
             caption_justify="left",
@@ -547,8 +648,131 @@ def _cell(r: Result | None, notes: dict[str, int], bold: bool) -> str:
 def _ratio(ours: Result | None, best: tuple[str, float] | None) -> str:
     if ours is None or ours.tflops is None or best is None:
         return "–"
-    ratio = ours.tflops / best[1]
-    return f"[{'green' if ratio >= 1.0 else 'red'}]{ratio:.2f}×[/]"
+    return _signal(ours.tflops / best[1], 1.0)
+
+
+@dataclass(frozen=True)
+class OptionComparison:
+    """flashtile on an option cell against a yardstick (its plain kernel at the same N, or for a packed batch
+    also the same sequences padded to the longest) and against the fastest peer on the same cell."""
+
+    option: str
+    mode: str
+    seqlen: int
+    tflops: float
+    yardstick: str
+    yardstick_tflops: float | None
+    speedup: float | None
+    peer: str | None
+    peer_tflops: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.tflops / self.yardstick_tflops if self.yardstick_tflops else None
+
+    @property
+    def peer_ratio(self) -> float | None:
+        return self.tflops / self.peer_tflops if self.peer_tflops else None
+
+
+def _plain_key(config: Config) -> tuple[object, ...]:
+    """What pairs an option cell with its plain cell: everything but the batch, which a packed batch of mixed
+    lengths cannot share with a dense one of the same token count."""
+    c = config.without_options()
+    return (c.dtype, c.mode, c.head_dim, c.heads, c.heads_kv, c.causal, c.seqlen_q, c.seqlen_k)
+
+
+def option_comparisons(found: list[Result]) -> list[OptionComparison]:
+    """flashtile's option cells, each against its yardstick and its fastest peer, in the order measured."""
+    ours = [r for r in found if r.impl == "flashtile" and r.tflops]
+    plain = {_plain_key(r.config): r for r in ours if not r.config.options}
+    padded = {(r.config.mode, r.config.lengths): r for r in ours if r.config.layout == "padded"}
+    compared = []
+    for r in ours:
+        c = r.config
+        if not c.options or c.layout == "padded":
+            continue
+        peers = [p for p in found if p.config == c and p.impl != "flashtile" and p.tflops]
+        best = max(peers, key=lambda p: p.tflops, default=None)
+        yard = plain.get(_plain_key(c))
+        name = "dense causal" if c.causal else "dense"
+        compared.append(
+            OptionComparison(
+                c.option_label(),
+                c.mode,
+                c.seqlen_q,
+                r.tflops,
+                name,
+                yard.tflops if yard else None,
+                yard.timing.p50_ms / r.timing.p50_ms if yard else None,
+                best.impl if best else None,
+                best.tflops if best else None,
+            )
+        )
+        pad = padded.get((c.mode, c.lengths)) if c.layout == "varlen" else None
+        if pad is not None:
+            compared.append(
+                OptionComparison(
+                    c.option_label(),
+                    c.mode,
+                    c.seqlen_q,
+                    r.tflops,
+                    "padded to longest",
+                    pad.tflops,
+                    pad.timing.p50_ms / r.timing.p50_ms,
+                    None,
+                    None,
+                )
+            )
+    return compared
+
+
+def render_option_summary(found: list[Result], console: Console) -> None:
+    """The options table: TFLOP/s counted on visible pairs, option / yardstick (target ≥ 0.9), the speedup
+    in time over the yardstick (the window's over dense causal, the packed batch's over padding), and
+    flashtile / the fastest peer with the option (target ≥ 1.0)."""
+    compared = option_comparisons(found)
+    if not compared:
+        return
+    table = Table(
+        title="options · flashtile TFLOP/s on visible pairs against its plain kernel and the peers",
+        title_justify="left",
+    )
+    for name in (
+        "option",
+        "mode",
+        "N",
+        "TFLOP/s",
+        "flashtile on",
+        "TFLOP/s ",
+        "ratio",
+        "speedup",
+        "peer",
+        "vs peer",
+    ):
+        table.add_column(
+            name, justify="left" if name in ("option", "mode", "flashtile on", "peer") else "right"
+        )
+    for c in compared:
+        table.add_row(
+            c.option,
+            c.mode,
+            grid.seqlen_label(c.seqlen),
+            _format_tflops(c.tflops),
+            c.yardstick,
+            _format_tflops(c.yardstick_tflops) if c.yardstick_tflops else "–",
+            _signal(c.ratio, 0.9),
+            f"{c.speedup:.2f}×" if c.speedup else "–",
+            f"{c.peer} {_format_tflops(c.peer_tflops)}" if c.peer else "–",
+            _signal(c.peer_ratio, 1.0),
+        )
+    console.print(table)
+
+
+def _signal(ratio: float | None, target: float) -> str:
+    if ratio is None:
+        return "–"
+    return f"[{'green' if ratio >= target else 'red'}]{ratio:.2f}×[/]"
 
 
 def summarise(found: list[Result], console: Console) -> None:
@@ -599,6 +823,7 @@ def _report(csv_path: Path, console: Console) -> int:
         )
         render_tables(found, env, list(dict.fromkeys(r.impl for r in found)), console)
         summarise(found, console)
+        render_option_summary(found, console)
     return _plot(csv_path, console, date=date)
 
 
@@ -609,6 +834,8 @@ def main(args: argparse.Namespace) -> int:
     if args.decode:
         print(DECODE_MESSAGE, file=sys.stderr)
         return 2
+    if args.name is None:
+        args.name = "bench_options" if args.options else "bench"
     csv_path = results.output_csv(args)
     if args.plot_only:
         return _report(csv_path, console)
@@ -649,10 +876,12 @@ def main(args: argparse.Namespace) -> int:
                 console.print(f"[red]flashtile bench: CUDA context lost, stopping: {exc}[/red]")
                 status = 1
                 break
-            results.append_rows(csv_path, [r.row(env) for r in rows])
+            columns = results.OPTION_COLUMNS if preset.options else results.COLUMNS
+            results.append_rows(csv_path, [r.row(env) for r in rows], columns)
             found.extend(rows)
     render_tables(found, env, [p.name for p in peers], console)
     summarise(found, console)
+    render_option_summary(found, console)
     seconds = ", ".join(
         f"{name} {s:.0f} s" for name, s in sorted(runner.peer_seconds.items(), key=lambda kv: -kv[1])
     )

@@ -1,15 +1,18 @@
-"""The FlashAttention papers' benchmark grid: presets, axes, and the FLOP and byte counts of one call.
+"""The FlashAttention papers' benchmark grid and the options preset: presets, axes, and the FLOP and byte
+counts of one call.
 
 Conventions (the papers', described in benchmarks/README.md): total tokens B·N and hidden size H·D are fixed
 (16384 and 2048), so B = 16384 / N and H = 2048 / D; forward FLOPs = 4·B·H·N_q·N_k·D, halved when causal;
-backward = 2.5 × forward, forward+backward = 3.5 × forward. Bytes moved count each tensor read or written
-once: q, k, v read and o written forward; the backward adds dO read and dq, dk, dv written (and reads o again
-for rowsum(o·dO)).
+backward = 2.5 × forward, forward+backward = 3.5 × forward. A cell with an option (window, softcap, ALiBi,
+dropout, a packed or padded batch of mixed lengths) counts 4·H·D per visible (query, key) pair instead, of
+real tokens only (:func:`visible_pairs`). Bytes moved count each tensor read or written once: q, k, v read
+and o written forward; the backward adds dO read and dq, dk, dv written (and reads o again for rowsum(o·dO)).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +27,59 @@ PAPER_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 PAPER_HEAD_DIMS = (64, 128, 256)
 PAPER_TOKENS = 16384
 PAPER_HIDDEN = 2048
+# The options a cell can carry, as the peers declare them (``Peer.options``). "varlen" is a packed batch
+# (flash_attn_varlen_func); "padded" is the same sequences padded to the longest and run dense.
+OPTIONS = ("window", "softcap", "alibi", "dropout", "varlen", "padded")
+LAYOUTS = ("dense", "varlen", "padded")
+
+
+def visible_pairs(
+    seqlen_q: int, seqlen_k: int, causal: bool = False, window: tuple[int, int] = (-1, -1)
+) -> int:
+    """The (query, key) pairs flash_attn's mask keeps: query i sees key j iff
+    ``i + N_k − N_q − left ≤ j ≤ i + N_k − N_q + right`` (a negative bound is unlimited, causal sets
+    right = 0), counted row by row in one vectorised pass.
+
+    >>> visible_pairs(4, 4, causal=True), visible_pairs(4, 4, window=(1, 0)), visible_pairs(2, 5, causal=True)
+    (10, 7, 9)
+    """
+    left, right = window
+    if causal:
+        right = 0
+    diagonal = torch.arange(seqlen_q, dtype=torch.int64) + (seqlen_k - seqlen_q)
+    first = (diagonal - left).clamp(min=0) if left >= 0 else torch.zeros_like(diagonal)
+    last = (
+        (diagonal + right).clamp(max=seqlen_k - 1) if right >= 0 else torch.full_like(diagonal, seqlen_k - 1)
+    )
+    return int((last - first + 1).clamp(min=0).sum())
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's slopes ``2^(−8(h+1)/H)`` for heads h = 0 … H−1, float32 ``(H,)`` on the CPU.
+
+    >>> alibi_slopes(2).tolist()
+    [0.0625, 0.00390625]
+    """
+    return torch.exp2(-8.0 * torch.arange(1, heads + 1, dtype=torch.float64) / heads).float()
+
+
+def packed_lengths(tokens: int, shortest: int, longest: int, seed: int = 0) -> tuple[int, ...]:
+    """Document lengths drawn log-uniformly in ``[shortest, longest]`` from a fixed seed until they sum to
+    ``tokens``; the last one is cut to make the sum exact (so it may be shorter than ``shortest``).
+
+    >>> lengths = packed_lengths(16384, 256, 8192)
+    >>> sum(lengths), min(lengths[:-1]) >= 256, max(lengths) <= 8192
+    (16384, True, True)
+    """
+    if not 1 <= shortest <= longest:
+        raise ValueError(f"varlen lengths need 1 ≤ shortest ≤ longest, got {shortest} and {longest}")
+    generator = torch.Generator().manual_seed(seed)
+    lengths: list[int] = []
+    while sum(lengths) < tokens:
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        drawn = round(math.exp(math.log(shortest) + u * (math.log(longest) - math.log(shortest))))
+        lengths.append(min(drawn, tokens - sum(lengths)))
+    return tuple(lengths)
 
 
 @dataclass(frozen=True)
@@ -40,6 +96,14 @@ class Config:
     seqlen_q: int
     seqlen_k: int
     head_dim: int
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    alibi: bool = False
+    dropout_p: float = 0.0
+    # "varlen": ``lengths`` packed into one (1, Σ n_i, H, D) batch, seqlen_q/k their upper bound; "padded":
+    # ``lengths`` padded to seqlen_q = max(lengths), batch = len(lengths).
+    layout: str = "dense"
+    lengths: tuple[int, ...] = ()
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -60,7 +124,46 @@ class Config:
         """The same kernel configuration on fewer sequences and heads (the GQA ratio kept)."""
         return dataclasses.replace(self, batch=batch, heads=heads_kv * self.gqa_ratio, heads_kv=heads_kv)
 
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options this cell exercises, in ``OPTIONS`` order; empty for a plain dense cell."""
+        present = {
+            "window": self.window != (-1, -1),
+            "softcap": self.softcap > 0,
+            "alibi": self.alibi,
+            "dropout": self.dropout_p > 0,
+            "varlen": self.layout == "varlen",
+            "padded": self.layout == "padded",
+        }
+        return tuple(name for name in OPTIONS if present[name])
+
+    @property
+    def tokens(self) -> int:
+        """Query tokens in one call's q tensor (Σ n_i for a packed batch)."""
+        return sum(self.lengths) if self.layout == "varlen" else self.batch * self.seqlen_q
+
+    def q_shape(self) -> tuple[int, int, int, int]:
+        """(B, N_q, H, D); a packed batch is one row of Σ n_i tokens."""
+        return (
+            (1, self.tokens, self.heads, self.head_dim)
+            if self.layout == "varlen"
+            else (self.batch, self.seqlen_q, self.heads, self.head_dim)
+        )
+
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        if self.layout == "varlen":
+            return (1, self.tokens, self.heads_kv, self.head_dim)
+        return (self.batch, self.seqlen_k, self.heads_kv, self.head_dim)
+
+    def pairs(self) -> int:
+        """Visible (query, key) pairs per head over the batch, of real tokens only."""
+        if self.lengths:
+            return sum(visible_pairs(n, n, self.causal, self.window) for n in self.lengths)
+        return self.batch * visible_pairs(self.seqlen_q, self.seqlen_k, self.causal, self.window)
+
     def forward_flops(self) -> float:
+        if self.options:
+            return 4.0 * self.heads * self.head_dim * self.pairs()
         flops = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.head_dim
         return flops / 2 if self.causal else flops
 
@@ -70,16 +173,38 @@ class Config:
     def bytes_moved(self) -> float:
         """Fewest bytes one call must move through device memory (the B·H·N_q log-sum-exp left out)."""
         size = self.torch_dtype.itemsize
-        q_like = self.batch * self.seqlen_q * self.heads * self.head_dim * size
-        kv_like = self.batch * self.seqlen_k * self.heads_kv * self.head_dim * size
+        q_like = math.prod(self.q_shape()) * size
+        kv_like = math.prod(self.kv_shape()) * size
         forward = 2 * q_like + 2 * kv_like
         backward = 4 * q_like + 4 * kv_like
         return {"fwd": forward, "bwd": backward, "fwd_bwd": forward + backward}[self.mode]
 
+    def option_label(self) -> str:
+        """The options in words ("" for a plain cell): the title of the cell's table and plot."""
+        words = {
+            "window": f"window {self.window}",
+            "softcap": f"softcap {self.softcap:g}",
+            "alibi": "ALiBi",
+            "dropout": f"dropout {self.dropout_p:g}",
+            "varlen": f"varlen {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
+            "padded": f"padded {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
+        }
+        return " + ".join(words[name] for name in self.options)
+
+    def without_options(self) -> Config:
+        """The plain cell an option cell is measured against: same shape, options off.
+
+        A packed or padded batch has no plain twin of its own; the summary pairs it by ``seqlen_q``.
+        """
+        return dataclasses.replace(
+            self, window=(-1, -1), softcap=0.0, alibi=False, dropout_p=0.0, layout="dense", lengths=()
+        )
+
     def label(self) -> str:
+        options = f" {self.option_label()}" if self.options else ""
         return (
-            f"{self.mode} {'causal' if self.causal else 'non-causal'} D={self.head_dim} N={self.seqlen_q} "
-            f"B={self.batch} H={self.heads}/{self.heads_kv} {self.dtype}"
+            f"{self.mode} {'causal' if self.causal else 'non-causal'}{options} D={self.head_dim} "
+            f"N={self.seqlen_q} B={self.batch} H={self.heads}/{self.heads_kv} {self.dtype}"
         )
 
 
@@ -95,6 +220,14 @@ class Skip:
         if peer == self.peer and config.seqlen_q >= self.min_seqlen:
             return self.reason
         return None
+
+
+@dataclass(frozen=True)
+class OptionCells:
+    """One option of the options preset and the sequence lengths it is measured at."""
+
+    option: str
+    seqlens: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -117,13 +250,27 @@ class Preset:
     time_budget_s: float | None = None
     skips: tuple[Skip, ...] = ()
     flex_compile: str = "static"
+    # The options preset: each option beside the plain cell it is measured against (``configs``).
+    options: tuple[OptionCells, ...] = ()
+    window: tuple[int, int] = (256, 0)
+    softcap: float = 30.0
+    dropout_p: float = 0.1
+    varlen_shortest: int = 256
 
     def with_overrides(self, **overrides: object) -> Preset:
         """This preset with every override that is not None applied."""
         return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
+    def measures(self, peer: str, config: Config) -> bool:
+        """Whether ``peer`` gets a row for ``config``: the options preset's plain cells are flashtile's
+        yardstick, measured for flashtile alone."""
+        return not self.options or bool(config.options) or peer == "flashtile"
+
     def configs(self) -> list[Config]:
-        """Every cell, ordered dtype, head dim, causal, sequence length, mode (the order of the tables)."""
+        """Every cell, ordered dtype, head dim, causal, sequence length, mode (the order of the tables); in
+        the options preset, each option's cells after the plain cell they are compared with."""
+        if self.options:
+            return self._option_configs()
         cells = []
         for dtype in self.dtypes:
             for head_dim in self.head_dims:
@@ -132,6 +279,41 @@ class Preset:
                         for mode in self.modes:
                             cells.append(self._config(dtype, head_dim, causal, seqlen, mode))
         return cells
+
+    def _option_configs(self) -> list[Config]:
+        cells: dict[Config, None] = {}
+        for dtype in self.dtypes:
+            for head_dim in self.head_dims:
+                for spec in self.options:
+                    for seqlen in spec.seqlens:
+                        for mode in self.modes:
+                            for cell in self._option_cells(spec.option, dtype, head_dim, seqlen, mode):
+                                cells.setdefault(cell)
+        return list(cells)
+
+    def _option_cells(self, option: str, dtype: str, head_dim: int, seqlen: int, mode: str) -> list[Config]:
+        """The plain cell and the option's cells at one sequence length.
+
+        The window (left, 0) and the packed batch are causal, as in local and packed training, and compared
+        with dense causal; softcap, ALiBi and dropout with dense non-causal attention.
+        """
+        causal = option in ("window", "varlen")
+        plain = self._config(dtype, head_dim, causal, seqlen, mode)
+        if option == "window":
+            return [plain, dataclasses.replace(plain, window=self.window)]
+        if option == "softcap":
+            return [plain, dataclasses.replace(plain, softcap=self.softcap)]
+        if option == "alibi":
+            return [plain, dataclasses.replace(plain, alibi=True)]
+        if option == "dropout":
+            return [plain, dataclasses.replace(plain, dropout_p=self.dropout_p)]
+        if option != "varlen":
+            raise ValueError(f"unknown option {option!r}; the options preset knows {', '.join(OPTIONS[:5])}")
+        lengths = packed_lengths(self.tokens, min(self.varlen_shortest, seqlen), seqlen)
+        packed = dataclasses.replace(plain, layout="varlen", batch=len(lengths), lengths=lengths)
+        longest = max(lengths)
+        padded = dataclasses.replace(packed, layout="padded", seqlen_q=longest, seqlen_k=longest)
+        return [plain, packed, padded]
 
     def _config(self, dtype: str, head_dim: int, causal: bool, seqlen: int, mode: str) -> Config:
         batch = self.batch if self.batch is not None else max(1, self.tokens // seqlen)
@@ -164,6 +346,28 @@ _PAPER_SKIPS = (
         4096,
         "skipped by --paper's 10-minute budget: SDPA math materialises the B·H·N² scores",
     ),
+)
+
+_OPTIONS_SKIPS = (
+    Skip(
+        "sdpa-math",
+        4096,
+        "skipped by --options' 4-minute budget: SDPA math materialises the B·H·N² scores",
+    ),
+)
+_OPTIONS_CUDA = (
+    OptionCells("window", (8192,)),
+    OptionCells("softcap", (4096, 16384)),
+    OptionCells("alibi", (4096, 16384)),
+    OptionCells("dropout", (4096, 16384)),
+    OptionCells("varlen", (8192,)),
+)
+_OPTIONS_CPU = (
+    OptionCells("window", (64,)),
+    OptionCells("softcap", (32,)),
+    OptionCells("alibi", (32,)),
+    OptionCells("dropout", (32,)),
+    OptionCells("varlen", (64,)),
 )
 
 PRESETS: dict[tuple[str, str], Preset] = {
@@ -199,6 +403,34 @@ PRESETS: dict[tuple[str, str], Preset] = {
         timing=TimingBudget(warmup_ms=10, rep_ms=40, min_reps=5, max_reps=40),
         time_budget_s=480.0,
         skips=_PAPER_SKIPS,
+    ),
+    ("options", "cuda"): Preset(
+        name="options",
+        device="cuda",
+        seqlens=(),
+        head_dims=(128,),
+        causal=(),
+        modes=("fwd", "bwd"),
+        dtypes=("bf16",),
+        timing=TimingBudget(warmup_ms=10, rep_ms=30, min_reps=5, max_reps=40),
+        time_budget_s=210.0,
+        skips=_OPTIONS_SKIPS,
+        options=_OPTIONS_CUDA,
+    ),
+    ("options", "cpu"): Preset(
+        name="options",
+        device="cpu",
+        seqlens=(),
+        head_dims=(16,),
+        causal=(),
+        modes=("fwd", "bwd"),
+        dtypes=("fp32",),
+        timing=TimingBudget(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=5),
+        tokens=128,
+        heads=2,
+        options=_OPTIONS_CPU,
+        window=(16, 0),
+        varlen_shortest=8,
     ),
     ("default", "cpu"): Preset(
         name="default",

@@ -1,9 +1,12 @@
 """The implementations measured beside flashtile, each behind one calling convention.
 
-Every peer is called as ``fn(q, k, v, causal, softmax_scale) -> out`` on flash_attn's layout:
-q ``(B, N_q, H, D)``, k and v ``(B, N_k, H_KV, D)``, out ``(B, N_q, H, D)``, differentiable.
-``supports(config)`` returns None when the peer can run a cell, else the reason the table shows. A peer
-whose import fails is still listed, with ``unavailable`` set to the reason.
+Every peer is called as ``fn(q, k, v, causal, softmax_scale, **options) -> out`` on flash_attn's layout:
+q ``(B, N_q, H, D)``, k and v ``(B, N_k, H_KV, D)``, out ``(B, N_q, H, D)``, differentiable. ``options``
+is empty on a plain cell; on an option cell it holds flash_attn's keywords for the options present
+(``window_size``, ``softcap``, ``alibi_slopes``, ``dropout_p``) and, for a packed batch (q of shape
+``(1, Σ n_i, H, D)``), ``cu_seqlens`` and ``max_seqlen``. A peer runs only the options it names in
+``options``; ``supports(config)`` returns None when the peer can run a cell, else the reason the table shows.
+A peer whose import fails is still listed, with ``unavailable`` set to the reason.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from flashtile.bench.grid import Config
+from flashtile.bench.grid import OPTIONS, Config
 
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], torch.Tensor]
+AttentionFn = Callable[..., torch.Tensor]
 SupportsFn = Callable[[Config], "str | None"]
 
 _HALF = ("fp16", "bf16")
@@ -32,6 +35,12 @@ class Peer:
     unavailable: str | None = None
     note: str = ""
     default: bool = True
+    options: frozenset[str] = frozenset()
+
+    def lacks(self, config: Config) -> str | None:
+        """Why this peer cannot run ``config``'s options, or None."""
+        missing = [name for name in config.options if name not in self.options]
+        return f"{self.name} does not implement {', '.join(missing)}" if missing else None
 
 
 def _anything(config: Config) -> str | None:
@@ -71,19 +80,48 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, **opti
 
 def flashtile_peer(device: str) -> Peer:
     try:
-        from flashtile import flash_attn_func
+        import flashtile
         from flashtile.backend import resolve
     except ImportError as exc:
         return _unavailable("flashtile", exc)
+    varlen_func = getattr(flashtile, "flash_attn_varlen_func", None)
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-        return flash_attn_func(q, k, v, softmax_scale=scale, causal=causal)
+    def fn(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        scale: float,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int = 0,
+        **options: object,
+    ) -> torch.Tensor:
+        if cu_seqlens is None:
+            return flashtile.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, **options)
+        out = varlen_func(
+            q[0],
+            k[0],
+            v[0],
+            cu_seqlens,
+            cu_seqlens,
+            max_seqlen,
+            max_seqlen,
+            softmax_scale=scale,
+            causal=causal,
+            **options,
+        )
+        return out[None]
+
+    def supports(config: Config) -> str | None:
+        if config.layout == "varlen" and varlen_func is None:
+            return "this flashtile has no flash_attn_varlen_func"
+        return None
 
     try:
         note = f"backend {resolve(torch.device(device))}"
     except ValueError as exc:
         return _unavailable("flashtile", exc)
-    return Peer("flashtile", fn, _anything, note=note)
+    return Peer("flashtile", fn, supports, note=note, options=frozenset(OPTIONS))
 
 
 def sdpa_peer(name: str, backend_name: str) -> Peer:
@@ -95,9 +133,11 @@ def sdpa_peer(name: str, backend_name: str) -> Peer:
     except (ImportError, AttributeError) as exc:
         return _unavailable(name, exc)
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+    def fn(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, dropout_p: float = 0.0
+    ) -> torch.Tensor:
         with sdpa_kernel(backend):
-            return sdpa(q, k, v, scale, is_causal=causal)
+            return sdpa(q, k, v, scale, is_causal=causal, dropout_p=dropout_p)
 
     def supports(config: Config) -> str | None:
         if config.causal and config.seqlen_q != config.seqlen_k:
@@ -108,16 +148,38 @@ def sdpa_peer(name: str, backend_name: str) -> Peer:
             return _needs_cuda_half(config, ("fp16", "bf16", "fp32"))
         return _needs_cuda_half(config)
 
-    return Peer(name, fn, supports)
+    return Peer(name, fn, supports, options=frozenset({"dropout"}))
 
 
-def _causal_mask_mod(offset: int) -> Callable[..., torch.Tensor]:
-    """flash_attn's bottom-right causal mask as a mask_mod: query i sees key j iff j ≤ i + offset."""
+def _mask_mod(offset: int, left: int, right: int) -> Callable[..., torch.Tensor]:
+    """flash_attn's bottom-right window as a mask_mod: query i sees key j iff
+    ``i + offset − left ≤ j ≤ i + offset + right``, a negative bound unlimited (causal: right = 0)."""
 
-    def causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-        return kv_idx <= q_idx + offset
+    def window(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        distance = kv_idx - (q_idx + offset)
+        if left < 0:
+            return distance <= right
+        if right < 0:
+            return distance >= -left
+        return (distance >= -left) & (distance <= right)
 
-    return causal
+    return window
+
+
+def _score_mod(softcap: float, slopes: torch.Tensor | None, offset: int) -> Callable[..., torch.Tensor]:
+    """flash_attn's softcap then ALiBi on FlexAttention's (already scaled) score, as the naive reference
+    orders them: ``softcap · tanh(s / softcap)``, then ``− slope_h · |i + offset − j|``."""
+
+    def score_mod(
+        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        if softcap > 0:
+            score = softcap * torch.tanh(score / softcap)
+        if slopes is not None:
+            score = score - slopes[h] * (q_idx + offset - kv_idx).abs()
+        return score
+
+    return score_mod
 
 
 def _raise_recompile_limits() -> None:
@@ -136,7 +198,8 @@ def _raise_recompile_limits() -> None:
 
 
 def flex_peer(compile_mode: str = "static") -> Peer:
-    """``torch.compile(flex_attention)``; the causal block mask is built once per (N_q, N_k, device), cached.
+    """``torch.compile(flex_attention)``; the causal or window block mask is built once per (N_q, N_k,
+    device, window), cached; softcap and ALiBi are a ``score_mod``, one per (softcap, slopes, offset).
 
     ``compile_mode`` "static" compiles each shape; "dynamic" lets B and N vary, which costs about three
     graphs per (head dim, mask): the first shape, the dynamic one, and batch 1. FlexAttention specialises
@@ -148,27 +211,48 @@ def flex_peer(compile_mode: str = "static") -> Peer:
         return _unavailable("flex", exc)
 
     compiled: list[Callable[..., torch.Tensor]] = []
-    mask_mods: dict[int, Callable[..., torch.Tensor]] = {}
-    block_masks: dict[tuple[int, int, str], object] = {}
+    # One mask_mod / score_mod per key: Dynamo guards on their identity, so a fresh closure would recompile.
+    mask_mods: dict[tuple[int, int, int], Callable[..., torch.Tensor]] = {}
+    score_mods: dict[tuple[float, tuple[float, ...] | None, int, str], Callable[..., torch.Tensor]] = {}
+    block_masks: dict[tuple[int, int, str, int, int], object] = {}
 
-    def block_mask(seqlen_q: int, seqlen_k: int, device: torch.device) -> object:
-        key = (seqlen_q, seqlen_k, str(device))
+    def block_mask(seqlen_q: int, seqlen_k: int, device: torch.device, left: int, right: int) -> object:
+        key = (seqlen_q, seqlen_k, str(device), left, right)
         if key not in block_masks:
-            offset = seqlen_k - seqlen_q
-            # One mask_mod per offset: Dynamo guards on its identity, so a fresh closure would recompile.
-            mask_mod = mask_mods.setdefault(offset, _causal_mask_mod(offset))
+            bounds = (seqlen_k - seqlen_q, left, right)
+            mask_mod = mask_mods.setdefault(bounds, _mask_mod(*bounds))
             block_masks[key] = create_block_mask(mask_mod, None, None, seqlen_q, seqlen_k, device=device)
         return block_masks[key]
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+    def score_mod(softcap: float, slopes: torch.Tensor | None, offset: int) -> Callable[..., torch.Tensor]:
+        values = None if slopes is None else tuple(slopes.tolist())
+        key = (softcap, values, offset, str(slopes.device) if slopes is not None else "")
+        return score_mods.setdefault(key, _score_mod(softcap, slopes, offset))
+
+    def fn(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        scale: float,
+        window_size: tuple[int, int] = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if not compiled:
             _raise_recompile_limits()
             compiled.append(torch.compile(flex_attention, dynamic=compile_mode == "dynamic"))
-        mask = block_mask(q.shape[1], k.shape[1], q.device) if causal else None
+        left, right = window_size
+        right = 0 if causal else right
+        seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+        masked = left >= 0 or right >= 0
+        mask = block_mask(seqlen_q, seqlen_k, q.device, left, right) if masked else None
+        scores = softcap > 0 or alibi_slopes is not None
         out = compiled[0](
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
+            score_mod=score_mod(softcap, alibi_slopes, seqlen_k - seqlen_q) if scores else None,
             block_mask=mask,
             scale=scale,
             enable_gqa=q.shape[2] != k.shape[2],
@@ -179,25 +263,36 @@ def flex_peer(compile_mode: str = "static") -> Peer:
         return _needs_cuda_half(config, ("fp16", "bf16", "fp32"))
 
     return Peer(
-        "flex", fn, supports, note=f"torch.compile(flex_attention, dynamic={compile_mode == 'dynamic'})"
+        "flex",
+        fn,
+        supports,
+        note=f"torch.compile(flex_attention, dynamic={compile_mode == 'dynamic'})",
+        options=frozenset({"window", "softcap", "alibi"}),
     )
 
 
-def _flash_attn_peer(name: str, module: str, limit: Callable[[Config, tuple[int, int]], str | None]) -> Peer:
+def _flash_attn_peer(
+    name: str,
+    module: str,
+    limit: Callable[[Config, tuple[int, int]], str | None],
+    options: frozenset[str] = frozenset(),
+) -> Peer:
     """A FlashAttention build's ``module.flash_attn_func``, on CUDA in fp16/bf16; ``limit(config, compute
-    capability)`` is why it cannot run a cell, or None."""
+    capability)`` is why it cannot run a cell, or None; ``options`` are the flash_attn keywords it takes."""
     try:
         flash_attn_func = importlib.import_module(module).flash_attn_func
     except Exception as exc:
         return _unavailable(name, exc)
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal))
+    def fn(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, **options: object
+    ) -> torch.Tensor:
+        return _first(flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, **options))
 
     def supports(config: Config) -> str | None:
         return _needs_cuda_half(config) or limit(config, torch.cuda.get_device_capability())
 
-    return Peer(name, fn, supports)
+    return Peer(name, fn, supports, options=options)
 
 
 def _fa2_limit(config: Config, capability: tuple[int, int]) -> str | None:
@@ -209,7 +304,9 @@ def _fa2_limit(config: Config, capability: tuple[int, int]) -> str | None:
 
 
 def fa2_peer() -> Peer:
-    return _flash_attn_peer("fa2", "flash_attn", _fa2_limit)
+    return _flash_attn_peer(
+        "fa2", "flash_attn", _fa2_limit, frozenset({"window", "softcap", "alibi", "dropout"})
+    )
 
 
 def fa3_peer() -> Peer:
@@ -217,6 +314,7 @@ def fa3_peer() -> Peer:
         "fa3",
         "flash_attn_interface",
         lambda config, capability: None if capability == (9, 0) else "FlashAttention-3 runs on sm_90 only",
+        frozenset({"window", "softcap"}),
     )
 
 
@@ -237,10 +335,12 @@ def naive_peer(default: bool = True) -> Peer:
     except ImportError as exc:
         return _unavailable("naive", exc)
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-        return attention(q, k, v, softmax_scale=scale, causal=causal)[0]
+    def fn(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, **options: object
+    ) -> torch.Tensor:
+        return attention(q, k, v, softmax_scale=scale, causal=causal, **options)[0]
 
-    return Peer("naive", fn, _anything, default=default)
+    return Peer("naive", fn, _anything, default=default, options=frozenset({"window", "softcap", "alibi"}))
 
 
 def available_peers(device: str, *, flex_compile: str = "static") -> list[Peer]:

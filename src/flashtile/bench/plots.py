@@ -1,7 +1,9 @@
 """Figures from a results CSV: TFLOP/s against sequence length, as in the FlashAttention papers.
 
 One PNG per (dtype, mode) of a run, one panel per (causal, head dim), one line per implementation. Only rows
-whose status is "ok" are drawn; a missing point means the implementation had no valid number there.
+whose status is "ok" are drawn; a missing point means the implementation had no valid number there. A run of
+the options preset draws one PNG per (option, dtype, mode) instead: the option's lines beside flashtile's
+plain kernel at the same lengths (dashed), a packed batch beside the same sequences padded.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from flashtile.bench.grid import MODES, seqlen_label
-from flashtile.bench.results import read_rows
+from flashtile.bench.results import Result, read_rows
 
 _MODE_TITLES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward + backward"}
 
@@ -30,22 +32,56 @@ def plot_results(csv_path: Path, out_dir: Path, date: str | None = None) -> list
     ok = [r for r in run if r["status"] == "ok" and r["tflops"]]
     if not ok:
         return []
-    impls = list(dict.fromkeys(r["impl"] for r in run))
-    by_figure: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
-    for r in ok:
-        by_figure[(r["dtype"], r["mode"])].append(r)
+    by_figure: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
+    for r in _with_series(ok):
+        by_figure[(r["option"], r["dtype"], r["mode"])].append(r)
+    if any(option for option, _, _ in by_figure):
+        by_figure = _options_beside_plain(by_figure)
+    impls = list(dict.fromkeys(r["series"] for rs in by_figure.values() for r in rs))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    order = sorted(by_figure, key=lambda k: (k[0], MODES.index(k[1]) if k[1] in MODES else len(MODES)))
-    for dtype, mode in order:
-        path = out_dir / f"{csv_path.stem}_{mode}_{dtype}.png"
-        _figure(by_figure[(dtype, mode)], impls, mode, dtype, run[0]).savefig(path, dpi=120)
+    order = sorted(by_figure, key=lambda k: (k[0], k[1], MODES.index(k[2]) if k[2] in MODES else len(MODES)))
+    for option, dtype, mode in order:
+        stem = f"{csv_path.stem}_{option}" if option else csv_path.stem
+        path = out_dir / f"{stem}_{mode}_{dtype}.png"
+        _figure(by_figure[(option, dtype, mode)], impls, mode, dtype, run[0], option).savefig(path, dpi=120)
         written.append(path)
     return written
 
 
+def _with_series(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Each row with its figure (``option``: the options' names, a padded batch with its packed one) and its
+    line (``series``: the implementation, with "padded" for a padded batch)."""
+    found = []
+    for r in rows:
+        options = Result.from_row(r).config.options
+        padded = "padded" in options
+        option = "+".join("varlen" if name == "padded" else name for name in options)
+        found.append({**r, "option": option, "series": f"{r['impl']} padded" if padded else r["impl"]})
+    return found
+
+
+def _options_beside_plain(
+    by_figure: dict[tuple[str, str, str], list[dict[str, str]]],
+) -> dict[tuple[str, str, str], list[dict[str, str]]]:
+    """Each option's figure with the plain rows of the same causal flag and lengths, as dashed lines."""
+    plain = [r for (option, _, _), rs in by_figure.items() if not option for r in rs]
+    figures = {}
+    for (option, dtype, mode), rows in by_figure.items():
+        if not option:
+            continue
+        shapes = {(r["causal"], r["seqlen_q"]) for r in rows}
+        beside = [
+            {**r, "series": f"{r['series']} (no option)"}
+            for r in plain
+            if (r["dtype"], r["mode"]) == (dtype, mode) and (r["causal"], r["seqlen_q"]) in shapes
+        ]
+        figures[(option, dtype, mode)] = rows + beside
+    return figures
+
+
 def _figure(
-    rows: list[dict[str, str]], impls: list[str], mode: str, dtype: str, meta: dict[str, str]
+    rows: list[dict[str, str]], impls: list[str], mode: str, dtype: str, meta: dict[str, str], option: str
 ) -> Figure:
     causals = sorted({r["causal"] for r in rows}, key=lambda c: c == "true")
     head_dims = sorted({int(r["head_dim"]) for r in rows})
@@ -59,12 +95,20 @@ def _figure(
             panel = [r for r in rows if r["causal"] == causal and int(r["head_dim"]) == head_dim]
             seqlens = sorted({int(r["seqlen_q"]) for r in panel})
             for impl in impls:
-                points = sorted((int(r["seqlen_q"]), float(r["tflops"])) for r in panel if r["impl"] == impl)
+                points = sorted(
+                    (int(r["seqlen_q"]), float(r["tflops"])) for r in panel if r["series"] == impl
+                )
                 if points:
                     xs, ys = zip(*points, strict=True)
                     bold = impl == "flashtile"
                     ax.plot(
-                        xs, ys, marker="o", label=impl, color=colors[impl], linewidth=2.4 if bold else 1.3
+                        xs,
+                        ys,
+                        marker="o",
+                        label=impl,
+                        color=colors[impl],
+                        linewidth=2.4 if bold else 1.3,
+                        linestyle="--" if impl.endswith("(no option)") else "-",
                     )
             ax.set_xscale("log", base=2)
             ax.set_xticks(seqlens, [seqlen_label(n) for n in seqlens])
@@ -78,8 +122,9 @@ def _figure(
             ax.set_ylabel("TFLOP/s")
             ax.legend(fontsize=7)
     device = "CPU numbers (smoke test, not performance)" if meta["device"] == "cpu" else meta["gpu"]
+    what = f"Attention with {option}, TFLOP/s on visible pairs:\n" if option else "Attention "
     fig.suptitle(
-        f"Attention {_MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
+        f"{what}{_MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
         f"torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}",
         fontsize=10,
     )

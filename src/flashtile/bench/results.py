@@ -47,6 +47,19 @@ COLUMNS = (
     "status",
     "detail",
 )
+# The options preset's CSV adds what makes an option cell self-describing; the plain grid's CSV keeps COLUMNS.
+OPTION_COLUMNS = (
+    *COLUMNS[: COLUMNS.index("head_dim") + 1],
+    "window_left",
+    "window_right",
+    "softcap",
+    "alibi",
+    "dropout_p",
+    "layout",
+    "lengths",
+    "pairs",
+    *COLUMNS[COLUMNS.index("head_dim") + 1 :],
+)
 STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "skipped")
 # Relative to the current directory, so results land in plain view wherever the command runs, and the results
 # committed in a checkout (benchmarks/results/) change only when --out-dir names that folder.
@@ -88,7 +101,8 @@ class Result:
 
     @classmethod
     def from_row(cls, row: dict[str, str]) -> Result:
-        """The result a CSV row records; ``error`` is read back from a "wrong" row's detail."""
+        """The result a CSV row records; ``error`` is read back from a "wrong" row's detail. A row of a CSV
+        without the option columns is a plain cell."""
         config = Config(
             device=row["device"],
             dtype=row["dtype"],
@@ -98,6 +112,12 @@ class Result:
                 name: int(row[name])
                 for name in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")
             },
+            window=(int(row.get("window_left") or -1), int(row.get("window_right") or -1)),
+            softcap=float(row.get("softcap") or 0.0),
+            alibi=row.get("alibi") == "true",
+            dropout_p=float(row.get("dropout_p") or 0.0),
+            layout=row.get("layout") or "dense",
+            lengths=tuple(int(n) for n in (row.get("lengths") or "").split()),
         )
         timing = None
         if row["p50_ms"]:
@@ -129,6 +149,14 @@ class Result:
             "seqlen_q": str(c.seqlen_q),
             "seqlen_k": str(c.seqlen_k),
             "head_dim": str(c.head_dim),
+            "window_left": str(c.window[0]),
+            "window_right": str(c.window[1]),
+            "softcap": f"{c.softcap:g}",
+            "alibi": "true" if c.alibi else "false",
+            "dropout_p": f"{c.dropout_p:g}",
+            "layout": c.layout,
+            "lengths": " ".join(str(n) for n in c.lengths),
+            "pairs": str(c.heads * c.pairs()),
             "p20_ms": f"{t.p20_ms:.6g}" if t else "",
             "p50_ms": f"{t.p50_ms:.6g}" if t else "",
             "p80_ms": f"{t.p80_ms:.6g}" if t else "",
@@ -137,7 +165,7 @@ class Result:
             "status": self.status,
             "detail": self.detail,
         }
-        return {name: values[name] for name in COLUMNS}
+        return {name: values[name] for name in OPTION_COLUMNS}
 
 
 def _git(*args: str) -> str | None:
@@ -228,8 +256,9 @@ def environment_of(row: dict[str, str]) -> Environment:
     return Environment(**{name: row[name] for name in Environment.__dataclass_fields__})
 
 
-def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    """``--out-dir`` and ``--name``: where a command's CSV (``DIR/NAME.csv``) and plots go."""
+def add_output_arguments(parser: argparse.ArgumentParser, name: str, name_note: str = "") -> None:
+    """``--out-dir`` and ``--name``: where a command's CSV (``DIR/NAME.csv``) and plots go; ``name_note``
+    qualifies the default name in the help."""
     parser.add_argument(
         "--out-dir",
         type=Path,
@@ -240,7 +269,9 @@ def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         "--out-dir benchmarks/results)",
     )
     parser.add_argument(
-        "--name", default=name, help=f"file name stem: DIR/NAME.csv and DIR/NAME*.png (default {name})"
+        "--name",
+        default=name,
+        help=f"file name stem: DIR/NAME.csv and DIR/NAME*.png (default {name}{name_note})",
     )
 
 
@@ -263,7 +294,8 @@ def append_rows(path: Path, rows: Iterable[Mapping[str, object]], columns: Seque
                 f"({', '.join(columns)}): pass another --out-dir or --name"
             )
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
+        # A plain run's rows also carry the option fields, which its CSV leaves out.
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         if fresh:
             writer.writeheader()
         writer.writerows(rows)
