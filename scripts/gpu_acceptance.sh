@@ -16,9 +16,9 @@ export PYTHONPATH=${PYTHONPATH:-src} PYTHONUNBUFFERED=1
 # pytest-xdist spreads the cases (mostly compilation) over 4 processes sharing the one GPU (8 ran out of memory on an H100 with the float64 oracles of the N = 4096 option cases).
 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 --durations=10 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 30
 tests=${PIPESTATUS[0]}
-# Compile the sanitizer grid first (Triton's on-disk cache): compiling ~100 option variants inside
-# compute-sanitizer takes longer than a device call may run.
-python3 scripts/sanitize_kernels.py 2>&1 | tail -n 1
+# Compile the sanitizer grid first, in 8 processes that fill Triton's disk cache: compiling its ~500 kernel
+# variants inside compute-sanitizer takes longer than a device call may run.
+for i in 0 1 2 3 4 5 6 7; do FLASHTILE_SANITIZE_SHARD=$i/8 python3 scripts/sanitize_kernels.py > /dev/null 2>&1 & done; wait
 # Without the caching allocator every tensor is its own cudaMalloc, so memcheck sees an overrun past any of them.
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
   python3 scripts/sanitize_kernels.py 2>&1 | tee "$OUT/sanitizer.log" | tail -n 20
