@@ -98,17 +98,18 @@ def padding_mask(
     """The mask transformers builds for flashtile: a 2-D ``(batch, kv)`` bool padding mask, or None.
 
     As transformers' ``flash_attention_mask`` (causality and windows are the attention's options), plus
-    one case: a static cache longer than the tokens written so far gets a mask of its filled slots, since
-    transformers drops an all-ones mask before generating with an implementation not named "flash".
+    one case: a static cache longer than the tokens written so far gets an all-ones mask of the filled
+    length, since transformers drops an all-ones mask before generating with an implementation whose name
+    lacks "flash" (its flash paths keep it to tell the filled slots apart).
     """
     if attention_mask is not None:
         attention_mask = attention_mask[:, -kv_length:]
         if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
             attention_mask = None
     filled = int(q_offset) + q_length
+    # Shorter than kv_length, so the attention reads only the filled slots, as for a padded static cache.
     if attention_mask is None and kv_offset == 0 and kv_length > filled:
-        device = kwargs.get("device", "cpu")
-        attention_mask = (torch.arange(kv_length, device=device) < filled).expand(batch_size, -1)
+        attention_mask = torch.ones(batch_size, filled, dtype=torch.bool, device=kwargs.get("device", "cpu"))
     return attention_mask
 
 
