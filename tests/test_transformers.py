@@ -191,6 +191,16 @@ def test_attention_sinks_raise_a_clear_error(name: str, seed: int) -> None:
         model(torch.randint(0, VOCAB, (1, 5)))
 
 
+def test_chunked_attention_longer_than_a_chunk_raises_a_clear_error(name: str, seed: int) -> None:
+    config = transformers.Llama4TextConfig(
+        **COMMON, head_dim=8, intermediate_size_mlp=48, num_local_experts=2, attention_chunk_size=4
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=name)
+    model(torch.randint(0, VOCAB, (1, 4)))
+    with pytest.raises(NotImplementedError, match=r"chunked attention \(attention_chunk_size=4 < 9 keys\)"):
+        model(torch.randint(0, VOCAB, (1, 9)))
+
+
 def test_a_four_dimensional_mask_raises_a_clear_error(name: str) -> None:
     model = _model("llama-gqa")
     model.set_attn_implementation(name)
