@@ -98,17 +98,19 @@ def padding_mask(
     """The mask transformers builds for flashtile: a 2-D ``(batch, kv)`` bool padding mask, or None.
 
     As transformers' ``flash_attention_mask`` (causality and windows are the attention's options), plus
-    one case: a static cache longer than the tokens written so far gets an all-ones mask of the filled
-    length, since transformers drops an all-ones mask before generating with an implementation whose name
-    lacks "flash" (its flash paths keep it to tell the filled slots apart).
+    one case: under a causal mask, a static cache longer than the tokens written so far gets an all-ones
+    mask of the filled length, since transformers drops an all-ones mask before generating with an
+    implementation whose name lacks "flash" (its flash paths keep it to tell the filled slots apart).
     """
     if attention_mask is not None:
         attention_mask = attention_mask[:, -kv_length:]
         if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
             attention_mask = None
     filled = int(q_offset) + q_length
+    # Bidirectional masks (encoders, cross-attention) see keys of another length, not a cache being filled.
+    causal = "allow_is_bidirectional_skip" not in kwargs
     # Shorter than kv_length, so the attention reads only the filled slots, as for a padded static cache.
-    if attention_mask is None and kv_offset == 0 and kv_length > filled:
+    if causal and attention_mask is None and kv_offset == 0 and kv_length > filled:
         attention_mask = torch.ones(batch_size, filled, dtype=torch.bool, device=kwargs.get("device", "cpu"))
     return attention_mask
 
@@ -183,8 +185,13 @@ def _varlen_padded(
     k, v = k[:, : attention_mask.shape[1]], v[:, : attention_mask.shape[1]]
     k_real, indices_k, cu_k, max_k, _ = bert_padding.unpad_input(k, attention_mask)
     v_real = bert_padding.index_first_axis(v.flatten(0, 1), indices_k)
-    # The queries are the last seqlen_q positions of the mask (generation pads on the left).
-    q_real, indices_q, cu_q, max_q, _ = bert_padding.unpad_input(q, attention_mask[:, -seqlen_q:])
+    if options["causal"] or seqlen_q == attention_mask.shape[1]:
+        # The queries are the last seqlen_q positions of the mask (generation pads on the left).
+        q_mask = attention_mask[:, -seqlen_q:]
+    else:
+        # Cross-attention: the mask pads the other sequence's keys; every query is real.
+        q_mask = torch.ones(batch, seqlen_q, dtype=torch.bool, device=q.device)
+    q_real, indices_q, cu_q, max_q, _ = bert_padding.unpad_input(q, q_mask)
     out = flash_attn_varlen_func(q_real, k_real, v_real, cu_q, cu_k, max_q, max_k, **options)
     return bert_padding.pad_input(out, indices_q, batch, seqlen_q)
 
