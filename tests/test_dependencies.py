@@ -88,5 +88,7 @@ def test_declared_dependencies() -> None:
     assert "torch>=2.10" in project["dependencies"]
     extras = project["optional-dependencies"]
     assert {_name(dep) for dep in extras["cli"]} == {"rich", "matplotlib"}
-    # docs/testing.md runs the GPU suite with `-n 8`.
-    assert "flashtile[cli]" in extras["dev"] and any(d.startswith("pytest-xdist") for d in extras["dev"])
+    assert {_name(dep) for dep in extras["transformers"]} == {"transformers"}
+    # docs/testing.md runs the GPU suite with `-n 8`; the transformers tests need the integration's extra.
+    assert "flashtile[cli,transformers]" in extras["dev"]
+    assert any(d.startswith("pytest-xdist") for d in extras["dev"])

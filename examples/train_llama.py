@@ -1,0 +1,156 @@
+"""Train a small random-initialised Llama on packed sequences with flashtile, sdpa or eager attention.
+
+The text is the Python standard library's own source (every installation ships it), read as bytes
+(vocabulary 256, no tokenizer to download); each file is one document. Documents are packed back to back
+into rows of ``--context`` tokens with ``position_ids`` restarting at every document, the padding-free
+layout of ``DataCollatorWithFlattening``: no attention crosses a document boundary and no token is padding.
+Prints tokens/s and peak memory, writes ``<out-dir>/<attn>_loss.csv`` and redraws ``<out-dir>/loss.png``
+from every CSV there, so runs with different ``--attn`` overlay.
+
+    python examples/train_llama.py --attn flashtile --context 8192 --steps 300
+    python examples/train_llama.py --attn sdpa --context 8192 --steps 300
+    python examples/train_llama.py --device cpu --context 256 --steps 5 --hidden 64 --layers 2  # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import random
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import transformers
+
+from flashtile.integrations.transformers import register
+
+
+def documents(seed: int) -> list[bytes]:
+    """The standard library's .py files as byte strings, shuffled."""
+    paths = sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py"))
+    random.Random(seed).shuffle(paths)
+    return [text for p in paths if (text := p.read_bytes())]
+
+
+def packed_rows(docs: list[bytes], context: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Rows of ``context`` byte tokens and their position ids, restarting at each document."""
+    tokens: list[int] = []
+    positions: list[int] = []
+    for doc in docs:
+        # A document longer than the context is cut into pieces, each its own sequence.
+        for start in range(0, len(doc), context):
+            piece = doc[start : start + context]
+            tokens.extend(piece)
+            positions.extend(range(len(piece)))
+            while len(tokens) >= context:
+                yield torch.tensor([tokens[:context]]), torch.tensor([positions[:context]])
+                tokens, positions = tokens[context:], positions[context:]
+                # The rest of a document cut by the row's end starts the next row as a sequence of its own.
+                cut = next((i for i, p in enumerate(positions) if p == 0), len(positions))
+                positions[:cut] = range(cut)
+
+
+def learning_rate(step: int, steps: int, peak: float) -> float:
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def plot(out_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for path in sorted(out_dir.glob("*_loss.csv")):
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+        axes.plot([int(r["step"]) for r in rows], [float(r["loss"]) for r in rows], label=path.stem[:-5])
+    axes.set_xlabel("step")
+    axes.set_ylabel("training loss (nats/byte)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(out_dir / "loss.png", dpi=120)
+    return out_dir / "loss.png"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--attn", choices=["flashtile", "sdpa", "eager"], default="flashtile")
+    parser.add_argument("--context", type=int, default=8192, help="tokens per packed row (2k-16k)")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out-dir", type=Path, default=Path("train-results"))
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    attn = register() if args.attn == "flashtile" else args.attn
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=args.hidden,
+        intermediate_size=4 * args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        max_position_embeddings=args.context,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    # bf16 autocast on the GPU (flashtile's kernels take fp16/bf16); float32 on the CPU.
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = args.out_dir / f"{args.attn}_loss.csv"
+    rows = packed_rows(documents(args.seed), args.context)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    timed_tokens, timed_seconds = 0, 0.0
+    with log_path.open("w", newline="") as log:
+        writer = csv.writer(log)
+        writer.writerow(["step", "loss"])
+        for step in range(args.steps):
+            ids, position_ids = (t.to(device) for t in next(rows))
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, args.steps, args.lr)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            with autocast:
+                loss = model(input_ids=ids, position_ids=position_ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            # The first steps compile kernels and warm the allocator: not timed.
+            if step >= min(5, args.steps - 1):
+                timed_tokens += ids.numel()
+                timed_seconds += time.perf_counter() - start
+            writer.writerow([step, f"{loss.item():.5f}"])
+            if step % 25 == 0 or step == args.steps - 1:
+                print(f"step {step:4d}  loss {loss.item():.4f}")
+
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    print(
+        f"attn={args.attn} context={args.context} tokens/s={timed_tokens / timed_seconds:,.0f} "
+        f"peak memory={peak:.2f} GiB"
+    )
+    print(f"loss curve: {log_path}, plot: {plot(args.out_dir)}")
+
+
+if __name__ == "__main__":
+    main()
