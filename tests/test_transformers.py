@@ -74,8 +74,8 @@ def _logits_and_grads(
 
 def _assert_close(ours: torch.Tensor, theirs: torch.Tensor, reference: str, what: str) -> None:
     assert ours.shape == theirs.shape, f"{what}: shapes {tuple(ours.shape)} and {tuple(theirs.shape)}"
-    # Gradients zero in exact arithmetic (a key bias under softmax) hold only rounding: divide by ≥ 1e-6.
-    error = float((ours - theirs).norm() / theirs.norm().clamp(min=1e-6))
+    # Gradients zero in exact arithmetic (a key bias under softmax) hold only rounding: divide by ≥ 1e-4.
+    error = float((ours - theirs).norm() / theirs.norm().clamp(min=1e-4))
     worst = int((ours - theirs).abs().argmax())
     assert error <= RELATIVE_ERROR[reference], (
         f"{what}: relative error {error:.3g} > {RELATIVE_ERROR[reference]:g} against {reference}; worst "
