@@ -43,7 +43,8 @@ def pick_kernel(specialised, runtime_sizes, seqlen_q: int, seqlen_k: int):
 def _attn_fwd_steps(
     acc, l_i, m_i, q, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
     softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, bh,
-    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks."""
@@ -55,7 +56,7 @@ def _attn_fwd_steps(
         if HAS_SOFTCAP or HAS_ALIBI:
             s, _ = base2_scores(
                 s, offs_m[:, None], offs_n[None, :], qk_scale, softcap_qk, softcap_out, alibi_slope,
-                diag_offset, HAS_SOFTCAP, HAS_ALIBI,
+                diag_offset, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
             )  # fmt: skip
             s_scale = 1.0
         else:
@@ -90,7 +91,7 @@ def attn_fwd_kernel(
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
@@ -145,7 +146,8 @@ def attn_fwd_kernel(
             acc, l_i, m_i = _attn_fwd_steps(
                 acc, l_i, m_i, q, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
                 lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-                dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+                dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
+                BLOCK_N, DOT_FP32,
             )  # fmt: skip
     else:
         unmasked_start = 0
@@ -154,12 +156,14 @@ def attn_fwd_kernel(
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-        dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+        dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
+        DOT_FP32,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-        dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+        dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
+        DOT_FP32,
     )  # fmt: skip
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
@@ -246,6 +250,8 @@ def kernel_options(
             IS_LOCAL=is_local,
             HAS_WINDOW_LEFT=left >= 0,
             HAS_SOFTCAP=softcap > 0,
+            # Inline asm does not run in the interpreter.
+            FAST_TANH=not configs.is_interpreter(),
             HAS_ALIBI=alibi_slopes is not None,
             HAS_DROPOUT=dropout_p > 0,
             IS_VARLEN=cu_seqlens_q is not None,

@@ -70,6 +70,7 @@ def _switches(variant: str) -> dict[str, bool]:
         # "local" is a window with both bounds; causal has no left bound.
         HAS_WINDOW_LEFT="local" in words,
         HAS_SOFTCAP="softcap" in words,
+        FAST_TANH=True,
         HAS_ALIBI="alibi" in words,
         HAS_DROPOUT="dropout" in words,
         IS_VARLEN="varlen" in words,
