@@ -88,13 +88,14 @@ def _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q):
 def _recompute_p(
     qk, rows, cols, lse, seqlen_k, lo_diag, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope,
     diag_offset, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
+    FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
 ):  # fmt: skip
     """P = exp2(s·log2(e) − lse) of a tile from the raw q·kᵀ (0 where masked), and the softcap's
     tanh; ``rows``, ``cols`` and ``lse`` broadcast to the tile (which is Pᵀ in the dK/dV kernel)."""
     s, t = base2_scores(
-        qk, rows, cols, qk_scale, softcap_qk, softcap_out, alibi_slope, diag_offset, HAS_SOFTCAP, HAS_ALIBI
-    )
+        qk, rows, cols, qk_scale, softcap_qk, softcap_out, alibi_slope, diag_offset, HAS_SOFTCAP, FAST_TANH,
+        HAS_ALIBI,
+    )  # fmt: skip
     p = tl.math.exp2(s - lse)
     if MASKED:
         p = tl.where(visible(rows, cols, seqlen_k, lo_diag, hi_diag, IS_LOCAL), p, 0.0)
@@ -112,10 +113,11 @@ def _score_grad(p, dp, delta, t, HAS_SOFTCAP: tl.constexpr):
 
 @triton.jit
 def _attn_bwd_dkdv_steps(
-    dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, start_m, end_m, offs_n, qk_scale, seqlen_q,
+    dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, start_m, end_m, n0, offs_n, qk_scale, seqlen_q,
     seqlen_k, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
     dropout_threshold, dropout_scale, bh,
-    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
@@ -129,14 +131,17 @@ def _attn_bwd_dkdv_steps(
         if HAS_SOFTCAP or HAS_ALIBI or MASKED:
             p_t, t_t = _recompute_p(
                 s_t, offs_m[None, :], offs_n[:, None], lse[None, :], seqlen_k, lo_diag, hi_diag, qk_scale,
-                softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI,
+                softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
+                HAS_ALIBI,
             )  # fmt: skip
         else:
             p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
             t_t = s_t
         dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
         if HAS_DROPOUT:
-            keep_t = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[None, :], offs_n[:, None])
+            keep_t = tl.trans(
+                dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, offs_n.shape[0])
+            )
             # dV takes the dropped P (its 1/(1 − p) is applied once at the end); dP the mask and scale.
             dv = tl.dot(tl.where(keep_t, p_t, 0.0).to(do.dtype), do, dv)
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
@@ -158,7 +163,7 @@ def attn_bwd_dkdv_kernel(
     seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
@@ -228,22 +233,22 @@ def attn_bwd_dkdv_kernel(
         if IS_LOCAL:
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m,
-                unmasked_start, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                unmasked_start, n0, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
                 softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-                True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
             )  # fmt: skip
         dk, dv = _attn_bwd_dkdv_steps(
             dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_start,
-            unmasked_end, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+            unmasked_end, n0, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
             softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-            False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+            False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
         )  # fmt: skip
         if HAS_WINDOW_LEFT:
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_end,
-                end_m, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                end_m, n0, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
                 softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-                True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
             )  # fmt: skip
 
     if HAS_DROPOUT:
@@ -256,7 +261,8 @@ def attn_bwd_dkdv_kernel(
 def _attn_bwd_dq_steps(
     dq, q, do, lse, delta, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
     softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
-    bh, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    bh, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     """Accumulate into dQ the contributions of keys [start_n, end_n)."""
@@ -268,14 +274,15 @@ def _attn_bwd_dq_steps(
         if HAS_SOFTCAP or HAS_ALIBI or MASKED:
             p, t = _recompute_p(
                 s, offs_m[:, None], offs_n[None, :], lse[:, None], seqlen_k, lo_diag, hi_diag, qk_scale,
-                softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI,
+                softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
+                HAS_ALIBI,
             )  # fmt: skip
         else:
             p = tl.math.exp2(s * qk_scale - lse[:, None])
             t = s
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
             dp = tl.where(keep, dp * dropout_scale, 0.0)
         ds = _score_grad(p, dp, delta[:, None], t, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq)
@@ -292,7 +299,7 @@ def attn_bwd_dq_kernel(
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
@@ -345,7 +352,8 @@ def attn_bwd_dq_kernel(
             dq = _attn_bwd_dq_steps(
                 dq, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
                 lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-                dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+                HAS_DROPOUT,
                 BLOCK_N, DOT_FP32,
             )  # fmt: skip
     else:
@@ -355,13 +363,13 @@ def attn_bwd_dq_kernel(
     dq = _attn_bwd_dq_steps(
         dq, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-        dropout_threshold, dropout_scale, bh, False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+        dropout_threshold, dropout_scale, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
         BLOCK_N, DOT_FP32,
     )  # fmt: skip
     dq = _attn_bwd_dq_steps(
         dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-        dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+        dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
         BLOCK_N, DOT_FP32,
     )  # fmt: skip
     dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
@@ -423,7 +431,7 @@ def attn_bwd(
     lse = lse.contiguous()
     grads = [g if d_pad == head_dim else torch.empty(*g.shape[:-1], d_pad, dtype=g.dtype, device=g.device)
              for g in (dq, dk, dv)]  # fmt: skip
-    cfg = config or configs.bwd_config(head_dim, causal, q.device)
+    cfg = config or configs.bwd_config(head_dim, causal, q.device, configs.window_width(window_size, causal))
     bd = configs.block_d(d_pad)
     common = dict(
         H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **dot_options(q.dtype)

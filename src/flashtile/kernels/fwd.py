@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
+from flashtile.kernels._dropout import dropout_keep, load_rng_state, signed_threshold
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
@@ -43,7 +43,8 @@ def pick_kernel(specialised, runtime_sizes, seqlen_q: int, seqlen_k: int):
 def _attn_fwd_steps(
     acc, l_i, m_i, q, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
     softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, bh,
-    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks."""
@@ -55,7 +56,7 @@ def _attn_fwd_steps(
         if HAS_SOFTCAP or HAS_ALIBI:
             s, _ = base2_scores(
                 s, offs_m[:, None], offs_n[None, :], qk_scale, softcap_qk, softcap_out, alibi_slope,
-                diag_offset, HAS_SOFTCAP, HAS_ALIBI,
+                diag_offset, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
             )  # fmt: skip
             s_scale = 1.0
         else:
@@ -73,7 +74,7 @@ def _attn_fwd_steps(
         l_i = l_i * alpha + tl.sum(p, 1)
         if HAS_DROPOUT:
             # ℓ sums the undropped P (the softmax before dropout); only the weighted sum is thinned.
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
             p = tl.where(keep, p, 0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -90,7 +91,7 @@ def attn_fwd_kernel(
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
@@ -145,7 +146,8 @@ def attn_fwd_kernel(
             acc, l_i, m_i = _attn_fwd_steps(
                 acc, l_i, m_i, q, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
                 lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-                dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+                dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
+                BLOCK_N, DOT_FP32,
             )  # fmt: skip
     else:
         unmasked_start = 0
@@ -154,18 +156,20 @@ def attn_fwd_kernel(
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-        dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+        dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
+        DOT_FP32,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-        dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32,
+        dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
+        DOT_FP32,
     )  # fmt: skip
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    if HAS_DROPOUT:
-        out = out * dropout_scale
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    # Dropout's 1/(1 − p) folds into the per-row divisor rather than a multiply per output entry.
+    out = acc * (dropout_scale / l_safe)[:, None] if HAS_DROPOUT else acc / l_safe[:, None]
     o_desc.store([m0, 0], out.to(o_desc.dtype))
     lse = (m_i + tl.math.log2(l_i)) * LN_2
     tl.store(lse_row + offs_m, lse, mask=offs_m < seqlen_q_b)
@@ -235,7 +239,7 @@ def kernel_options(
         window_right=right if right >= 0 else total_q,
         softcap_qk=softmax_scale / softcap if softcap > 0 else 0.0,
         softcap_out=softcap * LOG2_E,
-        dropout_threshold=dropout_threshold(dropout_p),
+        dropout_threshold=signed_threshold(dropout_p),
         dropout_scale=1.0 / (1.0 - dropout_p),
         # The kernels read slopes at h (+ b·stride) and the state at 0 and 1: unit strides (no copy if so).
         alibi_slopes=None if alibi_slopes is None else alibi_slopes.contiguous(),
@@ -246,6 +250,8 @@ def kernel_options(
             IS_LOCAL=is_local,
             HAS_WINDOW_LEFT=left >= 0,
             HAS_SOFTCAP=softcap > 0,
+            # Inline asm does not run in the interpreter.
+            FAST_TANH=not configs.is_interpreter(),
             HAS_ALIBI=alibi_slopes is not None,
             HAS_DROPOUT=dropout_p > 0,
             IS_VARLEN=cu_seqlens_q is not None,
@@ -318,7 +324,7 @@ def attn_fwd(
     d_pad = padded_head_dim(head_dim)
     q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
     o = out if d_pad == head_dim else torch.empty_like(q)
-    cfg = config or configs.fwd_config(head_dim, q.device)
+    cfg = config or configs.fwd_config(head_dim, q.device, configs.window_width(window_size, causal))
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
     launch(

@@ -70,6 +70,7 @@ def _switches(variant: str) -> dict[str, bool]:
         # "local" is a window with both bounds; causal has no left bound.
         HAS_WINDOW_LEFT="local" in words,
         HAS_SOFTCAP="softcap" in words,
+        FAST_TANH=True,
         HAS_ALIBI="alibi" in words,
         HAS_DROPOUT="dropout" in words,
         IS_VARLEN="varlen" in words,
@@ -97,12 +98,14 @@ def _kernels_for(kind: str, head_dim: int, variant: str):
     bd = configs.block_d(head_dim)
     switches = _switches(variant)
     causal = "causal" in variant.split("+")
+    # "local" compiles the configs of a narrow window (the others are those of dense and causal).
+    width = configs.window_width((256, 0), causal) if "local" in variant.split("+") else None
     common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, DOT_FP32=False, **switches)
     if kind == "fwd":
-        cfg = configs.fwd_config(head_dim, device)
+        cfg = configs.fwd_config(head_dim, device, width)
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
-    cfg = configs.bwd_config(head_dim, causal, device)
+    cfg = configs.bwd_config(head_dim, causal, device, width)
     return [
         (
             bwd.attn_bwd_dkdv_kernel,
