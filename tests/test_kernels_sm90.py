@@ -32,30 +32,3 @@ def test_options_compile_for_sm90_without_spills(kind, head_dim, options):
     for report in compile_in_subprocess(kind, head_dim, False, options=options):
         assert report.has_wgmma and report.has_tma, f"{report.kernel} {options}: no wgmma or no TMA"
         assert report.local_bytes == 0, f"{report.kernel} {options}: {report.local_bytes} B of local memory"
-
-
-def test_narrow_windows_get_small_tiles_and_the_others_keep_theirs(monkeypatch):
-    """Tile choice on Hopper (asked without a GPU): 64×64 for a window ≤ 512 keys wide, else unchanged."""
-    import torch
-
-    from flashtile.kernels import configs
-
-    monkeypatch.delenv("TRITON_INTERPRET")
-    monkeypatch.setattr(configs, "_is_hopper", lambda device: True)
-    cuda = torch.device("cuda")
-    assert configs.window_width((256, 0), causal=False) == 257
-    assert configs.window_width((255, 300), causal=True) == 256
-    assert configs.window_width((-1, 0), causal=False) is None
-    assert configs.window_width((3, -1), causal=False) is None
-    for head_dim in (64, 128):
-        narrow_f = configs.fwd_config(head_dim, cuda, configs.NARROW_WINDOW)
-        narrow_b = configs.bwd_config(head_dim, True, cuda, configs.NARROW_WINDOW)
-        assert (narrow_f.BLOCK_M, narrow_f.BLOCK_N) == (64, 64)
-        assert (narrow_b.BLOCK_M1, narrow_b.BLOCK_N1, narrow_b.BLOCK_M2, narrow_b.BLOCK_N2) == (64,) * 4
-        for causal in (False, True):
-            wide = configs.NARROW_WINDOW + 1
-            assert configs.fwd_config(head_dim, cuda, wide) == configs.fwd_config(head_dim, cuda)
-            default_b = configs.bwd_config(head_dim, causal, cuda)
-            assert configs.bwd_config(head_dim, causal, cuda, wide) == default_b
-    # Head dim 256 keeps its tiles (already 64 keys wide).
-    assert configs.fwd_config(256, cuda, 257) == configs.fwd_config(256, cuda)

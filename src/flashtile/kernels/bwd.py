@@ -431,7 +431,7 @@ def attn_bwd(
     lse = lse.contiguous()
     grads = [g if d_pad == head_dim else torch.empty(*g.shape[:-1], d_pad, dtype=g.dtype, device=g.device)
              for g in (dq, dk, dv)]  # fmt: skip
-    cfg = config or configs.bwd_config(head_dim, causal, q.device, configs.window_width(window_size, causal))
+    cfg = config or configs.bwd_config(head_dim, causal, q.device)
     bd = configs.block_d(d_pad)
     common = dict(
         H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **dot_options(q.dtype)

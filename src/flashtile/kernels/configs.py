@@ -54,33 +54,11 @@ def _is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
-# A local window at most this wide (keys a query sees) spans 2–5 tiles of 128 per program, mostly masked
-# (window (256, 0) ran at 90 TFLOP/s on visible pairs on an H100 against 499 for causal): 64×64 tiles on
-# Hopper visit fewer masked entries. Compiled for sm_90 without spills; not yet timed.
-NARROW_WINDOW = 512
-
-
-def window_width(window_size: tuple[int, int], causal: bool) -> int | None:
-    """Keys a query sees at most, ``left + right + 1``, for a window bounded on both sides (causal bounds
-    the right side at 0); None when either side is unlimited (-1)."""
-    left, right = window_size
-    if causal:
-        right = 0
-    return left + right + 1 if left >= 0 and right >= 0 else None
-
-
-def _is_narrow(width: int | None, bd: int) -> bool:
-    return width is not None and width <= NARROW_WINDOW and bd <= 128
-
-
-def fwd_config(head_dim: int, device: torch.device, width: int | None = None) -> FwdConfig:
-    """``width``: ``window_width`` of the call (None: dense, causal or a one-sided window)."""
+def fwd_config(head_dim: int, device: torch.device) -> FwdConfig:
     bd = block_d(head_dim)
     if is_interpreter() or device.type != "cuda":
         return FwdConfig(32, 32, 4, 1)
     if _is_hopper(device):
-        if _is_narrow(width, bd):
-            return FwdConfig(64, 64, 4, 3)
         if bd <= 64:
             return FwdConfig(128, 128, 4, 3)
         if bd <= 128:
@@ -93,14 +71,11 @@ def fwd_config(head_dim: int, device: torch.device, width: int | None = None) ->
     return FwdConfig(64, 32, 4, 2)
 
 
-def bwd_config(head_dim: int, causal: bool, device: torch.device, width: int | None = None) -> BwdConfig:
-    """``width``: ``window_width`` of the call (None: dense, causal or a one-sided window)."""
+def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     bd = block_d(head_dim)
     if is_interpreter() or device.type != "cuda":
         return BwdConfig(32, 32, 4, 1, 32, 32, 4, 1)
     if _is_hopper(device):
-        if _is_narrow(width, bd):
-            return BwdConfig(64, 64, 8, 3, 64, 64, 8, 3)
         # Head dims 64 and 256: benchmarks/results/kernel_sweep_d{64,256}*_h100_2026-11-23.csv.
         if bd <= 64 and causal:
             return BwdConfig(64, 128, 4, 3, 128, 64, 4, 3)

@@ -324,7 +324,7 @@ def attn_fwd(
     d_pad = padded_head_dim(head_dim)
     q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
     o = out if d_pad == head_dim else torch.empty_like(q)
-    cfg = config or configs.fwd_config(head_dim, q.device, configs.window_width(window_size, causal))
+    cfg = config or configs.fwd_config(head_dim, q.device)
     num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
     launch(

@@ -98,14 +98,12 @@ def _kernels_for(kind: str, head_dim: int, variant: str):
     bd = configs.block_d(head_dim)
     switches = _switches(variant)
     causal = "causal" in variant.split("+")
-    # "local" compiles the configs of a narrow window (the others are those of dense and causal).
-    width = configs.window_width((256, 0), causal) if "local" in variant.split("+") else None
     common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, DOT_FP32=False, **switches)
     if kind == "fwd":
-        cfg = configs.fwd_config(head_dim, device, width)
+        cfg = configs.fwd_config(head_dim, device)
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
-    cfg = configs.bwd_config(head_dim, causal, device, width)
+    cfg = configs.bwd_config(head_dim, causal, device)
     return [
         (
             bwd.attn_bwd_dkdv_kernel,
