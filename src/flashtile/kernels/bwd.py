@@ -113,7 +113,7 @@ def _score_grad(p, dp, delta, t, HAS_SOFTCAP: tl.constexpr):
 
 @triton.jit
 def _attn_bwd_dkdv_steps(
-    dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, start_m, end_m, n0, offs_n, qk_scale, seqlen_q,
+    dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, start_m, end_m, offs_n, qk_scale, seqlen_q,
     seqlen_k, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
     dropout_threshold, dropout_scale, bh,
     MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
@@ -139,9 +139,7 @@ def _attn_bwd_dkdv_steps(
             t_t = s_t
         dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
         if HAS_DROPOUT:
-            keep_t = tl.trans(
-                dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, offs_n.shape[0])
-            )
+            keep_t = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[None, :], offs_n[:, None])
             # dV takes the dropped P (its 1/(1 − p) is applied once at the end); dP the mask and scale.
             dv = tl.dot(tl.where(keep_t, p_t, 0.0).to(do.dtype), do, dv)
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
@@ -233,20 +231,20 @@ def attn_bwd_dkdv_kernel(
         if IS_LOCAL:
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m,
-                unmasked_start, n0, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                unmasked_start, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
                 softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
                 True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
             )  # fmt: skip
         dk, dv = _attn_bwd_dkdv_steps(
             dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_start,
-            unmasked_end, n0, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+            unmasked_end, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
             softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
             False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
         )  # fmt: skip
         if HAS_WINDOW_LEFT:
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_end,
-                end_m, n0, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                end_m, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
                 softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
                 True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
             )  # fmt: skip
@@ -282,7 +280,7 @@ def _attn_bwd_dq_steps(
             t = s
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
             dp = tl.where(keep, dp * dropout_scale, 0.0)
         ds = _score_grad(p, dp, delta[:, None], t, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq)

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._dropout import dropout_keep, load_rng_state, signed_threshold
+from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
@@ -74,7 +74,7 @@ def _attn_fwd_steps(
         l_i = l_i * alpha + tl.sum(p, 1)
         if HAS_DROPOUT:
             # ℓ sums the undropped P (the softmax before dropout); only the weighted sum is thinned.
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
             p = tl.where(keep, p, 0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -167,9 +167,9 @@ def attn_fwd_kernel(
     )  # fmt: skip
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    # Dropout's 1/(1 − p) folds into the per-row divisor rather than a multiply per output entry.
-    out = acc * (dropout_scale / l_safe)[:, None] if HAS_DROPOUT else acc / l_safe[:, None]
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    if HAS_DROPOUT:
+        out = out * dropout_scale
     o_desc.store([m0, 0], out.to(o_desc.dtype))
     lse = (m_i + tl.math.log2(l_i)) * LN_2
     tl.store(lse_row + offs_m, lse, mask=offs_m < seqlen_q_b)
@@ -239,7 +239,7 @@ def kernel_options(
         window_right=right if right >= 0 else total_q,
         softcap_qk=softmax_scale / softcap if softcap > 0 else 0.0,
         softcap_out=softcap * LOG2_E,
-        dropout_threshold=signed_threshold(dropout_p),
+        dropout_threshold=dropout_threshold(dropout_p),
         dropout_scale=1.0 / (1.0 - dropout_p),
         # The kernels read slopes at h (+ b·stride) and the state at 0 and 1: unit strides (no copy if so).
         alibi_slopes=None if alibi_slopes is None else alibi_slopes.contiguous(),

@@ -90,10 +90,9 @@ def dropout_keep(
 
     For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
     ``j`` in ``cols`` (positions inside the sequence):
-    ``x = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(j // 4, i, b·nheads + h, offset))``
-    ``[j % 4]`` (one call serves four keys) and the entry is kept iff ``x ≥ floor(p · 2³²)``. Counter
-    words are taken modulo 2³² (so an offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts
-    them to uint32.
+    ``x = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(j, i, b·nheads + h, offset))[0]``
+    and the entry is kept iff ``x ≥ floor(p · 2³²)``. Counter words are taken modulo 2³² (so an offset
+    ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
 
     Args:
         rng_state: int64 ``(2,)`` = ``(seed, offset)``, on the device the mask is wanted on; read without a
@@ -112,8 +111,7 @@ def dropout_keep(
     def index(x: IntLike) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.int64, device=device)
 
-    cols = index(cols)
-    words = philox4x32((seed, seed >> 32), (cols // 4, index(rows), index(b) * nheads + index(h), offset))
-    # philox4x32 returns the four words broadcast to one shape, which cols broadcasts to.
-    x = torch.stack(words).gather(0, (cols % 4).expand_as(words[0])[None])[0]
+    x, _, _, _ = philox4x32(
+        (seed, seed >> 32), (index(cols), index(rows), index(b) * nheads + index(h), offset)
+    )
     return x >= dropout_threshold(dropout_p)
