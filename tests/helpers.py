@@ -1,6 +1,9 @@
-"""The one assertion helper of the suite: flash-attention's rule, with a readable failure."""
+"""The one assertion helper of the suite (flash-attention's rule, with a readable failure) and the
+vocabulary the kernel and API tests share: head layouts, result names, one option case."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -24,3 +27,37 @@ def assert_matches_oracle(
 def nan_poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """An output buffer whose every unwritten element reads as NaN."""
     return torch.full_like(t, float("nan"))
+
+
+# (nheads, nheads_kv) of each head layout the tests rotate through.
+HEAD_LAYOUTS = {"mha": (4, 4), "gqa": (4, 2), "mqa": (3, 1)}
+RESULT_NAMES = ("out", "lse", "dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class OptionCase:
+    """One problem: ``seqlens`` is one (N_q, N_k) pair per sequence; dense cases use the first pair for a
+    batch of ``len(seqlens)``, varlen cases pack them."""
+
+    seqlens: tuple[tuple[int, int], ...]
+    layout: str = "gqa"
+    head_dim: int = 32
+    causal: bool = False
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    alibi: str | None = None
+    dropout_p: float = 0.0
+    varlen: bool = False
+    dtype: torch.dtype = torch.float16
+    device: str = "cpu"
+
+    @property
+    def id(self) -> str:
+        lengths = "_".join(f"{q}x{k}" for q, k in self.seqlens)
+        parts = [self.device, "varlen" if self.varlen else "dense", lengths, f"d{self.head_dim}", self.layout]
+        parts += ["causal"] if self.causal else []
+        parts += [f"w{self.window[0]},{self.window[1]}"] if self.window != (-1, -1) else []
+        parts += [f"cap{self.softcap}"] if self.softcap else []
+        parts += [f"alibi-{self.alibi}"] if self.alibi else []
+        parts += [f"drop{self.dropout_p}"] if self.dropout_p else []
+        return "-".join([*parts, str(self.dtype).removeprefix("torch.")])

@@ -20,39 +20,7 @@ from flashtile.kernels.fwd import attn_fwd
 from flashtile.reference import naive
 from flashtile.reference.dropout import dropout_keep
 from flashtile.validation import normalize_window
-from tests.helpers import assert_matches_oracle
-
-HEAD_LAYOUTS = {"mha": (4, 4), "gqa": (4, 2), "mqa": (3, 1)}
-NAMES = ("out", "lse", "dq", "dk", "dv")
-
-
-@dataclass(frozen=True)
-class Case:
-    """One problem: ``seqlens`` is one (N_q, N_k) pair per sequence; dense cases use the first pair for a
-    batch of ``len(seqlens)``, varlen cases pack them."""
-
-    seqlens: tuple[tuple[int, int], ...]
-    layout: str = "gqa"
-    head_dim: int = 32
-    causal: bool = False
-    window: tuple[int, int] = (-1, -1)
-    softcap: float = 0.0
-    alibi: str | None = None
-    dropout_p: float = 0.0
-    varlen: bool = False
-    dtype: torch.dtype = torch.float16
-    device: str = "cpu"
-
-    @property
-    def id(self) -> str:
-        lengths = "_".join(f"{q}x{k}" for q, k in self.seqlens)
-        parts = [self.device, "varlen" if self.varlen else "dense", lengths, f"d{self.head_dim}", self.layout]
-        parts += ["causal"] if self.causal else []
-        parts += [f"w{self.window[0]},{self.window[1]}"] if self.window != (-1, -1) else []
-        parts += [f"cap{self.softcap}"] if self.softcap else []
-        parts += [f"alibi-{self.alibi}"] if self.alibi else []
-        parts += [f"drop{self.dropout_p}"] if self.dropout_p else []
-        return "-".join([*parts, str(self.dtype).removeprefix("torch.")])
+from tests.helpers import HEAD_LAYOUTS, RESULT_NAMES, OptionCase, assert_matches_oracle
 
 
 @dataclass
@@ -65,7 +33,7 @@ class Problem:
     oracle_kwargs: dict
 
 
-def _make(case: Case) -> Problem:
+def _make(case: OptionCase) -> Problem:
     heads, heads_kv = HEAD_LAYOUTS[case.layout]
     dev, dt, d = case.device, case.dtype, case.head_dim
     batch = len(case.seqlens)
@@ -102,12 +70,12 @@ def _make(case: Case) -> Problem:
     )
 
 
-def _kernels(p: Problem, case: Case, scale: float):
+def _kernels(p: Problem, case: OptionCase, scale: float):
     out, lse = attn_fwd(p.q, p.k, p.v, scale, case.causal, **p.kwargs)
     return (out, lse, *attn_bwd(p.dout, p.q, p.k, p.v, out, lse, scale, case.causal, **p.kwargs))
 
 
-def _naive(p: Problem, case: Case, scale: float, dtype: torch.dtype):
+def _naive(p: Problem, case: OptionCase, scale: float, dtype: torch.dtype):
     leaves = [t.detach().to(dtype).requires_grad_() for t in (p.q, p.k, p.v)]
     kw = dict(p.oracle_kwargs, softmax_scale=scale)
     if case.varlen:
@@ -120,38 +88,38 @@ def _naive(p: Problem, case: Case, scale: float, dtype: torch.dtype):
     return out, lse, *(t.grad for t in leaves)
 
 
-def _check_against_oracle(case: Case, seed: int) -> None:
+def _check_against_oracle(case: OptionCase, seed: int) -> None:
     problem = _make(case)
     scale = case.head_dim**-0.5
     ours = _kernels(problem, case, scale)
     oracle = _naive(problem, case, scale, torch.float64)
     baseline = _naive(problem, case, scale, case.dtype)
-    for name, mine, ref, base in zip(NAMES, ours, oracle, baseline, strict=True):
+    for name, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
         assert not torch.isnan(mine).any(), f"{name}: NaN ({case.id}, seed {seed})"
         assert_matches_oracle(name, mine, ref, base, grad=name.startswith("d"), seed=seed)
 
 
 ALONE = [
-    Case(((37, 53),) * 2, window=(3, 2)),
-    Case(((53, 37),) * 2, window=(5, -1), layout="mqa"),
-    Case(((53, 37),) * 2, window=(-1, 4), layout="mha"),
-    Case(((41, 41),) * 2, window=(0, 0)),
-    Case(((70, 20),) * 2, window=(0, 0), layout="mqa"),
-    Case(((37, 53),) * 2, window=(100, 100)),
-    Case(((37, 100),) * 2, window=(7, 0), head_dim=59),
-    Case(((37, 53),) * 2, causal=True, window=(9, -1)),
-    Case(((37, 53),) * 2, softcap=0.6),
-    Case(((53, 37),) * 2, softcap=5.0, layout="mqa"),
-    Case(((37, 53),) * 2, alibi="h"),
-    Case(((53, 37),) * 2, alibi="bh", layout="mha"),
-    Case(((37, 53),) * 2, dropout_p=0.3),
-    Case(((53, 37),) * 2, dropout_p=0.8, layout="mqa", head_dim=59),
-    Case(((17, 29), (0, 5), (40, 33), (9, 0), (1, 1)), varlen=True),
-    Case(((40, 17), (65, 65), (3, 70)), varlen=True, causal=True, layout="mqa"),
+    OptionCase(((37, 53),) * 2, window=(3, 2)),
+    OptionCase(((53, 37),) * 2, window=(5, -1), layout="mqa"),
+    OptionCase(((53, 37),) * 2, window=(-1, 4), layout="mha"),
+    OptionCase(((41, 41),) * 2, window=(0, 0)),
+    OptionCase(((70, 20),) * 2, window=(0, 0), layout="mqa"),
+    OptionCase(((37, 53),) * 2, window=(100, 100)),
+    OptionCase(((37, 100),) * 2, window=(7, 0), head_dim=59),
+    OptionCase(((37, 53),) * 2, causal=True, window=(9, -1)),
+    OptionCase(((37, 53),) * 2, softcap=0.6),
+    OptionCase(((53, 37),) * 2, softcap=5.0, layout="mqa"),
+    OptionCase(((37, 53),) * 2, alibi="h"),
+    OptionCase(((53, 37),) * 2, alibi="bh", layout="mha"),
+    OptionCase(((37, 53),) * 2, dropout_p=0.3),
+    OptionCase(((53, 37),) * 2, dropout_p=0.8, layout="mqa", head_dim=59),
+    OptionCase(((17, 29), (0, 5), (40, 33), (9, 0), (1, 1)), varlen=True),
+    OptionCase(((40, 17), (65, 65), (3, 70)), varlen=True, causal=True, layout="mqa"),
 ]
 
 
-def _combinations(count: int, rng: random.Random) -> list[Case]:
+def _combinations(count: int, rng: random.Random) -> list[OptionCase]:
     """A reproducible random sample of every option combined (drawn once, at collection)."""
     cases = []
     for _ in range(count):
@@ -171,7 +139,7 @@ def _combinations(count: int, rng: random.Random) -> list[Case]:
             pairs = [pairs[0]] * 2
         window = tuple(rng.choice([-1, -1, 0, 1, 6, 33, 200]) for _ in range(2))
         cases.append(
-            Case(
+            OptionCase(
                 tuple(pairs),
                 layout=rng.choice(list(HEAD_LAYOUTS)),
                 head_dim=rng.choice([32, 40]),
@@ -201,13 +169,15 @@ def _gpu_cases() -> list:
         for d in (64, 128, 256):
             gpu = dict(dtype=dtype, head_dim=d, device="cuda")
             cases += [
-                Case(((1023, 1025),) * 2, window=(256, 0), **gpu),
-                Case(((4096, 4096),), window=(256, 0), layout="mqa", **gpu),
-                Case(((1025, 777),) * 2, window=(100, 31), softcap=30.0, alibi="bh", **gpu),
-                Case(((777, 1025),) * 2, causal=True, alibi="h", dropout_p=0.1, **gpu),
-                Case(((4096, 4096),), softcap=50.0, dropout_p=0.2, layout="mha", **gpu),
-                Case(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu),
-                Case(((513, 2000), (2000, 513)), varlen=True, window=(64, 64), dropout_p=0.1, **gpu),
+                OptionCase(((1023, 1025),) * 2, window=(256, 0), **gpu),
+                OptionCase(((4096, 4096),), window=(256, 0), layout="mqa", **gpu),
+                OptionCase(((1025, 777),) * 2, window=(100, 31), softcap=30.0, alibi="bh", **gpu),
+                OptionCase(((777, 1025),) * 2, causal=True, alibi="h", dropout_p=0.1, **gpu),
+                OptionCase(((4096, 4096),), softcap=50.0, dropout_p=0.2, layout="mha", **gpu),
+                OptionCase(
+                    ((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu
+                ),
+                OptionCase(((513, 2000), (2000, 513)), varlen=True, window=(64, 64), dropout_p=0.1, **gpu),
             ]
     return [pytest.param(c, id=c.id, marks=pytest.mark.gpu) for c in cases]
 
@@ -260,7 +230,7 @@ def test_dropped_fraction_is_within_a_hundredth_of_p(p, seed):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_same_rng_state_gives_bitwise_equal_results(device, seed):
-    case = Case(((37, 53),) * 2, dropout_p=0.4, window=(20, 3), softcap=1.5, device=device)
+    case = OptionCase(((37, 53),) * 2, dropout_p=0.4, window=(20, 3), softcap=1.5, device=device)
     problem = _make(case)
     first = _kernels(problem, case, 0.2)
     again = _kernels(problem, case, 0.2)
@@ -272,7 +242,7 @@ def test_same_rng_state_gives_bitwise_equal_results(device, seed):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_varlen_forward_equals_per_sequence_runs_bitwise(device, seed):
-    case = Case(
+    case = OptionCase(
         ((17, 29), (0, 5), (40, 33), (9, 0), (1, 1), (64, 64)),
         varlen=True, window=(6, 9), softcap=0.8, alibi="bh", layout="mqa", device=device,
     )  # fmt: skip
@@ -294,7 +264,7 @@ def test_varlen_forward_equals_per_sequence_runs_bitwise(device, seed):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_varlen_of_equal_lengths_equals_the_dense_batch_bitwise_with_dropout(device, seed):
-    dense = Case(((37, 45),) * 3, dropout_p=0.3, causal=True, alibi="bh", device=device)
+    dense = OptionCase(((37, 45),) * 3, dropout_p=0.3, causal=True, alibi="bh", device=device)
     problem = _make(dense)
     ours = _kernels(problem, dense, 0.25)
     packed = replace(dense, varlen=True)
@@ -312,7 +282,7 @@ def test_varlen_of_equal_lengths_equals_the_dense_batch_bitwise_with_dropout(dev
         ours[1].transpose(0, 1).flatten(1),
         *(g.flatten(0, 1) for g in ours[2:]),
     )
-    for name, a, b in zip(NAMES, dense_as_packed, theirs, strict=True):
+    for name, a, b in zip(RESULT_NAMES, dense_as_packed, theirs, strict=True):
         assert torch.equal(a, b), (name, seed)
 
 

@@ -14,9 +14,7 @@ import torch
 from flashtile.kernels.bwd import attn_bwd
 from flashtile.kernels.fwd import attn_fwd
 from flashtile.reference import naive
-from tests.helpers import assert_matches_oracle
-
-HEAD_LAYOUTS = {"mha": (4, 4), "gqa": (4, 2), "mqa": (3, 1)}
+from tests.helpers import HEAD_LAYOUTS, assert_matches_oracle
 
 CPU_SEQLENS = [(1, 1), (17, 17), (113, 203), (203, 113), (128, 128), (129, 129)]
 CPU_HEAD_DIMS = [32, 59, 64, 128]

@@ -27,39 +27,7 @@ from flashtile import (
 from flashtile.ops import RNG_BOUND
 from flashtile.reference import naive
 from flashtile.validation import normalize_window
-from tests.helpers import assert_matches_oracle
-
-HEAD_LAYOUTS = {"mha": (4, 4), "gqa": (4, 2), "mqa": (3, 1)}
-NAMES = ("out", "lse", "dq", "dk", "dv")
-
-
-@dataclass(frozen=True)
-class Case:
-    """One call: ``seqlens`` is one (N_q, N_k) pair per sequence; dense cases use the first pair for a batch
-    of ``len(seqlens)``, varlen cases pack them."""
-
-    seqlens: tuple[tuple[int, int], ...]
-    layout: str = "gqa"
-    head_dim: int = 32
-    causal: bool = False
-    window: tuple[int, int] = (-1, -1)
-    softcap: float = 0.0
-    alibi: str | None = None
-    dropout_p: float = 0.0
-    varlen: bool = False
-    dtype: torch.dtype = torch.float16
-    device: str = "cpu"
-
-    @property
-    def id(self) -> str:
-        lengths = "_".join(f"{q}x{k}" for q, k in self.seqlens)
-        parts = ["varlen" if self.varlen else "dense", lengths, f"d{self.head_dim}", self.layout]
-        parts += ["causal"] if self.causal else []
-        parts += [f"w{self.window[0]},{self.window[1]}"] if self.window != (-1, -1) else []
-        parts += [f"cap{self.softcap}"] if self.softcap else []
-        parts += [f"alibi-{self.alibi}"] if self.alibi else []
-        parts += [f"drop{self.dropout_p}"] if self.dropout_p else []
-        return "-".join([*parts, str(self.dtype).removeprefix("torch."), self.device])
+from tests.helpers import HEAD_LAYOUTS, RESULT_NAMES, OptionCase, assert_matches_oracle
 
 
 @dataclass
@@ -74,7 +42,7 @@ class Call:
     varlen: tuple[torch.Tensor, torch.Tensor, int, int] | None
 
 
-def make_call(case: Case) -> Call:
+def make_call(case: OptionCase) -> Call:
     heads, heads_kv = HEAD_LAYOUTS[case.layout]
     dev, dt, d = case.device, case.dtype, case.head_dim
     batch = len(case.seqlens)
@@ -113,7 +81,7 @@ def run_flashtile(call: Call, **extra) -> dict:
     else:
         out, lse, s_dmask = flash_attn_varlen_func(*leaves, *call.varlen, **kwargs)
     grads = torch.autograd.grad(out, leaves, call.dout)
-    return dict(zip(NAMES, (out, lse, *grads), strict=True), s_dmask=s_dmask)
+    return dict(zip(RESULT_NAMES, (out, lse, *grads), strict=True), s_dmask=s_dmask)
 
 
 def kept(s_dmask: torch.Tensor) -> torch.Tensor:
@@ -121,7 +89,7 @@ def kept(s_dmask: torch.Tensor) -> torch.Tensor:
     return ~torch.signbit(s_dmask)
 
 
-def run_naive(call: Call, case: Case, dtype: torch.dtype, s_dmask: torch.Tensor) -> dict:
+def run_naive(call: Call, case: OptionCase, dtype: torch.dtype, s_dmask: torch.Tensor) -> dict:
     """The same call by definition in ``dtype``, the window normalised as flash_attn does."""
     leaves = [t.detach().to(dtype).requires_grad_() for t in (call.q, call.k, call.v)]
     seqlen_k = call.k.shape[1] if call.varlen is None else call.varlen[3]
@@ -133,15 +101,15 @@ def run_naive(call: Call, case: Case, dtype: torch.dtype, s_dmask: torch.Tensor)
     else:
         out, lse = naive.attention_varlen(*leaves, *call.varlen, **kwargs)
     grads = torch.autograd.grad(out, leaves, call.dout.to(dtype))
-    return dict(zip(NAMES, (out, lse, *grads), strict=True))
+    return dict(zip(RESULT_NAMES, (out, lse, *grads), strict=True))
 
 
-def check_against_oracle(case: Case, seed: int) -> dict:
+def check_against_oracle(case: OptionCase, seed: int) -> dict:
     call = make_call(case)
     ours = run_flashtile(call)
     oracle = run_naive(call, case, torch.float64, ours["s_dmask"])
     baseline = run_naive(call, case, case.dtype, ours["s_dmask"])
-    for name in NAMES:
+    for name in RESULT_NAMES:
         assert not torch.isnan(ours[name]).any(), f"{name}: NaN ({case.id}, seed {seed})"
         assert_matches_oracle(name, ours[name], oracle[name], baseline[name], grad=name[0] == "d", seed=seed)
     q_shape = call.q.shape
@@ -163,25 +131,25 @@ def reference_backend(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 ALONE = [
-    Case(((37, 53),) * 2, window=(3, 2)),
-    Case(((53, 37),) * 2, window=(5, -1), layout="mqa"),
-    Case(((41, 41),) * 2, window=(0, 0)),
-    Case(((70, 20),) * 2, window=(0, 0), layout="mqa"),
-    Case(((37, 53),) * 2, window=(100, 100)),
-    Case(((37, 53),) * 2, causal=True, window=(9, -1)),
-    Case(((37, 53),) * 2, softcap=0.6),
-    Case(((37, 53),) * 2, alibi="h"),
-    Case(((53, 37),) * 2, alibi="bh", layout="mha"),
-    Case(((37, 53),) * 2, dropout_p=0.3),
-    Case(((53, 37),) * 2, dropout_p=0.8, layout="mqa"),
-    Case(((17, 29), (0, 5), (40, 33), (9, 0), (1, 1)), varlen=True),
-    Case(((40, 17), (65, 65), (3, 70)), varlen=True, causal=True, layout="mqa"),
-    Case(((40, 17), (33, 33), (13, 70)), varlen=True, window=(4, 1), alibi="bh", softcap=2.0),
-    Case(((20, 31), (0, 9), (33, 33)), varlen=True, dropout_p=0.25),
+    OptionCase(((37, 53),) * 2, window=(3, 2)),
+    OptionCase(((53, 37),) * 2, window=(5, -1), layout="mqa"),
+    OptionCase(((41, 41),) * 2, window=(0, 0)),
+    OptionCase(((70, 20),) * 2, window=(0, 0), layout="mqa"),
+    OptionCase(((37, 53),) * 2, window=(100, 100)),
+    OptionCase(((37, 53),) * 2, causal=True, window=(9, -1)),
+    OptionCase(((37, 53),) * 2, softcap=0.6),
+    OptionCase(((37, 53),) * 2, alibi="h"),
+    OptionCase(((53, 37),) * 2, alibi="bh", layout="mha"),
+    OptionCase(((37, 53),) * 2, dropout_p=0.3),
+    OptionCase(((53, 37),) * 2, dropout_p=0.8, layout="mqa"),
+    OptionCase(((17, 29), (0, 5), (40, 33), (9, 0), (1, 1)), varlen=True),
+    OptionCase(((40, 17), (65, 65), (3, 70)), varlen=True, causal=True, layout="mqa"),
+    OptionCase(((40, 17), (33, 33), (13, 70)), varlen=True, window=(4, 1), alibi="bh", softcap=2.0),
+    OptionCase(((20, 31), (0, 9), (33, 33)), varlen=True, dropout_p=0.25),
 ]
 
 
-def combinations(count: int, rng: random.Random) -> list[Case]:
+def combinations(count: int, rng: random.Random) -> list[OptionCase]:
     """A reproducible random sample of every option combined (drawn once, at collection)."""
     cases = []
     for _ in range(count):
@@ -198,7 +166,7 @@ def combinations(count: int, rng: random.Random) -> list[Case]:
         else:
             pairs = [pairs[0]] * 2
         cases.append(
-            Case(
+            OptionCase(
                 tuple(pairs),
                 layout=rng.choice(list(HEAD_LAYOUTS)),
                 head_dim=rng.choice([32, 40]),
@@ -216,34 +184,34 @@ def combinations(count: int, rng: random.Random) -> list[Case]:
 
 @pytest.mark.parametrize("case", ALONE + combinations(16, random.Random(88)), ids=lambda c: c.id)
 @pytest.mark.usefixtures("nan_poisoned_allocations", "reference_backend")
-def test_reference_backend_matches_oracle(case: Case, seed: int) -> None:
+def test_reference_backend_matches_oracle(case: OptionCase, seed: int) -> None:
     check_against_oracle(case, seed)
 
 
 INTERPRETER_CASES = [
-    Case(((37, 53),) * 2, window=(5, 2), softcap=2.0, alibi="bh"),
-    Case(((53, 37),) * 2, causal=True, dropout_p=0.3, layout="mqa"),
-    Case(((17, 29), (0, 5), (40, 33), (9, 0)), varlen=True, causal=True, window=(6, -1), alibi="h"),
-    Case(((20, 31), (33, 33)), varlen=True, dropout_p=0.2, softcap=3.0, layout="mha"),
+    OptionCase(((37, 53),) * 2, window=(5, 2), softcap=2.0, alibi="bh"),
+    OptionCase(((53, 37),) * 2, causal=True, dropout_p=0.3, layout="mqa"),
+    OptionCase(((17, 29), (0, 5), (40, 33), (9, 0)), varlen=True, causal=True, window=(6, -1), alibi="h"),
+    OptionCase(((20, 31), (33, 33)), varlen=True, dropout_p=0.2, softcap=3.0, layout="mha"),
 ]
 
 
 @pytest.mark.parametrize("case", INTERPRETER_CASES, ids=lambda c: c.id)
 @pytest.mark.usefixtures("nan_poisoned_allocations", "triton_backend")
-def test_triton_interpreter_matches_oracle(case: Case, seed: int) -> None:
+def test_triton_interpreter_matches_oracle(case: OptionCase, seed: int) -> None:
     check_against_oracle(case, seed)
 
 
 @pytest.mark.parametrize(
     "case",
     [
-        Case(((9, 4),), causal=True, dtype=torch.float32),
-        Case(((12, 9),), window=(0, 0), dtype=torch.float32, layout="mqa"),
-        Case(((6, 3), (0, 4), (5, 0)), varlen=True, causal=True, dropout_p=0.5, dtype=torch.float32),
+        OptionCase(((9, 4),), causal=True, dtype=torch.float32),
+        OptionCase(((12, 9),), window=(0, 0), dtype=torch.float32, layout="mqa"),
+        OptionCase(((6, 3), (0, 4), (5, 0)), varlen=True, causal=True, dropout_p=0.5, dtype=torch.float32),
     ],
     ids=lambda c: c.id,
 )
-def test_fully_masked_rows(case: Case, seed: int) -> None:
+def test_fully_masked_rows(case: OptionCase, seed: int) -> None:
     # With N_q > N_k, causal and the window (0, 0) leave the first rows with no key; so does N_k = 0.
     call = make_call(case)
     ours = run_flashtile(call)
@@ -262,13 +230,15 @@ def test_same_seed_is_bitwise_reproducible(backend: str, monkeypatch: pytest.Mon
     if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs TRITON_INTERPRET=1")
     monkeypatch.setenv("FLASHTILE_BACKEND", backend)
-    case = Case(((23, 31),) * 2, dropout_p=0.4, window=(9, 3), softcap=2.0, alibi="h", dtype=torch.float32)
+    case = OptionCase(
+        ((23, 31),) * 2, dropout_p=0.4, window=(9, 3), softcap=2.0, alibi="h", dtype=torch.float32
+    )
     call = make_call(case)
     runs = []
     for _ in range(2):
         torch.manual_seed(1234)
         runs.append(run_flashtile(call, deterministic=True))
-    for name in (*NAMES, "s_dmask"):
+    for name in (*RESULT_NAMES, "s_dmask"):
         assert torch.equal(runs[0][name], runs[1][name]), name
     # A new draw gives a new mask.
     assert not torch.equal(kept(run_flashtile(call)["s_dmask"]), kept(runs[0]["s_dmask"]))
@@ -278,7 +248,7 @@ def test_mask_comes_from_the_torch_generator_and_matches_the_reference(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # One int64 (seed, offset) drawn with torch.randint below 2⁶² from the generator of q's device.
-    case = Case(((13, 21),) * 2, dropout_p=0.5, layout="mqa", dtype=torch.float32)
+    case = OptionCase(((13, 21),) * 2, dropout_p=0.5, layout="mqa", dtype=torch.float32)
     call = make_call(case)
     torch.manual_seed(77)
     rng_state = torch.randint(0, RNG_BOUND, (2,), dtype=torch.int64)
@@ -317,7 +287,7 @@ def test_varlen_equals_per_sequence_bitwise_forward(
     if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs TRITON_INTERPRET=1")
     monkeypatch.setenv("FLASHTILE_BACKEND", backend)
-    case = Case(
+    case = OptionCase(
         ((17, 29), (0, 5), (40, 33), (9, 0)), varlen=True, window=(7, 2), alibi="bh", softcap=3.0,
         dropout_p=dropout_p,
     )  # fmt: skip
@@ -379,7 +349,7 @@ def test_varlen_all_empty_sequences() -> None:
 
 
 def test_deterministic_gradients_bitwise_over_runs(seed: int) -> None:
-    case = Case(((29, 41),) * 2, dropout_p=0.2, window=(5, 5), alibi="bh", dtype=torch.float32)
+    case = OptionCase(((29, 41),) * 2, dropout_p=0.2, window=(5, 5), alibi="bh", dtype=torch.float32)
     call = make_call(case)
     runs = []
     for _ in range(5):
