@@ -17,8 +17,8 @@ from flashtile import (
 )
 from flashtile.ops import RNG_BOUND
 from flashtile.reference import naive
-from tests.helpers import assert_matches_oracle
-from tests.test_options_api import Case, check_against_oracle, combinations, kept, make_call, run_flashtile
+from tests.helpers import OptionCase, assert_matches_oracle
+from tests.test_options_api import check_against_oracle, combinations, kept, make_call, run_flashtile
 
 pytestmark = pytest.mark.gpu
 
@@ -117,17 +117,21 @@ def _option_cases() -> list:
     for dtype in (torch.float16, torch.bfloat16):
         gpu = dict(dtype=dtype, device="cuda")
         cases += [
-            Case(((1023, 1025),) * 2, window=(256, 0), head_dim=64, **gpu),
-            Case(((1025, 777),) * 2, window=(100, 31), softcap=30.0, alibi="bh", head_dim=128, **gpu),
-            Case(((777, 1025),) * 2, causal=True, alibi="h", dropout_p=0.1, head_dim=64, **gpu),
-            Case(((2048, 2048),), softcap=50.0, dropout_p=0.2, layout="mha", head_dim=128, **gpu),
-            Case(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu),
-            Case(((513, 2000), (2000, 513)), varlen=True, window=(64, 64), dropout_p=0.1, alibi="bh", **gpu),
+            OptionCase(((1023, 1025),) * 2, window=(256, 0), head_dim=64, **gpu),
+            OptionCase(((1025, 777),) * 2, window=(100, 31), softcap=30.0, alibi="bh", head_dim=128, **gpu),
+            OptionCase(((777, 1025),) * 2, causal=True, alibi="h", dropout_p=0.1, head_dim=64, **gpu),
+            OptionCase(((2048, 2048),), softcap=50.0, dropout_p=0.2, layout="mha", head_dim=128, **gpu),
+            OptionCase(
+                ((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu
+            ),
+            OptionCase(
+                ((513, 2000), (2000, 513)), varlen=True, window=(64, 64), dropout_p=0.1, alibi="bh", **gpu
+            ),
         ]
     return [pytest.param(c, id=c.id) for c in cases + combinations(8, random.Random(8))]
 
 
-def _on_cuda(case: Case) -> Case:
+def _on_cuda(case: OptionCase) -> OptionCase:
     return replace(case, device="cuda")
 
 
@@ -138,7 +142,7 @@ def test_options_match_oracle(case, seed):
 
 
 def test_dropout_same_seed_is_bitwise_and_mask_matches_reference(seed):
-    case = Case(((300, 400),) * 2, dropout_p=0.3, window=(64, 8), alibi="h", device="cuda")
+    case = OptionCase(((300, 400),) * 2, dropout_p=0.3, window=(64, 8), alibi="h", device="cuda")
     call = make_call(case)
     runs = []
     for _ in range(2):
@@ -159,7 +163,7 @@ def test_dropped_fraction_is_p(p, seed):
 
 
 def test_deterministic_gradients_bitwise_over_50_runs(seed):
-    case = Case(((1000, 1000),), dropout_p=0.1, window=(128, 0), alibi="bh", head_dim=64, device="cuda")
+    case = OptionCase(((1000, 1000),), dropout_p=0.1, window=(128, 0), alibi="bh", head_dim=64, device="cuda")
     call = make_call(case)
     first = None
     for _ in range(50):
@@ -172,7 +176,7 @@ def test_deterministic_gradients_bitwise_over_50_runs(seed):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_varlen_equals_per_sequence_bitwise_forward(dtype, seed):
-    case = Case(
+    case = OptionCase(
         ((1000, 1200), (0, 9), (513, 513), (1, 1), (300, 0)), varlen=True, window=(64, 3), alibi="bh",
         softcap=20.0, dtype=dtype, device="cuda",
     )  # fmt: skip
