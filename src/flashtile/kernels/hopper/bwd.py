@@ -1,0 +1,627 @@
+"""Hopper (sm_90) backward in Gluon: a warp-specialised fused dK/dV/dQ kernel, and a dQ kernel for
+``deterministic=True``.
+
+Design and measurements: docs/design/hopper_bwd.md. One program owns 128 K/V rows of one KV head; a
+1-warp producer streams 64-row Q/dO blocks (with the base-2 LSE and Δ on the same barriers) through a
+two-stage TMA ring; two 4-warp consumer partitions each own 64 of the K/V rows and compute Sᵀ = K·Qᵀ and
+dPᵀ = V·dOᵀ (K-side), so that Pᵀ and dSᵀ are the register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q.
+dSᵀ goes through shared memory into dQ = dS·K, which is added into an fp32 buffer by a TMA bulk
+reduce; a postprocess scales and converts it. GQA: a program visits every query head of its group.
+Tensors are read through rank-3 TMA descriptors over [B, N, H·D], so rows past a sequence's end read
+as zeros and stores past it are dropped: nothing of another batch or head enters a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton._C.libtriton import ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2_E = 1.4426950408889634
+BLOCK_M = 64
+BLOCK_N = 128
+STAGES = 2
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# The fused kernel's default partition is 4 consumer warps; a 4-warp consumer (240 registers) and a
+# 1-warp producer (24) are workers, the producer padded to a warpgroup: 12 warps, and 168 registers a
+# thread over 384 threads is the register file, which setmaxnreg moves to the consumers.
+FUSED_WARPS = 4
+FUSED_MAXNREG = 168
+DQ_WARPS = 4
+DQ_BLOCK_N = 64
+_TORCH_TO_GL = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """``global[coord] += src`` by a TMA bulk reduce (cp.reduce.async.bulk.tensor .add); Triton 3.6's
+    ``hopper.tma`` does not export the reduce, its builder does."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(
+        ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+    )
+
+
+@triton.jit
+def attn_bwd_preprocess_kernel(
+    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr,
+    stride_ob, stride_on, stride_oh, stride_dob, stride_don, stride_doh,
+    seqlen_q, seqlen_pad, num_m_blocks, H,
+    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Δ = rowsum(O ∘ dO) and the LSE in base 2 into [B·H, seqlen_pad] rows the fused kernel reads by
+    1-D TMA; padding rows and rows with no visible key get LSE = +inf (their P is exactly 0) and Δ = 0."""
+    pid = tl.program_id(0).to(tl.int64)
+    m_block = pid % num_m_blocks
+    bh = pid // num_m_blocks
+    b = bh // H
+    h = bh % H
+    offs_m = m_block * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    in_range = offs_m < seqlen_q
+    o = tl.load(
+        o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
+        mask=in_range[:, None],
+        other=0.0,
+    )
+    do = tl.load(
+        do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
+        mask=in_range[:, None],
+        other=0.0,
+    )
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    lse = tl.load(lse_ptr + bh * seqlen_q + offs_m, mask=in_range, other=float("inf"))
+    lse = tl.where(lse == -float("inf"), float("inf"), lse) * 1.4426950408889634
+    tl.store(delta_ptr + bh * seqlen_pad + offs_m, delta, mask=offs_m < seqlen_pad)
+    tl.store(lse2_ptr + bh * seqlen_pad + offs_m, lse, mask=offs_m < seqlen_pad)
+
+
+@triton.jit
+def attn_bwd_dq_postprocess_kernel(src_ptr, dst_ptr, numel, scale, BLOCK: tl.constexpr):
+    """dQ = scale · (the fp32 sum), in the input dtype."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    x = tl.load(src_ptr + offs, mask=mask, other=0.0)
+    tl.store(dst_ptr + offs, (x * scale).to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _rows3(smem, ROWS: gl.constexpr, COLS: gl.constexpr, layout3: gl.constexpr):
+    """A [ROWS, COLS] shared tile seen as the [1, ROWS, COLS] box of a rank-3 descriptor."""
+    return smem._reinterpret(smem.dtype, [1, ROWS, COLS], layout3)
+
+
+@gluon.jit
+def _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.constexpr):
+    """The query blocks [m_first, m_end) that see any key of the block starting at n0 (bottom-right)."""
+    m_end = gl.cdiv(seqlen_q, BM)
+    m_first = 0
+    if IS_CAUSAL:
+        # Key j is seen by queries i ≥ j − (N_k − N_q).
+        m_first = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // BM
+    return m_first, m_end
+
+
+@gluon.jit
+def _producer(
+    descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+    NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr,
+):  # fmt: skip
+    """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
+    group, each pair on its own barrier so Sᵀ can start before dO lands."""
+    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
+    kv_bar, q_ready, do_ready, qdo_empty = bars
+    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP = sizes
+    kv3: gl.constexpr = k_desc.layout
+    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(
+        k_desc, [b, n0, h_kv * HEAD_DIM], kv_bar, _rows3(k_smem, BN, HEAD_DIM, kv3)
+    )
+    tma.async_copy_global_to_shared(
+        v_desc, [b, n0, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
+    )
+    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    per_head = gl.maximum(m_end - m_first, 0)
+    q3: gl.constexpr = q_desc.layout
+    for it in range(GROUP * per_head):
+        s = it % NSTAGE
+        phase = (it // NSTAGE) & 1
+        h = h_kv * GROUP + it // per_head
+        m0 = (m_first + it % per_head) * BM
+        row_stats = (b * H + h) * seqlen_pad + m0
+        mbarrier.wait(qdo_empty.index(s), phase ^ 1)
+        bar = q_ready.index(s)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [b, m0, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
+        )
+        tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
+        bar = do_ready.index(s)
+        mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            do_desc, [b, m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
+        )
+        tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
+
+
+@gluon.jit
+def _consumer(
+    descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
+    BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    COMPUTE_DQ: gl.constexpr, which: gl.constexpr,
+):  # fmt: skip
+    """One warpgroup: K/V rows [n0 + 64·which, +64) of the block; dK and dV stay in registers."""
+    dq_desc, dk_desc, dv_desc = descs
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
+    kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
+    b, h_kv, n0, seqlen_q, seqlen_k, GROUP = sizes
+    WG_ROWS: gl.constexpr = BN // 2
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16]
+    )
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_COLS, 16]
+    )
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    k_wg = k_smem.slice(which * WG_ROWS, WG_ROWS)
+    v_wg = v_smem.slice(which * WG_ROWS, WG_ROWS)
+    dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
+    zero_s = gl.zeros([WG_ROWS, BM], gl.float32, s_layout)
+    zero_dq = gl.zeros([BM, DQ_COLS], gl.float32, dq_layout)
+    # Key rows of this warpgroup, and the last query each sees (+ the diagonal's offset).
+    rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
+    diag_offset = seqlen_k - seqlen_q
+    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    per_head = gl.maximum(m_end - m_first, 0)
+    dq3: gl.constexpr = dq_desc.layout
+    mbarrier.wait(kv_bar, 0)
+    for it in range(GROUP * per_head):
+        s = it % NSTAGE
+        phase = (it // NSTAGE) & 1
+        h = h_kv * GROUP + it // per_head
+        m0 = (m_first + it % per_head) * BM
+        q_s = q_smem.index(s)
+        do_s = do_smem.index(s)
+
+        mbarrier.wait(q_ready.index(s), phase)
+        st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(do_ready.index(s), phase)
+        dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        lse = lse_smem.index(s).load(col_layout)
+        st = warpgroup_mma_wait(1, deps=(st,))
+        pt = gl.exp2(st * qk_scale - lse[None, :])
+        # Only the blocks that cross the diagonal hold keys a query must not see.
+        if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+            cols = m0 + gl.arange(0, BM, layout=col_layout)
+            pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
+        delta = delta_smem.index(s).load(col_layout)
+        dpt = warpgroup_mma_wait(0, deps=(dpt,))
+        dst = pt * (dpt - delta[None, :])
+        p_op = gl.convert_layout(pt.to(dtype), a_layout)
+        dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
+        ds_lo = dst.to(dtype)
+        ds_op = gl.convert_layout(ds_lo, a_layout)
+        dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
+        if COMPUTE_DQ:
+            ds_buf = ds_smem.index(it % 2)
+            ds_buf.slice(which * WG_ROWS, WG_ROWS).store(ds_lo)
+            fence_async_shared()
+            if DQ_COLS == HEAD_DIM:
+                # Each warpgroup adds its own 64 keys' share: dQ += dS[:, keys] · K[keys, :].
+                dq = warpgroup_mma(
+                    ds_buf.slice(which * WG_ROWS, WG_ROWS).permute((1, 0)), k_wg, zero_dq, use_acc=False,
+                    is_async=True,
+                )  # fmt: skip
+            else:
+                # Both halves of dSᵀ are needed: each warpgroup makes half of dQ's columns over all 128 keys.
+                mbarrier.arrive(ds_ready.index(it % 2))
+                mbarrier.wait(ds_ready.index(it % 2), (it // 2) & 1)
+                dq = warpgroup_mma(
+                    ds_buf.permute((1, 0)), k_smem.slice(which * DQ_COLS, DQ_COLS, dim=1), zero_dq,
+                    use_acc=False, is_async=True,
+                )  # fmt: skip
+            dv, dk = warpgroup_mma_wait(1, deps=(dv, dk))
+            mbarrier.arrive(qdo_empty.index(s))
+            dq = warpgroup_mma_wait(0, deps=(dq,))
+            # The previous block's reduce must have read the staging tile before it is overwritten.
+            tma.store_wait(0)
+            stage = dq_smem.index(which)
+            stage.store(dq)
+            fence_async_shared()
+            col0 = h * HEAD_DIM + (which * DQ_COLS if DQ_COLS < HEAD_DIM else 0)
+            _tma_reduce_add(dq_desc, [b, m0, col0], _rows3(stage, BM, DQ_COLS, dq3))
+        else:
+            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+            mbarrier.arrive(qdo_empty.index(s))
+    tma.store_wait(0)
+
+    out3: gl.constexpr = dk_desc.layout
+    stage = dkv_smem.index(which)
+    row0 = n0 + which * WG_ROWS
+    stage.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(
+        dv_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
+    )
+    tma.store_wait(0)
+    stage.store((dk * softmax_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(
+        dk_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
+    )
+    tma.store_wait(0)
+
+
+@gluon.jit
+def attn_bwd_kernel(
+    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
+    seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
+    HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_COLS: gl.constexpr,
+    IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr,
+):  # fmt: skip
+    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one 128-row K/V block of one KV head."""
+    pid = gl.program_id(0)
+    n_block = pid % num_n_blocks
+    bh_kv = pid // num_n_blocks
+    H_KV = H // GROUP
+    b = bh_kv // H_KV
+    h_kv = bh_kv % H_KV
+    n0 = n_block * BN
+    dtype: gl.constexpr = q_desc.dtype
+
+    tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HEAD_DIM], dtype)
+    q_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, HEAD_DIM], dtype)
+    ds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
+    dq_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, DQ_COLS], gl.float32)
+    out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, HEAD_DIM], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], tile)
+    v_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], tile)
+    q_smem = gl.allocate_shared_memory(dtype, [NSTAGE, BM, HEAD_DIM], q_tile)
+    do_smem = gl.allocate_shared_memory(dtype, [NSTAGE, BM, HEAD_DIM], q_tile)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [NSTAGE, BM], lse_desc.layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [NSTAGE, BM], delta_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_tile)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BM, DQ_COLS], dq_tile)
+    dkv_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, HEAD_DIM], out_tile)
+
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    qdo_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(NSTAGE):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        # One arrival per consumer partition.
+        mbarrier.init(qdo_empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(ds_ready.index(i), count=2)
+
+    smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
+    descs = (dq_desc, dk_desc, dv_desc)
+    bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
+    sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
+    loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
+    load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
+    load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
+    load_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP)
+    gl.warp_specialize(
+        [
+            (
+                _consumer,
+                (
+                    descs,
+                    smem,
+                    bars,
+                    sizes,
+                    qk_scale,
+                    softmax_scale,
+                    HEAD_DIM,
+                    BM,
+                    BN,
+                    NSTAGE,
+                    DQ_COLS,
+                    IS_CAUSAL,
+                    COMPUTE_DQ,
+                    0,
+                ),
+            ),
+            (
+                _consumer,
+                (
+                    descs,
+                    smem,
+                    bars,
+                    sizes,
+                    qk_scale,
+                    softmax_scale,
+                    HEAD_DIM,
+                    BM,
+                    BN,
+                    NSTAGE,
+                    DQ_COLS,
+                    IS_CAUSAL,
+                    COMPUTE_DQ,
+                    1,
+                ),
+            ),
+            (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL)),
+        ],
+        [4, 1],
+        [240, 24],
+    )
+
+
+@gluon.jit
+def attn_bwd_dq_kernel(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
+    seqlen_q, seqlen_k, seqlen_pad, num_m_blocks, H, GROUP, qk_scale, softmax_scale,
+    HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, IS_CAUSAL: gl.constexpr,
+):  # fmt: skip
+    """dQ of one 64-row query block, written once (no atomics): the deterministic backward's second pass.
+    K/V blocks stream through a two-stage TMA ring issued one block ahead."""
+    pid = gl.program_id(0)
+    m_block = pid % num_m_blocks
+    bh = pid // num_m_blocks
+    b = bh // H
+    h = bh % H
+    h_kv = h // GROUP
+    m0 = m_block * BM
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
+    )
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    q_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, HEAD_DIM], dtype)
+    kv_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HEAD_DIM], dtype)
+    q3: gl.constexpr = q_desc.layout
+    kv3: gl.constexpr = k_desc.layout
+
+    q_smem = gl.allocate_shared_memory(dtype, [BM, HEAD_DIM], q_tile)
+    do_smem = gl.allocate_shared_memory(dtype, [BM, HEAD_DIM], q_tile)
+    k_smem = gl.allocate_shared_memory(dtype, [2, BN, HEAD_DIM], kv_tile)
+    v_smem = gl.allocate_shared_memory(dtype, [2, BN, HEAD_DIM], kv_tile)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(kv_ready.index(i), count=1)
+
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, m0, h * HEAD_DIM], q_bar, _rows3(q_smem, BM, HEAD_DIM, q3))
+    tma.async_copy_global_to_shared(do_desc, [b, m0, h * HEAD_DIM], q_bar, _rows3(do_smem, BM, HEAD_DIM, q3))
+    diag_offset = seqlen_k - seqlen_q
+    n_end = seqlen_k
+    if IS_CAUSAL:
+        # Query i sees keys j ≤ i + N_k − N_q.
+        n_end = gl.minimum(seqlen_k, m0 + BM + diag_offset)
+    num_n = gl.cdiv(gl.maximum(n_end, 0), BN)
+    kv_bytes: gl.constexpr = 2 * k_desc.block_type.nbytes
+    if num_n > 0:
+        mbarrier.expect(kv_ready.index(0), kv_bytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [b, 0, h_kv * HEAD_DIM], kv_ready.index(0), _rows3(k_smem.index(0), BN, HEAD_DIM, kv3)
+        )
+        tma.async_copy_global_to_shared(
+            v_desc, [b, 0, h_kv * HEAD_DIM], kv_ready.index(0), _rows3(v_smem.index(0), BN, HEAD_DIM, kv3)
+        )
+    rows = m0 + gl.arange(0, BM, layout=row_layout)
+    lse = gl.load(lse_ptr + bh * seqlen_pad + rows)
+    delta = gl.load(delta_ptr + bh * seqlen_pad + rows)
+    zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
+    dq = gl.zeros([BM, HEAD_DIM], gl.float32, acc_layout)
+    mbarrier.wait(q_bar, 0)
+    for j in range(num_n):
+        s = j % 2
+        if j + 1 < num_n:
+            # The other stage's last reader (block j − 1's dots) has completed.
+            nxt = kv_ready.index(1 - s)
+            mbarrier.expect(nxt, kv_bytes)
+            n_next = (j + 1) * BN
+            tma.async_copy_global_to_shared(
+                k_desc, [b, n_next, h_kv * HEAD_DIM], nxt, _rows3(k_smem.index(1 - s), BN, HEAD_DIM, kv3)
+            )
+            tma.async_copy_global_to_shared(
+                v_desc, [b, n_next, h_kv * HEAD_DIM], nxt, _rows3(v_smem.index(1 - s), BN, HEAD_DIM, kv3)
+            )
+        mbarrier.wait(kv_ready.index(s), (j // 2) & 1)
+        k_s = k_smem.index(s)
+        sc = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_smem, v_smem.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        sc = warpgroup_mma_wait(1, deps=(sc,))
+        p = gl.exp2(sc * qk_scale - lse[:, None])
+        if IS_CAUSAL:
+            n0 = j * BN
+            if n0 + BN > m0 + diag_offset:
+                cols = n0 + gl.arange(0, BN, layout=col_layout)
+                p = gl.where(cols[None, :] <= rows[:, None] + diag_offset, p, 0.0)
+        dp = warpgroup_mma_wait(0, deps=(dp,))
+        ds = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), a_layout)
+        dq = warpgroup_mma(ds, k_s, dq, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+
+    out_smem = gl.allocate_shared_memory(dtype, [BM, HEAD_DIM], q_tile)
+    out_smem.store((dq * softmax_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [b, m0, h * HEAD_DIM], _rows3(out_smem, BM, HEAD_DIM, q3))
+    tma.store_wait(0)
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A rank-3 descriptor over t (B, N, H, D) seen as [B, N, H·D], block [1, rows, D]: the sequence is a
+    dimension of its own, so a block never reaches into the next batch."""
+    batch, seqlen, heads, head_dim = t.shape
+    block = [1, rows, head_dim]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _TORCH_TO_GL[t.dtype])
+    return TensorDescriptor(
+        t, [batch, seqlen, heads * head_dim], [t.stride(0), t.stride(1), 1], block, layout
+    )
+
+
+def _row_stats_descriptor(t: torch.Tensor) -> TensorDescriptor:
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M], gl.float32)
+    return TensorDescriptor(t, [t.numel()], [1], [BLOCK_M], layout)
+
+
+def _tma_ready(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if a rank-3 descriptor can read it (heads packed, last dim contiguous, 16-byte aligned), else a
+    contiguous copy."""
+    es = t.element_size()
+    fits = (
+        t.stride(3) == 1
+        and t.stride(2) == t.shape[3]
+        and t.data_ptr() % 16 == 0
+        and all((s * es) % 16 == 0 for s in t.stride()[:2])
+    )
+    return t if fits else t.contiguous()
+
+
+def bwd_unsupported_reason(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, options: Mapping[str, Any]
+) -> str | None:
+    """Why this backward cannot run these inputs (then the portable kernel does), or None.
+
+    ``options`` holds the launcher keywords of ``attn_bwd`` (normalised as in docs/design/options.md);
+    a missing key is at its default."""
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return "the Gluon backward needs a GPU of compute capability 9.x (Hopper)"
+    if q.dtype not in SUPPORTED_DTYPES or any(t.dtype != q.dtype for t in (k, v, dout)):
+        return f"dtype {q.dtype}: the Gluon backward takes float16 or bfloat16 for q, k, v and dout alike"
+    if options.get("cu_seqlens_q") is not None or q.dim() != 4:
+        return "variable-length (packed) batches"
+    head_dim = q.shape[-1]
+    if head_dim not in SUPPORTED_HEAD_DIMS or k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        return f"head dim {head_dim}: the Gluon backward takes {SUPPORTED_HEAD_DIMS}"
+    if tuple(options.get("window_size", (-1, -1))) not in ((-1, -1), (-1, 0)):
+        return "sliding windows"
+    if (
+        options.get("softcap", 0.0)
+        or options.get("alibi_slopes") is not None
+        or options.get("dropout_p", 0.0)
+    ):
+        return "softcap, ALiBi and dropout"
+    if q.numel() == 0 or k.numel() == 0:
+        return "empty tensors (nothing to launch)"
+    batch, seqlen_q, heads, _ = q.shape
+    if batch * heads * triton.cdiv(seqlen_q, BLOCK_M) * BLOCK_M >= 2**31:
+        return "more than 2³¹ rows of row statistics"
+    return None
+
+
+def attn_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    *,
+    window_size: tuple[int, int] = (-1, -1),
+    deterministic: bool = False,
+    **options: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward on Hopper; the contract of ``flashtile.kernels.bwd.attn_bwd``: q, dout, out
+    (B, N_q, H, D), k, v (B, N_k, H_KV, D), fp16/bf16; lse (B, H, N_q) fp32 natural log. Returns dq, dk, dv,
+    contiguous, in the dtypes and shapes of q, k, v. ``deterministic=True`` computes dQ in a second kernel
+    that owns its rows, so the result is bitwise the same every run.
+
+    >>> dq, dk, dv = attn_bwd(dout, q, k, v, out, lse, q.shape[-1] ** -0.5, causal=True)
+    """
+    window_size = (-1, 0) if causal else tuple(window_size)
+    reason = bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window_size})
+    if reason is not None:
+        raise ValueError(f"the Hopper backward does not support these inputs: {reason}")
+    is_causal = window_size == (-1, 0)
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
+    out = out if out.stride(-1) == 1 else out.contiguous()
+    lse = lse.contiguous()
+    seqlen_pad = triton.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
+    num_m_blocks = seqlen_pad // BLOCK_M
+    device = q.device
+
+    lse2 = torch.empty(batch * heads * seqlen_pad, dtype=torch.float32, device=device)
+    delta = torch.empty_like(lse2)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=device)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+    qk_scale = softmax_scale * LOG2_E
+    with torch.cuda.device(device):
+        attn_bwd_preprocess_kernel[(num_m_blocks * batch * heads,)](
+            out, dout, lse, lse2, delta, out.stride(0), out.stride(1), out.stride(2),
+            dout.stride(0), dout.stride(1), dout.stride(2), seqlen_q, seqlen_pad, num_m_blocks, heads,
+            HEAD_DIM=head_dim, BLOCK=BLOCK_M,
+        )  # fmt: skip
+        dq_cols = head_dim // 2 if head_dim == 128 else head_dim
+        dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=device)
+        # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
+        dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, BLOCK_M, 1, dq_cols))
+        descs = (
+            _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+            _descriptor(dout, BLOCK_M), _row_stats_descriptor(lse2), _row_stats_descriptor(delta),
+            _accum_descriptor(dq_target, dq_cols), _descriptor(dk, BLOCK_N // 2),
+            _descriptor(dv, BLOCK_N // 2),
+        )  # fmt: skip
+        num_n_blocks = triton.cdiv(seqlen_k, BLOCK_N)
+        attn_bwd_kernel[(num_n_blocks * batch * heads_kv,)](
+            *descs, seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, heads, heads // heads_kv, qk_scale,
+            softmax_scale, HEAD_DIM=head_dim, BM=BLOCK_M, BN=BLOCK_N, NSTAGE=STAGES, DQ_COLS=dq_cols,
+            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, num_warps=FUSED_WARPS, maxnreg=FUSED_MAXNREG,
+        )  # fmt: skip
+        if deterministic:
+            attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
+                _descriptor(q, BLOCK_M), _descriptor(k, DQ_BLOCK_N), _descriptor(v, DQ_BLOCK_N),
+                _descriptor(dout, BLOCK_M), _descriptor(dq, BLOCK_M), lse2, delta, seqlen_q, seqlen_k,
+                seqlen_pad, num_m_blocks, heads, heads // heads_kv, qk_scale, softmax_scale,
+                HEAD_DIM=head_dim, BM=BLOCK_M, BN=DQ_BLOCK_N, IS_CAUSAL=is_causal, num_warps=DQ_WARPS,
+            )  # fmt: skip
+        else:
+            numel = dq.numel()
+            attn_bwd_dq_postprocess_kernel[(triton.cdiv(numel, 1024),)](
+                dq_accum, dq, numel, softmax_scale, BLOCK=1024
+            )
+    return dq, dk, dv
+
+
+def _accum_descriptor(t: torch.Tensor, cols: int) -> TensorDescriptor:
+    """The fp32 dQ sum as [B, N_q, H·D], block [1, 64, cols] (a warpgroup's share of a query block)."""
+    batch, seqlen, heads, head_dim = t.shape
+    block = [1, BLOCK_M, cols]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
+    return TensorDescriptor(
+        t, [batch, seqlen, heads * head_dim], [t.stride(0), t.stride(1), 1], block, layout
+    )
