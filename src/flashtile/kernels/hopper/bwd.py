@@ -245,7 +245,8 @@ def _consumer(
                     ds_buf.permute((1, 0)), k_smem.slice(which * DQ_COLS, DQ_COLS, dim=1), zero_dq,
                     use_acc=False, is_async=True,
                 )  # fmt: skip
-            dv, dk = warpgroup_mma_wait(1, deps=(dv, dk))
+            # The register operands stay alive until their dots complete.
+            dv, dk, _, _ = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))
             mbarrier.arrive(qdo_empty.index(s))
             dq = warpgroup_mma_wait(0, deps=(dq,))
             # The previous block's reduce must have read the staging tile before it is overwritten.
@@ -256,7 +257,7 @@ def _consumer(
             col0 = h * HEAD_DIM + (which * DQ_COLS if DQ_COLS < HEAD_DIM else 0)
             _tma_reduce_add(dq_desc, [b, m0, col0], _rows3(stage, BM, DQ_COLS, dq3))
         else:
-            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+            dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
             mbarrier.arrive(qdo_empty.index(s))
     tma.store_wait(0)
 
@@ -469,7 +470,7 @@ def attn_bwd_dq_kernel(
         dp = warpgroup_mma_wait(0, deps=(dp,))
         ds = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), a_layout)
         dq = warpgroup_mma(ds, k_s, dq, is_async=True)
-        dq = warpgroup_mma_wait(0, deps=(dq,))
+        dq, _ = warpgroup_mma_wait(0, deps=(dq, ds))
 
     out_smem = gl.allocate_shared_memory(dtype, [BM, HEAD_DIM], q_tile)
     out_smem.store((dq * softmax_scale).to(dtype))
