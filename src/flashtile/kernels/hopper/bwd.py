@@ -479,6 +479,12 @@ def attn_bwd_dq_kernel(
     tma.store_wait(0)
 
 
+def dq_columns(head_dim: int) -> int:
+    """Columns of dQ one warpgroup adds per query block: half of them at D = 128 (both warpgroups' dSᵀ
+    over all 128 keys), all at D = 64 (each warpgroup's own 64 keys)."""
+    return head_dim // 2 if head_dim == 128 else head_dim
+
+
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     """A rank-3 descriptor over t (B, N, H, D) seen as [B, N, H·D], block [1, rows, D]: the sequence is a
     dimension of its own, so a block never reaches into the next batch."""
@@ -587,7 +593,7 @@ def attn_bwd(
             dout.stride(0), dout.stride(1), dout.stride(2), seqlen_q, seqlen_pad, num_m_blocks, heads,
             HEAD_DIM=head_dim, BLOCK=BLOCK_M,
         )  # fmt: skip
-        dq_cols = head_dim // 2 if head_dim == 128 else head_dim
+        dq_cols = dq_columns(head_dim)
         dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=device)
         # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
         dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, BLOCK_M, 1, dq_cols))
