@@ -1,0 +1,109 @@
+"""The Hopper (Gluon) backward on an sm_90 GPU: gradients against the float64 oracle under the 3× rule,
+odd lengths, GQA/MQA, causal with N_q ≠ N_k, fully masked rows, no NaN from another batch or head, and
+``deterministic=True`` bitwise stable over 50 runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashtile.kernels import fwd as portable_fwd
+from flashtile.reference import naive
+from tests.helpers import assert_matches_oracle
+
+pytestmark = pytest.mark.gpu
+
+CASES = [
+    # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
+    pytest.param(2, 113, 203, 4, 2, 64, True, id="gqa-causal-113x203-d64"),
+    # N_q > N_k: the first 90 rows see no key (fully masked, LSE = −inf).
+    pytest.param(2, 203, 113, 4, 2, 128, True, id="gqa-causal-203x113-d128"),
+    pytest.param(1, 1025, 1023, 4, 1, 128, False, id="mqa-1025x1023-d128"),
+    pytest.param(3, 77, 77, 6, 3, 64, False, id="gqa-77-d64"),
+    pytest.param(1, 1, 1, 2, 2, 128, True, id="mha-1x1-d128"),
+    pytest.param(1, 300, 1000, 8, 2, 128, True, id="gqa-causal-300x1000-d128"),
+]
+
+
+def _hopper():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon backward runs on compute capability 9.x")
+    from flashtile.kernels.hopper import bwd
+
+    return bwd
+
+
+def _problem(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, dtype):
+    q = torch.randn(batch, seqlen_q, heads, head_dim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, seqlen_k, heads_kv, head_dim, device="cuda", dtype=dtype)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    scale = head_dim**-0.5
+    out, lse = portable_fwd.attn_fwd(q, k, v, scale, causal, window_size=(-1, 0) if causal else (-1, -1))
+    return q, k, v, dout, out, lse, scale
+
+
+def _reference_grads(q, k, v, dout, causal, dtype):
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out, _ = naive.attention(*leaves, causal=causal)
+    out.backward(dout.to(dtype))
+    return [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["reduce", "deterministic"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv", "head_dim", "causal"), CASES)
+def test_hopper_bwd_matches_oracle(
+    batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, dtype, deterministic, seed
+):
+    bwd = _hopper()
+    q, k, v, dout, out, lse, scale = _problem(
+        batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, dtype
+    )
+    grads = bwd.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
+    oracle = _reference_grads(q, k, v, dout, causal, torch.float64)
+    baseline = _reference_grads(q, k, v, dout, causal, dtype)
+    for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, oracle, baseline, strict=True):
+        assert ours.shape == ref.shape and ours.dtype == dtype
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["reduce", "deterministic"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_hopper_bwd_nan_in_other_batch_or_head_does_not_leak(head_dim, causal, deterministic, seed):
+    bwd = _hopper()
+    q, k, v, dout, out, lse, scale = _problem(3, 97, 75, 2, 2, head_dim, causal, torch.bfloat16)
+    for t in (q, k, v, dout, out, lse):
+        t[1:] = float("nan")
+    for t in (q, k, v, dout, out):
+        t[0, :, 1] = float("nan")
+    lse[0, 1] = float("nan")
+    grads = bwd.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
+    clean = [t[:1, :, :1] for t in (q, k, v, dout)]
+    oracle = _reference_grads(*clean, causal, torch.float64)
+    baseline = _reference_grads(*clean, causal, torch.bfloat16)
+    for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, oracle, baseline, strict=True):
+        assert_matches_oracle(name, ours[:1, :, :1], ref, base, grad=True, seed=seed)
+
+
+def test_hopper_bwd_deterministic_is_bitwise_stable_over_50_runs(seed):
+    bwd = _hopper()
+    q, k, v, dout, out, lse, scale = _problem(2, 1000, 1100, 8, 2, 128, True, torch.bfloat16)
+    first = bwd.attn_bwd(dout, q, k, v, out, lse, scale, True, deterministic=True)
+    for _ in range(49):
+        again = bwd.attn_bwd(dout, q, k, v, out, lse, scale, True, deterministic=True)
+        assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_hopper_bwd_unsupported_reasons():
+    bwd = _hopper()
+    q = torch.randn(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
+    assert bwd.bwd_unsupported_reason(q, q, q, q, {}) is None
+    assert bwd.bwd_unsupported_reason(q, q, q, q, {"window_size": (-1, 0)}) is None
+    assert "window" in bwd.bwd_unsupported_reason(q, q, q, q, {"window_size": (4, 0)})
+    assert "dropout" in bwd.bwd_unsupported_reason(q, q, q, q, {"dropout_p": 0.1})
+    assert "head dim" in bwd.bwd_unsupported_reason(q[..., :96], q[..., :96], q[..., :96], q[..., :96], {})
+    assert "dtype" in bwd.bwd_unsupported_reason(q.float(), q.float(), q.float(), q.float(), {})
+    with pytest.raises(ValueError, match="window"):
+        bwd.attn_bwd(q, q, q, q, q, torch.zeros(1, 2, 8, device="cuda"), 0.1, False, window_size=(4, 0))
