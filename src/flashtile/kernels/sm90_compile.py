@@ -120,13 +120,40 @@ def _kernels_for(kind: str, head_dim: int, variant: str):
     ]
 
 
+def report(kernel: str, compiled) -> CompileReport:
+    """What the compiler made of ``kernel``: registers and local memory (spills) from the cubin, shared
+    memory, and whether the PTX holds wgmma and TMA bulk tensor copies."""
+    import triton
+
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    ptx = compiled.asm["ptx"]
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run(
+            [os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    regs = re.search(r"REG:(\d+)", usage)
+    local = re.search(r"LOCAL:(\d+)", usage)
+    return CompileReport(
+        kernel=kernel,
+        registers=int(regs.group(1)) if regs else -1,
+        local_bytes=int(local.group(1)) if local else -1,
+        shared_bytes=int(compiled.metadata.shared),
+        has_wgmma="wgmma" in ptx,
+        has_tma="cp.async.bulk.tensor" in ptx,
+    )
+
+
 def compile_here(kind: str, head_dim: int, variant: str, dtype: str = "bf16"):
     """Compile in this process (use ``compile_in_subprocess`` from tests)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     reports = []
     for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, variant):
         constexprs = _with_absent_pointers(fn, constexprs)
@@ -136,28 +163,7 @@ def compile_here(kind: str, head_dim: int, variant: str, dtype: str = "bf16"):
             target=GPUTarget("cuda", 90, 32),
             options={"num_warps": num_warps, "num_stages": num_stages},
         )
-        ptx = compiled.asm["ptx"]
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(compiled.asm["cubin"])
-            f.flush()
-            usage = subprocess.run(
-                [os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        regs = re.search(r"REG:(\d+)", usage)
-        local = re.search(r"LOCAL:(\d+)", usage)
-        reports.append(
-            CompileReport(
-                kernel=fn.__name__,
-                registers=int(regs.group(1)) if regs else -1,
-                local_bytes=int(local.group(1)) if local else -1,
-                shared_bytes=int(compiled.metadata.shared),
-                has_wgmma="wgmma" in ptx,
-                has_tma="cp.async.bulk.tensor" in ptx,
-            )
-        )
+        reports.append(report(fn.__name__, compiled))
     return reports
 
 

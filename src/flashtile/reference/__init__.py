@@ -8,4 +8,8 @@ Nothing here imports the kernels: the oracle stays independent of what it checks
 
 from flashtile.reference import compare, dropout, naive, tiled
 
-__all__ = ["compare", "dropout", "naive", "tiled"]
+# The reference backend's entry points (flashtile.backend): the launchers' contract, docs/design/options.md.
+attn_fwd = tiled.attention_fwd
+attn_bwd = tiled.attention_bwd
+
+__all__ = ["attn_bwd", "attn_fwd", "compare", "dropout", "naive", "tiled"]
