@@ -78,7 +78,7 @@ def test_opcheck_triton_interpreter(seed: int) -> None:
 
 def test_unknown_backend_argument_rejected() -> None:
     q, k, v = _op_args(1, 4, 4, 1, 1, 8, torch.float32)
-    with pytest.raises(ValueError, match="backend must be one of triton, reference; got 'cuda'"):
+    with pytest.raises(ValueError, match="backend must be one of hopper, triton, reference; got 'cuda'"):
         torch.ops.flashtile.attn_fwd(q, k, v, 1.0, False, "cuda")
 
 

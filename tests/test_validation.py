@@ -140,7 +140,10 @@ def test_unknown_backend_lists_accepted_values(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("FLASHTILE_BACKEND", "cudnn")
     q, k, v = _qkv()
     _raises(
-        ValueError, lambda: flash_attn_func(q, k, v), "FLASHTILE_BACKEND='cudnn'", "auto, triton, reference"
+        ValueError,
+        lambda: flash_attn_func(q, k, v),
+        "FLASHTILE_BACKEND='cudnn'",
+        "auto, hopper, triton, reference",
     )
     assert no_launch == []
 

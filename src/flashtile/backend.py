@@ -1,23 +1,45 @@
-"""Which implementation runs attention for a device: the Triton kernels or the pure-PyTorch reference.
+"""Which implementation runs attention: the Hopper fast path, the portable Triton kernels or the reference.
 
-``FLASHTILE_BACKEND`` chooses: ``auto`` (the default) picks Triton on CUDA (when Triton is installed) and the
-reference everywhere else;
-``triton`` forces the kernels (on a CPU tensor only under ``TRITON_INTERPRET=1``, Triton's interpreter);
-``reference`` forces the tiled PyTorch implementation on any device. The variable is read at every call.
+Each backend is a module offering ``attn_fwd`` and ``attn_bwd`` with the launchers' contract
+(docs/design/options.md), listed in :data:`MODULES`:
+
+- ``hopper``: the Gluon kernels for compute capability 9.x (``flashtile.kernels.hopper``);
+- ``triton``: the portable Triton kernels (``flashtile.kernels.portable``);
+- ``reference``: the tiled PyTorch implementation (``flashtile.reference``).
+
+``FLASHTILE_BACKEND`` chooses, and is read at every call:
+
+- ``auto`` (the default), one rule: ``hopper`` when the tensors are on a CUDA device of compute capability
+  9.x, Gluon imports and the call is one the fast path supports
+  (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason`); else ``triton`` on CUDA (when Triton is
+  installed); else ``reference``. The device part is decided per call by :func:`resolve`, the call part by
+  :func:`launcher`, which hands an unsupported call of the hopper backend to ``triton``;
+- ``hopper`` forces the fast path, and raises an error naming the reason where it cannot run the call;
+- ``triton`` forces the portable kernels (on a CPU tensor only under ``TRITON_INTERPRET=1``, Triton's
+  interpreter);
+- ``reference`` forces the tiled PyTorch implementation on any device.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+from collections.abc import Callable, Mapping
+from types import ModuleType
 
 import torch
 
 from flashtile.errors import FlashtileValueError
 
 ENV_VAR = "FLASHTILE_BACKEND"
-BACKENDS = ("triton", "reference")
+BACKENDS = ("hopper", "triton", "reference")
 CHOICES = ("auto", *BACKENDS)
+MODULES = {
+    "hopper": "flashtile.kernels.hopper",
+    "triton": "flashtile.kernels.portable",
+    "reference": "flashtile.reference",
+}
 
 
 def _interpreter_enabled() -> bool:
@@ -58,21 +80,36 @@ def triton_unavailable_reason(device: torch.device) -> str | None:
     return f"Triton runs on CUDA devices (or on the CPU under TRITON_INTERPRET=1), not on {device.type!r}"
 
 
-def resolve(device: torch.device) -> str:
-    """The backend, ``"triton"`` or ``"reference"``, that runs attention on tensors on ``device``.
+# Evaluated once at trace time under torch.compile, so the capability query and the imports stay eager.
+@torch.compiler.assume_constant_result
+def hopper_unavailable_reason(device: torch.device) -> str | None:
+    """Why the Hopper fast path cannot run on ``device`` at all (whatever the call), or None when it can."""
+    if device.type != "cuda":
+        return f"the Hopper fast path runs on CUDA devices of compute capability 9.x, not on {device.type!r}"
+    if not _triton_installed():
+        return "the triton package is not installed"
+    return module("hopper").device_unsupported_reason(device)
 
-    Raises FlashtileValueError (a ValueError and a RuntimeError) for an unknown ``FLASHTILE_BACKEND``
-    or for ``triton`` where it cannot run.
+
+def resolve(device: torch.device) -> str:
+    """The backend, ``"hopper"``, ``"triton"`` or ``"reference"``, for tensors on ``device``.
+
+    ``hopper`` still hands the calls its kernels do not support to ``triton`` under ``auto``
+    (:func:`launcher`). Raises FlashtileValueError (a ValueError and a RuntimeError) for an unknown
+    ``FLASHTILE_BACKEND`` or for a forced backend that cannot run on ``device``.
     """
     device = torch.device(device)
     choice = requested()
     if choice == "reference":
         return "reference"
-    if choice == "triton":
-        reason = triton_unavailable_reason(device)
+    if choice != "auto":
+        check = hopper_unavailable_reason if choice == "hopper" else triton_unavailable_reason
+        reason = check(device)
         if reason is not None:
-            raise FlashtileValueError(f"{ENV_VAR}=triton was asked for but {reason}")
-        return "triton"
+            raise FlashtileValueError(f"{ENV_VAR}={choice} was asked for but {reason}")
+        return choice
+    if hopper_unavailable_reason(device) is None:
+        return "hopper"
     return "triton" if device.type == "cuda" and _triton_installed() else "reference"
 
 
@@ -80,7 +117,33 @@ def available_backends(device: torch.device) -> list[str]:
     """Every backend that can run on ``device`` in this process, whatever ``FLASHTILE_BACKEND`` says."""
     device = torch.device(device)
     found = []
+    if hopper_unavailable_reason(device) is None:
+        found.append("hopper")
     if triton_unavailable_reason(device) is None:
         found.append("triton")
     found.append("reference")
     return found
+
+
+def module(backend: str) -> ModuleType:
+    """The module implementing ``backend`` (imported on first use)."""
+    return importlib.import_module(MODULES[backend])
+
+
+def launcher(
+    backend: str, entry: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, object]
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The function that runs ``entry`` (``"attn_fwd"`` or ``"attn_bwd"``) of ``backend`` for this call.
+
+    ``options`` are the launcher keywords. The hopper backend hands a call its kernels do not support to
+    ``triton`` under ``auto`` and raises FlashtileValueError, naming the reason, under
+    ``FLASHTILE_BACKEND=hopper``; the check runs before anything launches.
+    """
+    implementation = module(backend)
+    if backend == "hopper":
+        reason = implementation.unsupported_reason(entry, q, k, v, options)
+        if reason is not None:
+            if requested() == "hopper":
+                raise FlashtileValueError(f"{ENV_VAR}=hopper was asked for but {reason}")
+            implementation = module("triton")
+    return getattr(implementation, entry)

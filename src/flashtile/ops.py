@@ -2,8 +2,8 @@
 implementations, and the plain functions ``run_attn_fwd``, ``run_attn_bwd``, ``run_dropout_keep_mask`` that
 implement them.
 
-Each dispatches to the Triton launchers or to the PyTorch reference by its ``backend`` argument
-(``"triton"`` or ``"reference"``, see :mod:`flashtile.backend`). Inputs are assumed validated and the
+Each dispatches by its ``backend`` argument (``"hopper"``, ``"triton"`` or ``"reference"``) through the
+backend table, :func:`flashtile.backend.launcher`. Inputs are assumed validated and the
 options normalised (docs/design/options.md): every option travels as a flat argument, ``window_left`` and
 ``window_right`` with −1 = unlimited, ``softcap`` 0 = off, ``rng_state`` an int64 ``(seed, offset)``
 tensor when ``dropout_p > 0``, and ``cu_seqlens_q`` given for a packed (varlen) batch, whose q is
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from flashtile.backend import BACKENDS
+from flashtile.backend import BACKENDS, launcher
 
 # Seeds and offsets are drawn below 2⁶²: any int64 below that is a valid (seed, offset).
 RNG_BOUND = 2**62
@@ -112,14 +112,7 @@ def run_attn_fwd(
         window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     )  # fmt: skip
-    if backend == "triton":
-        from flashtile.kernels.fwd import attn_fwd as launch
-
-        out, lse = launch(q, k, v, softmax_scale, causal, **options)
-    else:
-        from flashtile.reference.tiled import attention_fwd
-
-        out, lse = attention_fwd(q, k, v, softmax_scale, causal, **options)
+    out, lse = launcher(backend, "attn_fwd", q, k, v, options)(q, k, v, softmax_scale, causal, **options)
     return out.to(q.dtype).contiguous(), lse.to(lse_dtype(q.dtype)).contiguous()
 
 
@@ -183,14 +176,8 @@ def run_attn_bwd(
         window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     )  # fmt: skip
-    if backend == "triton":
-        from flashtile.kernels.bwd import attn_bwd as launch
-
-        dq, dk, dv = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
-    else:
-        from flashtile.reference.tiled import attention_bwd
-
-        dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)
+    launch = launcher(backend, "attn_bwd", q, k, v, options)
+    dq, dk, dv = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
     return (
         dq.to(q.dtype).contiguous(),
         dk.to(k.dtype).contiguous(),
@@ -238,7 +225,8 @@ def run_dropout_keep_mask(
     """The keep mask the forward drew for ``rng_state``: bool ``(batch, nheads, seqlen_q, seqlen_k)`` on
     rng_state's device, True = kept; the same bits from either backend."""
     _check_backend(backend)
-    if backend == "triton":
+    # The Hopper backend runs dropout in the portable kernels: the same bits.
+    if backend != "reference":
         from flashtile.kernels._dropout import dropout_mask
 
         return dropout_mask(rng_state, dropout_p, batch, nheads, seqlen_q, seqlen_k)

@@ -87,3 +87,21 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     if bd <= 64:
         return BwdConfig(32, 64, 4, 2, 64, 32, 4, 2)
     return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)
+
+
+@dataclass(frozen=True)
+class HopperFwdConfig:
+    """Tiling of the Gluon forward (kernels/hopper/fwd.py): 128 query rows per program (two 64-row consumer
+    warpgroups), BLOCK_N keys per K/V tile, a ring of STAGES K/V tiles in shared memory."""
+
+    BLOCK_N: int
+    STAGES: int
+
+
+# Head dims the Gluon forward is compiled for; others take the portable kernels.
+HOPPER_FWD_HEAD_DIMS = (64, 128, 256)
+
+
+def hopper_fwd_config(head_dim: int) -> HopperFwdConfig:
+    # D = 256: a 64×256 fp32 accumulator is 128 registers a thread, so S stays 64 keys wide.
+    return HopperFwdConfig(BLOCK_N=64 if head_dim > 128 else 128, STAGES=2)

@@ -259,6 +259,16 @@ def kernel_options(
     )
 
 
+def positive_scale(q: torch.Tensor, softmax_scale: float) -> tuple[torch.Tensor, float]:
+    """``(q, softmax_scale)`` with a positive scale and the same softmax: softmax(scale·q·kᵀ) is unchanged by
+    (q, scale) → (−q, −scale), and with scale 0 every score is 0."""
+    if softmax_scale < 0:
+        return -q, -softmax_scale
+    if softmax_scale == 0:
+        return torch.zeros_like(q), 1.0
+    return q, softmax_scale
+
+
 def dense_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     """(batch, row, head) strides of a (B, N, H, D) tensor, or of a packed (total, H, D) one, whose batch
     stride is its row stride: the kernels address sequence b from its first row (_tiles.sequence_rows)."""
@@ -311,12 +321,7 @@ def attn_fwd(
     if total_k == 0:
         return out.zero_(), lse.fill_(-math.inf)
 
-    # softmax(scale·q·kᵀ) is unchanged by (q, scale) → (−q, −scale), and with scale 0 every score is 0:
-    # the kernel then only ever sees a positive scale.
-    if softmax_scale < 0:
-        q, softmax_scale = -q, -softmax_scale
-    elif softmax_scale == 0:
-        q, softmax_scale = torch.zeros_like(q), 1.0
+    q, softmax_scale = positive_scale(q, softmax_scale)
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
         cu_seqlens_q, cu_seqlens_k, total_q, total_k,

@@ -120,8 +120,9 @@ def _kernels_for(kind: str, head_dim: int, variant: str):
     ]
 
 
-def report_of(name: str, compiled) -> CompileReport:
-    """What the compiler made of one kernel: registers, spills (local memory), shared memory, wgmma, TMA."""
+def report(kernel: str, compiled) -> CompileReport:
+    """What the compiler made of ``kernel``: registers and local memory (spills) from the cubin, shared
+    memory, and whether the PTX holds wgmma and TMA bulk tensor copies."""
     import triton
 
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -138,7 +139,7 @@ def report_of(name: str, compiled) -> CompileReport:
     regs = re.search(r"REG:(\d+)", usage)
     local = re.search(r"LOCAL:(\d+)", usage)
     return CompileReport(
-        kernel=name,
+        kernel=kernel,
         registers=int(regs.group(1)) if regs else -1,
         local_bytes=int(local.group(1)) if local else -1,
         shared_bytes=int(compiled.metadata.shared),
@@ -162,7 +163,7 @@ def compile_here(kind: str, head_dim: int, variant: str, dtype: str = "bf16"):
             target=GPUTarget("cuda", 90, 32),
             options={"num_warps": num_warps, "num_stages": num_stages},
         )
-        reports.append(report_of(fn.__name__, compiled))
+        reports.append(report(fn.__name__, compiled))
     return reports
 
 

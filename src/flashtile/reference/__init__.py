@@ -8,4 +8,17 @@ Nothing here imports the kernels: the oracle stays independent of what it checks
 
 from flashtile.reference import compare, dropout, naive, tiled
 
-__all__ = ["compare", "dropout", "naive", "tiled"]
+
+# The reference backend's entry points (flashtile.backend, the launchers' contract of docs/design/options.md),
+# looked up at call time so that tiled stays the one place to replace or patch.
+def attn_fwd(*args, **kwargs):
+    """:func:`flashtile.reference.tiled.attention_fwd`."""
+    return tiled.attention_fwd(*args, **kwargs)
+
+
+def attn_bwd(*args, **kwargs):
+    """:func:`flashtile.reference.tiled.attention_bwd`."""
+    return tiled.attention_bwd(*args, **kwargs)
+
+
+__all__ = ["attn_bwd", "attn_fwd", "compare", "dropout", "naive", "tiled"]

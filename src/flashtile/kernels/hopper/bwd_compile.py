@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-from flashtile.kernels.sm90_compile import CompileReport, report_of
+from flashtile.kernels.sm90_compile import CompileReport, report
 
 _SCALARS = ("seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP")
 
@@ -83,9 +83,9 @@ def compile_here(
     for fn, descs, constexprs, options in kernels:
         src = GluonASTSource(fn, _signature(fn, descs, constexprs), constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-        report = report_of(fn.__name__, compiled)
+        kernel_report = report(fn.__name__, compiled)
         ptx = compiled.asm["ptx"]
-        reports.append((report, "cp.reduce.async.bulk.tensor" in ptx))
+        reports.append((kernel_report, "cp.reduce.async.bulk.tensor" in ptx))
     return reports
 
 

@@ -1,0 +1,44 @@
+"""The Hopper backend: Gluon kernels for compute capability 9.x, with the launchers' entry points.
+
+``attn_fwd`` / ``attn_bwd`` take the portable launchers' arguments (docs/design/options.md) for calls that
+:func:`unsupported_reason` accepts; :mod:`flashtile.backend` sends the others to the portable kernels.
+The Gluon modules are imported on first launch, so this package imports wherever Triton does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from flashtile.kernels.hopper.support import (
+    bwd_unsupported_reason,
+    device_unsupported_reason,
+    fwd_unsupported_reason,
+)
+
+__all__ = ["attn_bwd", "attn_fwd", "device_unsupported_reason", "unsupported_reason"]
+
+_CHECKS = {"attn_fwd": fwd_unsupported_reason, "attn_bwd": bwd_unsupported_reason}
+
+
+def unsupported_reason(
+    entry: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, object]
+) -> str | None:
+    """Why ``entry`` (``"attn_fwd"`` or ``"attn_bwd"``) of this backend does not run the call, or None."""
+    return _CHECKS[entry](q, k, v, options)
+
+
+def attn_fwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`flashtile.kernels.hopper.fwd.attn_fwd`, the Gluon forward."""
+    from flashtile.kernels.hopper.fwd import attn_fwd as launch
+
+    return launch(*args, **kwargs)
+
+
+def attn_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The portable Triton backward (:func:`flashtile.kernels.bwd.attn_bwd`) until the Gluon backward
+    (kernels/hopper/bwd.py) lands: it consumes the Gluon forward's ``(out, lse)`` unchanged."""
+    from flashtile.kernels.bwd import attn_bwd as launch
+
+    return launch(*args, **kwargs)

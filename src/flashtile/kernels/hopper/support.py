@@ -1,0 +1,98 @@
+"""Which calls the Hopper (Gluon) kernels run: each check returns None, or the reason a call goes elsewhere.
+
+The backend rule (:mod:`flashtile.backend`) hands a call with a reason to the portable Triton kernels, or
+raises with the reason under ``FLASHTILE_BACKEND=hopper``. The checks read shapes, strides and options only:
+they cost microseconds and never synchronise.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import torch
+
+from flashtile.kernels.configs import HOPPER_FWD_HEAD_DIMS
+
+DTYPES = (torch.float16, torch.bfloat16)
+# TMA reads from 16-byte aligned addresses with 16-byte aligned strides and a unit last stride.
+_TMA_ALIGN_BYTES = 16
+
+
+@functools.cache
+def gluon_unavailable_reason() -> str | None:
+    """Why Gluon's Hopper primitives do not import in this process, or None."""
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia import hopper
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401
+    except ImportError as error:
+        return f"Gluon (triton.experimental.gluon) does not import: {error}"
+    missing = [name for name in ("warpgroup_mma", "warpgroup_mma_wait") if not hasattr(hopper, name)]
+    missing += [] if hasattr(gl, "warp_specialize") else ["warp_specialize"]
+    if missing:
+        return f"this Triton's Gluon lacks {', '.join(missing)}"
+    return None
+
+
+@functools.cache
+def device_unsupported_reason(device: torch.device) -> str | None:
+    """Why the fast path cannot run on ``device`` whatever the call (not a 9.x CUDA device, no Gluon)."""
+    if device.type != "cuda":
+        return f"the Hopper fast path runs on CUDA devices of compute capability 9.x, not on {device.type!r}"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major != 9:
+        return f"the Hopper fast path needs compute capability 9.x; {device} has {major}.{minor}"
+    return gluon_unavailable_reason()
+
+
+def _tma_unreadable(name: str, t: torch.Tensor) -> str | None:
+    es = t.element_size()
+    strides_aligned = all(s * es % _TMA_ALIGN_BYTES == 0 for s in t.stride()[:-1])
+    if t.stride(-1) != 1 or t.data_ptr() % _TMA_ALIGN_BYTES or not strides_aligned:
+        return (
+            f"{name} (strides {tuple(t.stride())}, address {t.data_ptr():#x}) is not readable by TMA, which "
+            "needs a 16-byte aligned address, 16-byte aligned strides and a unit last stride"
+        )
+    return None
+
+
+def fwd_unsupported_reason(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, object]
+) -> str | None:
+    """Why the Gluon forward does not run this call, or None when it does; ``options`` are the launcher
+    keywords (docs/design/options.md: the window normalised, causal as (−1, 0))."""
+    reason = device_unsupported_reason(q.device)
+    if reason is not None:
+        return reason
+    if q.dtype not in DTYPES:
+        return f"the Hopper forward takes float16 and bfloat16, not {q.dtype}"
+    if q.shape[-1] not in HOPPER_FWD_HEAD_DIMS:
+        dims = ", ".join(map(str, HOPPER_FWD_HEAD_DIMS))
+        return f"the Hopper forward is compiled for head dims {dims}, not {q.shape[-1]}"
+    if options.get("cu_seqlens_q") is not None:
+        return "variable-length batches (cu_seqlens_q/k) are not in the Hopper forward yet"
+    left, right = options.get("window_size", (-1, -1))
+    if left != -1 or right not in (-1, 0):
+        return f"a sliding window {(left, right)} is not in the Hopper forward yet (causal is)"
+    if options.get("softcap", 0.0):
+        return "softcap is not in the Hopper forward yet"
+    if options.get("alibi_slopes") is not None:
+        return "ALiBi slopes are not in the Hopper forward yet"
+    if options.get("dropout_p", 0.0):
+        return "dropout is not in the Hopper forward yet"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        reason = _tma_unreadable(name, t)
+        if reason is not None:
+            return reason
+    return None
+
+
+def bwd_unsupported_reason(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, object]
+) -> str | None:
+    """The backend's backward is the portable Triton one for now (flashtile.kernels.hopper.attn_bwd): it
+    runs every call on a device where the backend runs."""
+    return device_unsupported_reason(q.device)

@@ -1,0 +1,137 @@
+"""The backend table and its one rule, on the CPU: the device's compute capability is faked, so the rule
+(hopper on 9.x with Gluon and a supported call; else triton on CUDA; else reference) is checked without a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashtile import backend, ops
+from flashtile.errors import FlashtileValueError
+from flashtile.kernels import hopper, portable
+from flashtile.kernels.hopper import support
+from flashtile.reference import naive
+from tests.helpers import assert_matches_oracle
+
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture
+def capability(monkeypatch: pytest.MonkeyPatch):
+    """Fake the CUDA device's compute capability: ``capability((9, 0))``; the caches are cleared around."""
+
+    def fake(cc: tuple[int, int]) -> None:
+        support.device_unsupported_reason.cache_clear()
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cc)
+
+    monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    yield fake
+    support.device_unsupported_reason.cache_clear()
+
+
+@pytest.fixture
+def hopper_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path's device check passes for CPU tensors, so launcher() can be driven with them."""
+    monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    monkeypatch.setattr(support, "device_unsupported_reason", lambda device: None)
+
+
+def _qkv(dtype=torch.bfloat16, head_dim=128, **kw):
+    q = torch.randn(2, 33, 4, head_dim, dtype=dtype, **kw)
+    k, v = (torch.randn(2, 40, 2, head_dim, dtype=dtype, **kw) for _ in range(2))
+    return q, k, v
+
+
+def test_every_backend_module_offers_the_same_entry_points():
+    assert backend.BACKENDS == ("hopper", "triton", "reference")
+    for name in backend.BACKENDS:
+        implementation = backend.module(name)
+        assert callable(implementation.attn_fwd) and callable(implementation.attn_bwd), name
+
+
+@pytest.mark.parametrize(
+    ("cc", "expected"), [((9, 0), "hopper"), ((9, 1), "hopper"), ((8, 0), "triton"), ((10, 0), "triton")]
+)
+def test_auto_picks_hopper_only_on_compute_capability_9(capability, cc, expected):
+    capability(cc)
+    assert backend.resolve(CUDA) == expected
+    assert ("hopper" in backend.available_backends(CUDA)) == (expected == "hopper")
+    assert backend.resolve(torch.device("cpu")) == "reference"
+
+
+def test_auto_falls_back_to_triton_without_gluon(capability, monkeypatch):
+    capability((9, 0))
+    monkeypatch.setattr(support, "gluon_unavailable_reason", lambda: "Gluon does not import: test")
+    assert backend.resolve(CUDA) == "triton"
+
+
+def test_forced_hopper_on_another_device_names_the_reason(capability, monkeypatch):
+    capability((8, 6))
+    monkeypatch.setenv(backend.ENV_VAR, "hopper")
+    expected = r"FLASHTILE_BACKEND=hopper .* compute capability 9\.x.*8\.6"
+    with pytest.raises(FlashtileValueError, match=expected):
+        backend.resolve(CUDA)
+    with pytest.raises(FlashtileValueError, match="not on 'cpu'"):
+        backend.resolve(torch.device("cpu"))
+
+
+def test_supported_call_goes_to_the_gluon_forward(hopper_everywhere):
+    q, k, v = _qkv()
+    options = dict(window_size=(-1, 0))
+    assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
+    # Until the Gluon backward lands the backend's backward is the portable one.
+    assert backend.launcher("hopper", "attn_bwd", q, k, v, options) is hopper.attn_bwd
+
+
+UNSUPPORTED = [
+    pytest.param(dict(dtype=torch.float32), {}, "float16 and bfloat16", id="fp32"),
+    pytest.param(dict(head_dim=96), {}, "head dims 64, 128, 256", id="d96"),
+    pytest.param({}, dict(window_size=(8, 0)), "sliding window", id="window"),
+    pytest.param({}, dict(window_size=(-1, 4)), "sliding window", id="right-window"),
+    pytest.param({}, dict(softcap=5.0), "softcap", id="softcap"),
+    pytest.param({}, dict(alibi_slopes=torch.ones(4)), "ALiBi", id="alibi"),
+    pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
+    pytest.param({}, dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32)), "variable-length", id="varlen"),
+]
+
+
+@pytest.mark.parametrize(("tensor_kw", "options", "reason"), UNSUPPORTED)
+def test_unsupported_call_falls_back_under_auto_and_raises_when_forced(
+    hopper_everywhere, monkeypatch, tensor_kw, options, reason
+):
+    q, k, v = _qkv(**tensor_kw)
+    assert reason in support.fwd_unsupported_reason(q, k, v, options)
+    assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is portable.attn_fwd
+    monkeypatch.setenv(backend.ENV_VAR, "hopper")
+    with pytest.raises(FlashtileValueError, match=f"FLASHTILE_BACKEND=hopper was asked for but .*{reason}"):
+        backend.launcher("hopper", "attn_fwd", q, k, v, options)
+
+
+def test_layouts_tma_cannot_read_fall_back(hopper_everywhere):
+    # Head stride 68 elements (136 bytes) is not a multiple of 16 bytes; a transposed view is fine.
+    q = torch.randn(1, 16, 2, 68, dtype=torch.bfloat16)[..., :64]
+    k = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16).transpose(1, 2)
+    assert "TMA" in support.fwd_unsupported_reason(q, k, k, {})
+    assert support.fwd_unsupported_reason(k, k, k, {}) is None
+
+
+def test_ops_dispatch_through_the_table(hopper_everywhere, monkeypatch, seed):
+    calls = []
+
+    def fake_gluon(q, k, v, softmax_scale, causal, **options):
+        calls.append(causal)
+        return torch.zeros_like(q), torch.zeros(q.shape[0], q.shape[2], q.shape[1])
+
+    monkeypatch.setattr(hopper, "attn_fwd", fake_gluon)
+    q, k, v = _qkv(head_dim=64)
+    ops.run_attn_fwd(q, k, v, 0.125, True, "hopper", -1, 0)
+    assert calls == [True]
+    # An fp16 call with softcap is not the fast path's: the portable kernels run it (here, interpreted).
+    q, k, v = (t.half() for t in _qkv(head_dim=64))
+    out, _ = ops.run_attn_fwd(q, k, v, 0.125, False, "hopper", softcap=3.0)
+    ref, _ = naive.attention(q.double(), k.double(), v.double(), softmax_scale=0.125, softcap=3.0)
+    base, _ = naive.attention(q, k, v, softmax_scale=0.125, softcap=3.0)
+    assert calls == [True]
+    assert_matches_oracle("out", out, ref, base, seed=seed)

@@ -1,0 +1,31 @@
+"""Every configuration the dispatcher can send to the Gluon (Hopper) kernels compiles for sm_90 on this
+machine, GPU or not, with wgmma and TMA, and without spilling registers."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashtile.kernels.hopper.sm90_compile import compile_all_in_subprocess, fwd_configurations
+
+FWD_CASES = fwd_configurations()
+# The largest shared-memory allocation of a block on sm_90 (227 KB).
+SHARED_LIMIT = 232448
+
+
+@pytest.fixture(scope="module")
+def fwd_reports() -> dict:
+    """Every forward compile, each in a child of one clean process (a compiler abort fails only its case)."""
+    return compile_all_in_subprocess("fwd")
+
+
+@pytest.mark.parametrize(
+    "case", FWD_CASES, ids=[f"d{d}-{'causal' if c else 'full'}-{t}" for d, c, t in FWD_CASES]
+)
+def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
+    report = fwd_reports[case]
+    if isinstance(report, Exception):
+        raise report
+    assert report.has_wgmma, f"{case}: no wgmma in the PTX"
+    assert report.has_tma, f"{case}: no TMA bulk tensor copies in the PTX"
+    assert report.local_bytes == 0, f"{case}: {report.local_bytes} B of local memory (spills)"
+    assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"
