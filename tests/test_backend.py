@@ -135,3 +135,21 @@ def test_ops_dispatch_through_the_table(hopper_everywhere, monkeypatch, seed):
     base, _ = naive.attention(q, k, v, softmax_scale=0.125, softcap=3.0)
     assert calls == [True]
     assert_matches_oracle("out", out, ref, base, seed=seed)
+
+
+@pytest.mark.parametrize("gluon_covers", [True, False])
+def test_hopper_backward_routes_between_the_gluon_and_the_portable_kernel(monkeypatch, gluon_covers):
+    from flashtile.kernels import bwd as portable_bwd
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    calls = []
+    reason = None if gluon_covers else "sliding windows"
+    monkeypatch.setattr(gluon_bwd, "bwd_unsupported_reason", lambda *a: reason)
+    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append(("gluon", kw)))
+    monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append(("portable", kw)))
+    q, k, v = _qkv()
+    hopper.attn_bwd(q, q, k, v, q, None, 0.1, True, window_size=(-1, 0), deterministic=True)
+    kind, keywords = calls[0]
+    assert kind == ("gluon" if gluon_covers else "portable")
+    # deterministic=True reaches the Gluon backward (its second dQ kernel); the portable one is always so.
+    assert ("deterministic" in keywords) == gluon_covers

@@ -36,9 +36,25 @@ def attn_fwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     return launch(*args, **kwargs)
 
 
-def attn_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The portable Triton backward (:func:`flashtile.kernels.bwd.attn_bwd`) until the Gluon backward
-    (kernels/hopper/bwd.py) lands: it consumes the Gluon forward's ``(out, lse)`` unchanged."""
-    from flashtile.kernels.bwd import attn_bwd as launch
+def attn_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    **options,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Gluon backward (:mod:`flashtile.kernels.hopper.bwd`) for the calls it covers, the portable Triton
+    backward for the others; both take the ``(out, lse)`` of either forward unchanged."""
+    from flashtile.kernels.hopper import bwd as gluon_bwd
 
-    return launch(*args, **kwargs)
+    window = (-1, 0) if causal else tuple(options.get("window_size", (-1, -1)))
+    if gluon_bwd.bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window}) is None:
+        return gluon_bwd.attn_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)
+    from flashtile.kernels.bwd import attn_bwd as portable_bwd
+
+    options.pop("deterministic", None)  # the portable backward has no atomics: always deterministic
+    return portable_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)

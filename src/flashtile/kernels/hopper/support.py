@@ -93,6 +93,6 @@ def fwd_unsupported_reason(
 def bwd_unsupported_reason(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, object]
 ) -> str | None:
-    """The backend's backward is the portable Triton one for now (flashtile.kernels.hopper.attn_bwd): it
-    runs every call on a device where the backend runs."""
+    """The backend's backward runs every call on a device where the backend runs: the Gluon backward
+    where it applies, the portable Triton one otherwise (flashtile.kernels.hopper.attn_bwd)."""
     return device_unsupported_reason(q.device)
