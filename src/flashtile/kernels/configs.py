@@ -87,3 +87,18 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     if bd <= 64:
         return BwdConfig(32, 64, 4, 2, 64, 32, 4, 2)
     return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)
+
+
+@dataclass(frozen=True)
+class RowsConfig:
+    """Tiling of the row kernels (rotary, KV-cache append): BLOCK_M rows of one head per program."""
+
+    BLOCK_M: int
+    num_warps: int
+
+
+def rows_config(head_dim: int, device: torch.device) -> RowsConfig:
+    if is_interpreter() or device.type != "cuda":
+        return RowsConfig(8, 1)
+    # Memory-bound copies: 16-byte accesses over a row of D, enough rows in flight to cover latency.
+    return RowsConfig(16 if block_d(head_dim) <= 128 else 8, 4)
