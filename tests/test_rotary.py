@@ -28,9 +28,9 @@ def _complex_rotation(x, cos, sin, pos, interleaved):
     z = torch.view_as_complex(pairs.contiguous())
     inside = ((pos >= 0) & (pos < cos.shape[0]))[..., None]
     idx = pos.clamp(0, cos.shape[0] - 1)
-    phase = torch.complex(
-        torch.where(inside, cos[idx], 1.0), torch.where(inside, sin[idx], 0.0)
-    )[..., None, :]
+    phase = torch.complex(torch.where(inside, cos[idx], 1.0), torch.where(inside, sin[idx], 0.0))[
+        ..., None, :
+    ]
     out = torch.view_as_real(z * phase)
     out = out.flatten(-2) if interleaved else out.transpose(-1, -2).flatten(-2)
     return torch.cat((out, x[..., 2 * half :]), dim=-1)
@@ -50,7 +50,9 @@ def test_reference_is_a_rotation(interleaved: bool, offsets: str, seed: int) -> 
     ours = apply_rotary(x, cos, sin, interleaved=interleaved, seqlen_offsets=seqlen_offsets)
     expected = _complex_rotation(x, cos, sin, pos, interleaved)
     torch.testing.assert_close(ours, expected, rtol=0, atol=1e-12)
-    back = apply_rotary(ours, cos, sin, interleaved=interleaved, seqlen_offsets=seqlen_offsets, conjugate=True)
+    back = apply_rotary(
+        ours, cos, sin, interleaved=interleaved, seqlen_offsets=seqlen_offsets, conjugate=True
+    )
     torch.testing.assert_close(back, x, rtol=0, atol=1e-12)
 
 
@@ -116,7 +118,9 @@ def test_inplace_writes_x_and_backpropagates(backend: str, seed: int, monkeypatc
     assert out is x
     torch.testing.assert_close(x.detach(), expected)
     (grad,) = torch.autograd.grad(out.sum(), leaf)
-    torch.testing.assert_close(grad, apply_rotary(torch.ones_like(x), cos, sin, interleaved=True, conjugate=True))
+    torch.testing.assert_close(
+        grad, apply_rotary(torch.ones_like(x), cos, sin, interleaved=True, conjugate=True)
+    )
 
 
 def test_positions_past_the_table_are_not_rotated(monkeypatch) -> None:
@@ -154,4 +158,6 @@ def test_compiles_fullgraph(seed: int) -> None:
     out = compiled(x, cos, sin, seqlen_offsets=offsets)
     torch.testing.assert_close(out, apply_rotary_emb(x, cos, sin, seqlen_offsets=offsets))
     (grad,) = torch.autograd.grad(out.sum(), x)
-    torch.testing.assert_close(grad, apply_rotary(torch.ones_like(x), cos, sin, seqlen_offsets=offsets, conjugate=True))
+    torch.testing.assert_close(
+        grad, apply_rotary(torch.ones_like(x), cos, sin, seqlen_offsets=offsets, conjugate=True)
+    )

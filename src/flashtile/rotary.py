@@ -66,14 +66,20 @@ def _check_seqlen_offsets(seqlen_offsets: object, batch: int, device: torch.devi
                 f"seqlen_offsets must be {accepted}; got {validation.describe(seqlen_offsets)}"
             )
         if seqlen_offsets.device != device:
-            raise FlashtileValueError(f"seqlen_offsets must be {accepted}; got a tensor on {seqlen_offsets.device}")
+            raise FlashtileValueError(
+                f"seqlen_offsets must be {accepted}; got a tensor on {seqlen_offsets.device}"
+            )
         return 0, seqlen_offsets.contiguous()
     if not validation._is_int(seqlen_offsets):
-        raise FlashtileTypeError(f"seqlen_offsets must be an int or a (batch,) tensor; got {seqlen_offsets!r}")
+        raise FlashtileTypeError(
+            f"seqlen_offsets must be an int or a (batch,) tensor; got {seqlen_offsets!r}"
+        )
     return int(seqlen_offsets), None
 
 
-def check_cos_sin(cos: object, sin: object, head_dim: int, device: torch.device, names=("cos", "sin")) -> None:
+def check_cos_sin(
+    cos: object, sin: object, head_dim: int, device: torch.device, names=("cos", "sin")
+) -> None:
     """``cos`` and ``sin``: floating tensors of one shape ``(seqlen_ro, rotary_dim / 2)`` on ``device``
     with ``rotary_dim ≤ head_dim``."""
     validation.check_tensors(**dict(zip(names, (cos, sin), strict=True)))
@@ -152,4 +158,6 @@ def apply_rotary_emb(
         max_q, batch = x.shape[1], x.shape[0]
     offset, offsets = _check_seqlen_offsets(seqlen_offsets, batch, x.device)
     cos, sin = cos.contiguous(), sin.contiguous()
-    return ApplyRotaryEmb.apply(x, cos, sin, interleaved, inplace, offset, offsets, cu_seqlens, max_q, backend)
+    return ApplyRotaryEmb.apply(
+        x, cos, sin, interleaved, inplace, offset, offsets, cu_seqlens, max_q, backend
+    )
