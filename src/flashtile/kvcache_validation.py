@@ -148,3 +148,46 @@ def check_values(
             f"sequence uses; got {summary.bad_pages} out of range among the first ceil((cache_seqlens + "
             f"seqlen_new) / {page_size}) of each row: {block_table.tolist()}"
         )
+
+
+def check_paged_varlen(
+    k: object, v: object, block_table: object, cu_seqlens_k: object, max_seqlen_k: object
+) -> int:
+    """flash_attn_varlen_func with ``block_table``: k and v a paged cache on one device, the table
+    ``(batch_size, pages_per_sequence)`` with ``batch_size = len(cu_seqlens_k) − 1``; returns how many
+    packed rows to gather.
+
+    As for every varlen call, values are checked on CPU tensors and, on CUDA, under ``FLASHTILE_DEBUG=1``
+    (:mod:`flashtile.validation`): then the rows are exactly ``cu_seqlens_k[-1]``, every sequence fits in
+    its pages and the pages it uses are in range. Otherwise no host read happens and the rows are the
+    bound ``batch_size · max_seqlen_k``.
+    """
+    validation.check_tensors(k=k, v=v)
+    validation.check_same_device(k=k, v=v)
+    if not isinstance(cu_seqlens_k, torch.Tensor) or cu_seqlens_k.dim() != 1 or cu_seqlens_k.shape[0] < 1:
+        raise FlashtileValueError(
+            "cu_seqlens_k must be a 1-D torch.int32 tensor (batch_size + 1,); got "
+            f"{validation.describe(cu_seqlens_k)}"
+        )
+    batch = cu_seqlens_k.shape[0] - 1
+    page_size = check_paged_cache(("k", "v"), k, v, block_table, batch)
+    max_k = validation.check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    capacity = block_table.shape[1] * page_size
+    checked = not torch.compiler.is_compiling() and (k.device.type == "cpu" or validation._debug())
+    if not checked:
+        return batch * max_k
+    check_int_tensor("cu_seqlens_k", cu_seqlens_k, batch + 1, k.device, "(batch_size + 1,)")
+    ends = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).long()
+    longest = int(ends.max()) if batch else 0
+    if longest > capacity:
+        raise FlashtileValueError(
+            f"a sequence of {longest} keys (cu_seqlens_k) does not fit in block_table's "
+            f"{block_table.shape[1]} pages of {page_size}: capacity {capacity}"
+        )
+    bad = int(needed_pages_bad(block_table, ends, page_size, k.shape[0])) if batch else 0
+    if bad:
+        raise FlashtileValueError(
+            f"block_table entries must be page numbers in [0, {k.shape[0]}) (k dim 0) for every page a "
+            f"sequence uses; got {bad} out of range: {block_table.tolist()}"
+        )
+    return int(cu_seqlens_k[-1])

@@ -85,3 +85,16 @@ def attention_gathered(
         cu_seqlens_k=cu_k, max_seqlen_q=seqlen_q, max_seqlen_k=capacity,
     )  # fmt: skip
     return out.view(q.shape), lse.view(nheads, batch, seqlen_q).transpose(0, 1)
+
+
+def gather_varlen(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    rows: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed ``(rows, H_KV, D)`` K and V of a paged varlen batch: key ``t`` of sequence ``b`` (row
+    ``cu_seqlens_k[b] + t``) from page ``block_table[b, t // page_size]``. Differentiable."""
+    seq, pos = packed_positions(cu_seqlens_k, None, rows)
+    return gather_rows(k_cache, seq, pos, block_table), gather_rows(v_cache, seq, pos, block_table)
