@@ -127,7 +127,7 @@ def _logical(cache: torch.Tensor, args: dict) -> torch.Tensor:
         )
         return pages.reshape(table.shape[0], -1, *cache.shape[2:])
     idx = args.get("cache_batch_idx")
-    return cache if idx is None else cache[idx.long()]
+    return cache if idx is None else cache[idx.long().to(cache.device)]
 
 
 def _oracle(args: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
