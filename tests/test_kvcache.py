@@ -490,3 +490,19 @@ def test_decode_step_compiles_fullgraph(seed: int, monkeypatch) -> None:
     # The append happened in place inside the compiled graph.
     torch.testing.assert_close(args["k_cache"], eager_args["k_cache"], equal_nan=True)
     torch.testing.assert_close(args["v_cache"], eager_args["v_cache"], equal_nan=True)
+
+
+def test_signature_is_flash_attn_s() -> None:
+    import inspect
+
+    expected = [
+        ("q", inspect.Parameter.empty),
+        ("k_cache", inspect.Parameter.empty),
+        ("v_cache", inspect.Parameter.empty),
+        ("k", None), ("v", None), ("rotary_cos", None), ("rotary_sin", None), ("cache_seqlens", None),
+        ("cache_batch_idx", None), ("cache_leftpad", None), ("block_table", None), ("softmax_scale", None),
+        ("causal", False), ("window_size", (-1, -1)), ("softcap", 0.0), ("rotary_interleaved", True),
+        ("alibi_slopes", None), ("num_splits", 0), ("return_softmax_lse", False),
+    ]  # fmt: skip
+    params = inspect.signature(flash_attn_with_kvcache).parameters.values()
+    assert [(p.name, p.default) for p in params] == expected
