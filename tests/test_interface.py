@@ -491,6 +491,7 @@ def test_public_names() -> None:
         "flash_attn_varlen_kvpacked_func",
         "flash_attn_varlen_qkvpacked_func",
         "flash_attn_with_kvcache",
+        "bert_padding",
     }
     assert isinstance(flashtile.__version__, str)
 
