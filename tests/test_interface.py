@@ -483,12 +483,14 @@ def test_public_names() -> None:
     assert set(flashtile.__all__) == {
         "FlashAttention",
         "__version__",
+        "apply_rotary_emb",
         "flash_attn_func",
         "flash_attn_kvpacked_func",
         "flash_attn_qkvpacked_func",
         "flash_attn_varlen_func",
         "flash_attn_varlen_kvpacked_func",
         "flash_attn_varlen_qkvpacked_func",
+        "flash_attn_with_kvcache",
         "bert_padding",
     }
     assert isinstance(flashtile.__version__, str)

@@ -486,15 +486,13 @@ def test_varlen_alibi_batch_is_the_number_of_sequences(no_launch: list[str]) -> 
     assert no_launch == []
 
 
-def test_varlen_block_table_not_implemented(no_launch: list[str]) -> None:
+def test_varlen_block_table_needs_a_paged_cache(no_launch: list[str]) -> None:
     q, k, v, cu_q, cu_k = _varlen()
     table = torch.zeros(3, 1, dtype=torch.int32)
     _raises(
-        NotImplementedError,
+        ValueError,
         lambda: flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 5, block_table=table),
-        "block_table",
-        "not implemented yet",
-        "accepted: None",
+        "k must have 4 dimensions (num_pages, page_size, nheads_k, headdim)",
     )
     assert no_launch == []
 

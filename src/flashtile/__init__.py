@@ -13,7 +13,9 @@ from flashtile.interface import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from flashtile.kvcache import flash_attn_with_kvcache
 from flashtile.modules import FlashAttention
+from flashtile.rotary import apply_rotary_emb
 
 try:
     __version__ = version("flashtile")
@@ -23,6 +25,7 @@ except PackageNotFoundError:
 __all__ = [
     "FlashAttention",
     "__version__",
+    "apply_rotary_emb",
     "bert_padding",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
@@ -30,4 +33,5 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
 ]

@@ -19,8 +19,8 @@ import torch
 
 from flashtile import autograd as _autograd
 from flashtile import backend as _backend
+from flashtile import kvcache_validation, paged, validation
 from flashtile import ops as _ops
-from flashtile import validation
 from flashtile.reference.naive import attention_probs
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -63,8 +63,8 @@ Where flashtile differs from flash_attn 2.8:
 - S_dmask is (batch_size, nheads, seqlen_q, seqlen_k) (max_seqlen_q, max_seqlen_k under varlen),
   unpadded; flash_attn pads both lengths to multiples of 128. It is recomputed by the reference from q
   and k, so its values may differ from the kernel's probabilities by rounding.
-- Not implemented yet: block_table (paged KV cache) raises NotImplementedError; flash_attn_with_kvcache
-  does not exist yet.
+- block_table takes any page size that is a multiple of 16 (flash_attn: 256) and its keys are
+  gathered into a packed copy before the kernel runs.
 - Beyond flash_attn: softcap combines with dropout and ALiBi; CPU tensors run on the PyTorch reference,
   which also takes float32 and float64 (with float64 inputs softmax_lse is float64); Triton's CPU
   interpreter also takes float32. flash_attn runs on CUDA in float16/bfloat16 only.
@@ -100,12 +100,15 @@ class _Varlen(NamedTuple):
     names: tuple[str, str, str, str] = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
 
 
-def _check_no_block_table(block_table: object) -> None:
-    if block_table is not None:
-        raise NotImplementedError(
-            "block_table (the paged KV cache) is not implemented yet in flashtile; got "
-            f"{validation.describe(block_table)}, accepted: None"
-        )
+def _gather_pages(
+    k: torch.Tensor, v: torch.Tensor, block_table: object, cu_seqlens_k: object, max_seqlen_k: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """k and v themselves, or with a block_table the keys of every sequence gathered from the pages into
+    packed varlen K/V (one copy: :mod:`flashtile.paged`)."""
+    if block_table is None:
+        return k, v
+    rows = kvcache_validation.check_paged_varlen(k, v, block_table, cu_seqlens_k, max_seqlen_k)
+    return paged.gather_varlen(k, v, block_table.contiguous(), cu_seqlens_k, rows)
 
 
 def _keep_mask(
@@ -473,7 +476,12 @@ def flash_attn_varlen_func(
         max_seqlen_q: int ≥ 0, at least the longest query sequence.
         max_seqlen_k: int ≥ 0, at least the longest key sequence.
         {options}
-        block_table: must be None: the paged KV cache is not implemented yet (NotImplementedError).
+        block_table: (batch_size, pages_per_sequence) torch.int32, or None. With it k and v are a paged
+            cache (num_pages, page_size, nheads_k, headdim), page_size a multiple of 16: key t of
+            sequence b is row t % page_size of page block_table[b, t // page_size]. The keys are
+            gathered into packed K/V first (one copy of them, differentiable), then attended as above;
+            on CUDA without FLASHTILE_DEBUG=1 the copy has batch_size · max_seqlen_k rows (the
+            total is not read on the host).
 
     Returns:
         out: (total_q, nheads, headdim), q's dtype, contiguous.
@@ -496,7 +504,7 @@ def flash_attn_varlen_func(
         >>> out.shape, pad_input(out, indices, 2, 6).shape
         (torch.Size([9, 4, 64]), torch.Size([2, 6, 4, 64]))
     """
-    _check_no_block_table(block_table)
+    k, v = _gather_pages(k, v, block_table, cu_seqlens_k, max_seqlen_k)
     return _attention(
         {"q": q, "k": k, "v": v},
         dropout_p,

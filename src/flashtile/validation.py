@@ -2,8 +2,8 @@
 
 Every error names the argument, what was received and what is accepted: FlashtileTypeError (a TypeError)
 for wrong types and dtypes, FlashtileValueError (a ValueError) for wrong shapes and values, both also
-RuntimeErrors as flash_attn's are (:mod:`flashtile.errors`), and NotImplementedError for flash_attn arguments
-that flashtile does not implement yet (``block_table``).
+RuntimeErrors as flash_attn's are (:mod:`flashtile.errors`). The KV-cache and paged-cache checks are in
+:mod:`flashtile.kvcache_validation`.
 
 Variable-length batches: the types, dtypes, shapes and devices of ``cu_seqlens_q/k`` are always checked;
 their values (start at 0, non-decreasing, end at the token count, no sequence longer than ``max_seqlen``)

@@ -105,3 +105,18 @@ HOPPER_FWD_HEAD_DIMS = (64, 128, 256)
 def hopper_fwd_config(head_dim: int) -> HopperFwdConfig:
     # D = 256: a 64×256 fp32 accumulator is 128 registers a thread, so S stays 64 keys wide.
     return HopperFwdConfig(BLOCK_N=64 if head_dim > 128 else 128, STAGES=2)
+
+
+@dataclass(frozen=True)
+class RowsConfig:
+    """Tiling of the row kernels (rotary, KV-cache append): BLOCK_M rows of one head per program."""
+
+    BLOCK_M: int
+    num_warps: int
+
+
+def rows_config(head_dim: int, device: torch.device) -> RowsConfig:
+    if is_interpreter() or device.type != "cuda":
+        return RowsConfig(8, 1)
+    # Memory-bound copies: 16-byte accesses over a row of D, enough rows in flight to cover latency.
+    return RowsConfig(16 if block_d(head_dim) <= 128 else 8, 4)
