@@ -153,3 +153,13 @@ def test_hopper_backward_routes_between_the_gluon_and_the_portable_kernel(monkey
     assert kind == ("gluon" if gluon_covers else "portable")
     # deterministic=True reaches the Gluon backward (its second dQ kernel); the portable one is always so.
     assert ("deterministic" in keywords) == gluon_covers
+
+
+def test_kernels_without_a_gluon_version_run_portable_under_the_hopper_backend():
+    from flashtile import ops_kvcache
+
+    assert ops_kvcache._kernel_family("hopper") == "triton"
+    assert ops_kvcache._kernel_family("triton") == "triton"
+    assert ops_kvcache._kernel_family("reference") == "reference"
+    with pytest.raises(ValueError, match="backend must be one of hopper, triton, reference"):
+        ops_kvcache._kernel_family("cuda")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from flashtile.backend import BACKENDS
 from flashtile.ops import lse_dtype
 
 # Query lengths the split-KV decode kernel takes; longer ones run through the paged gather and the
@@ -23,9 +24,12 @@ from flashtile.ops import lse_dtype
 DECODE_MAX_SEQLEN_Q = 16
 
 
-def _check_backend(backend: str) -> None:
-    if backend not in ("triton", "reference"):
-        raise ValueError(f"backend must be one of triton, reference; got {backend!r}")
+def _kernel_family(backend: str) -> str:
+    """``"reference"`` or ``"triton"``: rotary, the append and decoding have no Gluon kernels, so the hopper
+    backend runs them with the portable Triton kernels."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    return "reference" if backend == "reference" else "triton"
 
 
 def run_rotary(
@@ -42,7 +46,7 @@ def run_rotary(
 ) -> torch.Tensor:
     """``x`` rotated (a new tensor, x's dtype and shape); positions start at ``offsets[b]`` when given,
     else at ``offset``."""
-    _check_backend(backend)
+    backend = _kernel_family(backend)
     seqlen_offsets = offset if offsets is None else offsets
     if backend == "triton":
         from flashtile.kernels.rotary import apply_rotary
@@ -93,7 +97,7 @@ def run_kvcache_append(
 ) -> None:
     """Write ``k`` (rotated at positions ``cache_seqlens[b] + i`` when ``rotary_cos`` is given) and ``v``
     into the caches at slots ``cache_seqlens[b] + i``, in place; no other element of the caches changes."""
-    _check_backend(backend)
+    backend = _kernel_family(backend)
     if k.shape[0] == 0 or k.shape[1] == 0:
         return
     if backend == "triton":
@@ -150,7 +154,7 @@ def run_kvcache_attn(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)`` of q ``(B, N_q, H, D)`` over keys ``[cache_leftpad[b], seqlens_k[b])`` of each
     sequence's cache: ``out`` like q (contiguous), ``lse`` ``(B, H, N_q)`` float32 (float64 for float64)."""
-    _check_backend(backend)
+    backend = _kernel_family(backend)
     if 0 in q.shape:
         out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         return out, torch.full(_lse_shape(q), float("-inf"), dtype=lse_dtype(q.dtype), device=q.device)

@@ -96,7 +96,7 @@ def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
     accepted = supported_dtypes(backend, first.device)
     if first.dtype not in accepted:
         hint = ""
-        if backend == "triton":
+        if backend != "reference":
             hint = f"; FLASHTILE_BACKEND=reference accepts {_names(_REFERENCE_DTYPES)}"
         raise FlashtileTypeError(
             f"{name}.dtype is {first.dtype}, which the {backend} backend on {first.device.type} does not "
