@@ -87,3 +87,41 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     if bd <= 64:
         return BwdConfig(32, 64, 4, 2, 64, 32, 4, 2)
     return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tiling of the split-KV decode kernel: up to MAX_BLOCK_M packed query rows (GQA group × query tokens)
+    per program, BLOCK_N cache rows per step; CTAS_PER_SM is the residency the split heuristic assumes."""
+
+    MAX_BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+    CTAS_PER_SM: int = 2
+
+
+# The combine kernel's rows per program: 16 rows of D = 128 fp32 is one 8 KB tile per split.
+COMBINE_BLOCK_ROWS = 16
+
+
+def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
+    bd = block_d(head_dim)
+    if is_interpreter() or device.type != "cuda":
+        return DecodeConfig(16, 16, 4, 1)
+    if _is_hopper(device):
+        if bd <= 128:
+            return DecodeConfig(64, 64, 4, 4)
+        return DecodeConfig(32, 64, 4, 3)
+    if bd <= 128:
+        return DecodeConfig(64, 64, 4, 3)
+    return DecodeConfig(32, 32, 4, 2)
+
+
+@functools.cache
+def multiprocessor_count(device: torch.device) -> int:
+    """SMs of a CUDA device; the interpreter pretends to have four, so that the split heuristic splits the
+    small problems of the CPU tests."""
+    if is_interpreter() or device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -178,6 +178,16 @@ def attn_fwd_kernel(
 attn_fwd_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_fwd_kernel.fn)
 
 
+def positive_scale(q: torch.Tensor, softmax_scale: float) -> tuple[torch.Tensor, float]:
+    """``(q, scale)`` with a positive scale and the same softmax: softmax(scale·q·kᵀ) is unchanged by
+    (q, scale) → (−q, −scale), and with scale 0 every score is 0. The kernels rely on scale > 0."""
+    if softmax_scale < 0:
+        return -q, -softmax_scale
+    if softmax_scale == 0:
+        return torch.zeros_like(q), 1.0
+    return q, softmax_scale
+
+
 def dot_options(dtype: torch.dtype) -> dict[str, object]:
     """How the dots treat this input dtype. fp16 operands stay fp16 everywhere (P and dS are rounded to
     fp16 as on the GPU); fp32 gets true fp32 dots (Triton's default rounds them to tf32); bf16 is upcast
@@ -311,12 +321,7 @@ def attn_fwd(
     if total_k == 0:
         return out.zero_(), lse.fill_(-math.inf)
 
-    # softmax(scale·q·kᵀ) is unchanged by (q, scale) → (−q, −scale), and with scale 0 every score is 0:
-    # the kernel then only ever sees a positive scale.
-    if softmax_scale < 0:
-        q, softmax_scale = -q, -softmax_scale
-    elif softmax_scale == 0:
-        q, softmax_scale = torch.zeros_like(q), 1.0
+    q, softmax_scale = positive_scale(q, softmax_scale)
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
         cu_seqlens_q, cu_seqlens_k, total_q, total_k,
