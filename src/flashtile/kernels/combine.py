@@ -27,7 +27,7 @@ def attn_combine_kernel(
     o_part_ptr, lse_part_ptr, o_ptr, lse_ptr, num_splits, num_rows, N, H,
     stride_ps, stride_pb, stride_pn, stride_ph, stride_ls, stride_lb, stride_lh, stride_ln,
     stride_ob, stride_on, stride_oh, stride_lse_b, stride_lse_h, stride_lse_n,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     # Rows are (b, n, h) with h fastest: a block of rows is consecutive heads of one token, one contiguous
     # stretch of a (B, N, H, D) output.
@@ -37,30 +37,40 @@ def attn_combine_kernel(
     n = (rows // H) % N
     b = rows // (H * N)
     offs_d = tl.arange(0, BLOCK_D)
-    tile_ok = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    lse_part = lse_part_ptr + b * stride_lb + h * stride_lh + n * stride_ln
-    o_part = o_part_ptr + (b * stride_pb + n * stride_pn + h * stride_ph)[:, None] + offs_d[None, :]
+    offs_s = tl.arange(0, BLOCK_S)
+    lse_rows = lse_part_ptr + b * stride_lb + h * stride_lh + n * stride_ln
+    o_rows = o_part_ptr + b * stride_pb + n * stride_pn + h * stride_ph
+    d_ok = offs_d < HEAD_DIM
 
     m = tl.full([BLOCK_R], -float("inf"), tl.float32)
-    for s in range(num_splits):
-        m = tl.maximum(m, tl.load(lse_part + s * stride_ls, mask=row_ok, other=-float("inf")))
-    # A row no part saw keeps m = −inf: subtracting 0 instead avoids −inf − (−inf).
-    m_ref = tl.where(m == -float("inf"), 0.0, m)
     acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
     den = tl.zeros([BLOCK_R], tl.float32)
-    for s in range(num_splits):
-        lse_s = tl.load(lse_part + s * stride_ls, mask=row_ok, other=-float("inf"))
-        w = tl.math.exp2((lse_s - m_ref) * LOG2_E)
+    # BLOCK_S parts at once: their loads are independent, so one memory latency serves them all.
+    for s0 in range(0, num_splits, BLOCK_S):
+        parts = s0 + offs_s
+        ok = (parts < num_splits)[:, None] & row_ok[None, :]
+        lse_s = tl.load(lse_rows[None, :] + parts[:, None] * stride_ls, mask=ok, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(lse_s, 0))
+        # A row no part saw so far keeps m = −inf: subtracting 0 instead avoids −inf − (−inf).
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        w = tl.math.exp2((lse_s - m_ref[None, :]) * LOG2_E)  # [S, R]
         seen = lse_s > -float("inf")
-        o_s = tl.load(o_part + s * stride_ps, mask=tile_ok & seen[:, None], other=0.0).to(tl.float32)
+        o_s = tl.load(
+            o_rows[None, :, None] + parts[:, None, None] * stride_ps + offs_d[None, None, :],
+            mask=seen[:, :, None] & d_ok[None, None, :],
+            other=0.0,
+        ).to(tl.float32)  # [S, R, D]
+        alpha = tl.math.exp2((m - m_ref) * LOG2_E)
         # 0·NaN is NaN: a part that saw no key must not be multiplied at all.
-        acc += tl.where(seen[:, None], w[:, None] * o_s, 0.0)
-        den += w
+        acc = acc * alpha[:, None] + tl.sum(tl.where(seen[:, :, None], w[:, :, None] * o_s, 0.0), 0)
+        den = den * alpha + tl.sum(w, 0)
+        m = m_new
     empty = den == 0.0
     out = acc / tl.where(empty, 1.0, den)[:, None]
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
     lse = tl.where(empty, -float("inf"), m_ref + tl.math.log2(tl.where(empty, 1.0, den)) * LN_2)
-    o_rows = o_ptr + (b * stride_ob + n * stride_on + h * stride_oh)[:, None] + offs_d[None, :]
-    tl.store(o_rows, out.to(o_ptr.dtype.element_ty), mask=tile_ok)
+    o_out = o_ptr + (b * stride_ob + n * stride_on + h * stride_oh)[:, None] + offs_d[None, :]
+    tl.store(o_out, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
     tl.store(lse_ptr + b * stride_lse_b + h * stride_lse_h + n * stride_lse_n, lse, mask=row_ok)
 
 
@@ -100,11 +110,11 @@ def attn_combine(
     num_rows = batch * seqlen * heads
     if num_rows == 0 or head_dim == 0:
         return out, lse
-    block_r = configs.COMBINE_BLOCK_ROWS
+    block_s, block_r = configs.combine_blocks(parts, configs.block_d(head_dim))
     launch(
         attn_combine_kernel, (triton.cdiv(num_rows, block_r),), o5.device,
         o5, l4, o4, l3, parts, num_rows, seqlen, heads,
         *o5.stride()[:4], *l4.stride(), *o4.stride()[:3], *l3.stride(),
-        HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_R=block_r,
+        HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_R=block_r, BLOCK_S=block_s,
     )  # fmt: skip
     return out, lse

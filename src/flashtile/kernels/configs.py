@@ -92,17 +92,24 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
 @dataclass(frozen=True)
 class DecodeConfig:
     """Tiling of the split-KV decode kernel: up to MAX_BLOCK_M packed query rows (GQA group × query tokens)
-    per program, BLOCK_N cache rows per step; CTAS_PER_SM is the residency the split heuristic assumes."""
+    per program, BLOCK_N cache rows per step."""
 
     MAX_BLOCK_M: int
     BLOCK_N: int
     num_warps: int
     num_stages: int
-    CTAS_PER_SM: int = 2
 
 
-# The combine kernel's rows per program: 16 rows of D = 128 fp32 is one 8 KB tile per split.
-COMBINE_BLOCK_ROWS = 16
+# The combine kernel loads a [parts, rows, D] tile of partial outputs at once; this many elements at most
+# (64 fp32 registers a thread at 4 warps).
+COMBINE_TILE_ELEMENTS = 8192
+
+
+def combine_blocks(parts: int, block_d: int) -> tuple[int, int]:
+    """(BLOCK_S, BLOCK_R) of the combine kernel: every part in one load up to 64 parts, then as many rows
+    as fit the tile."""
+    block_s = min(64, 1 << (max(parts, 1) - 1).bit_length())
+    return block_s, max(1, COMBINE_TILE_ELEMENTS // (block_s * block_d))
 
 
 def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
@@ -110,9 +117,10 @@ def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
     if is_interpreter() or device.type != "cuda":
         return DecodeConfig(16, 16, 4, 1)
     if _is_hopper(device):
+        # 2 stages: ~52 KB of shared memory at D = 128, four programs an SM (scripts/decode_check.py sweep).
         if bd <= 128:
-            return DecodeConfig(64, 64, 4, 4)
-        return DecodeConfig(32, 64, 4, 3)
+            return DecodeConfig(64, 64, 4, 2)
+        return DecodeConfig(32, 64, 4, 2)
     if bd <= 128:
         return DecodeConfig(64, 64, 4, 3)
     return DecodeConfig(32, 32, 4, 2)
