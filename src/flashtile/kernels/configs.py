@@ -117,9 +117,10 @@ def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
     if is_interpreter() or device.type != "cuda":
         return DecodeConfig(16, 16, 4, 1)
     if _is_hopper(device):
-        # 2 stages: ~52 KB of shared memory at D = 128, four programs an SM (scripts/decode_check.py sweep).
+        # One program an SM (the split heuristic) needs 3 stages in flight: 2 stages ran 1.2-1.5x slower
+        # (H100, docs/test-runs/2026-11-23-h100-decode/check_run2.log).
         if bd <= 128:
-            return DecodeConfig(64, 64, 4, 2)
+            return DecodeConfig(64, 64, 4, 3)
         return DecodeConfig(32, 64, 4, 2)
     if bd <= 128:
         return DecodeConfig(64, 64, 4, 3)
