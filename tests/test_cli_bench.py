@@ -165,9 +165,22 @@ def test_unknown_peer_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "unknown nosuch" in capsys.readouterr().err
 
 
-def test_decode_says_not_yet_available(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--decode"]) == 2
-    assert "not yet available: decoding lands in a later issue" in capsys.readouterr().err
+def test_decode_needs_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--decode", "--quick", "--device", "cpu"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_decode_grid_covers_the_targets() -> None:
+    from flashtile.bench.decode import MAX_CACHE_BYTES, cells
+
+    full = cells(quick=False)
+    assert {c.batch for c in full} == {1, 4, 16, 64, 256}
+    assert {c.cache_len for c in full} == {1024, 4096, 16384, 65536, 131072}
+    assert {c.gqa for c in full} == {1, 4, 8}
+    assert {c.page_size for c in full} == {None, 16, 64, 256}
+    assert {c.seqlen_q for c in full} == {1, 4}
+    assert all(c.kv_bytes <= MAX_CACHE_BYTES for c in full)
+    assert len(cells(quick=True)) == 8
 
 
 def test_paper_preset_is_the_papers_grid() -> None:

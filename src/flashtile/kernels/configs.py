@@ -120,3 +120,50 @@ def rows_config(head_dim: int, device: torch.device) -> RowsConfig:
         return RowsConfig(8, 1)
     # Memory-bound copies: 16-byte accesses over a row of D, enough rows in flight to cover latency.
     return RowsConfig(16 if block_d(head_dim) <= 128 else 8, 4)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tiling of the split-KV decode kernel: up to MAX_BLOCK_M packed query rows (GQA group × query tokens)
+    per program, BLOCK_N cache rows per step."""
+
+    MAX_BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+
+
+# The combine kernel loads a [parts, rows, D] tile of partial outputs at once; this many elements at most
+# (64 fp32 registers a thread at 4 warps).
+COMBINE_TILE_ELEMENTS = 8192
+
+
+def combine_blocks(parts: int, block_d: int) -> tuple[int, int]:
+    """(BLOCK_S, BLOCK_R) of the combine kernel: every part in one load up to 64 parts, then as many rows
+    as fit the tile."""
+    block_s = min(64, 1 << (max(parts, 1) - 1).bit_length())
+    return block_s, max(1, COMBINE_TILE_ELEMENTS // (block_s * block_d))
+
+
+def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
+    bd = block_d(head_dim)
+    if is_interpreter() or device.type != "cuda":
+        return DecodeConfig(16, 16, 4, 1)
+    if _is_hopper(device):
+        # One program an SM (the split heuristic) needs 3 stages in flight: 2 stages ran 1.2-1.5x slower
+        # (H100, docs/test-runs/2026-11-23-h100-decode/check_run2.log).
+        if bd <= 128:
+            return DecodeConfig(64, 64, 4, 3)
+        return DecodeConfig(32, 64, 4, 2)
+    if bd <= 128:
+        return DecodeConfig(64, 64, 4, 3)
+    return DecodeConfig(32, 32, 4, 2)
+
+
+@functools.cache
+def multiprocessor_count(device: torch.device) -> int:
+    """SMs of a CUDA device; the interpreter pretends to have four, so that the split heuristic splits the
+    small problems of the CPU tests."""
+    if is_interpreter() or device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -178,6 +178,16 @@ def attn_fwd_kernel(
 attn_fwd_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_fwd_kernel.fn)
 
 
+def positive_scale(q: torch.Tensor, softmax_scale: float) -> tuple[torch.Tensor, float]:
+    """``(q, scale)`` with a positive scale and the same softmax: softmax(scale·q·kᵀ) is unchanged by
+    (q, scale) → (−q, −scale), and with scale 0 every score is 0. The kernels rely on scale > 0."""
+    if softmax_scale < 0:
+        return -q, -softmax_scale
+    if softmax_scale == 0:
+        return torch.zeros_like(q), 1.0
+    return q, softmax_scale
+
+
 def dot_options(dtype: torch.dtype) -> dict[str, object]:
     """How the dots treat this input dtype. fp16 operands stay fp16 everywhere (P and dS are rounded to
     fp16 as on the GPU); fp32 gets true fp32 dots (Triton's default rounds them to tf32); bf16 is upcast
@@ -257,16 +267,6 @@ def kernel_options(
             IS_VARLEN=cu_seqlens_q is not None,
         ),
     )
-
-
-def positive_scale(q: torch.Tensor, softmax_scale: float) -> tuple[torch.Tensor, float]:
-    """``(q, softmax_scale)`` with a positive scale and the same softmax: softmax(scale·q·kᵀ) is unchanged by
-    (q, scale) → (−q, −scale), and with scale 0 every score is 0."""
-    if softmax_scale < 0:
-        return -q, -softmax_scale
-    if softmax_scale == 0:
-        return torch.zeros_like(q), 1.0
-    return q, softmax_scale
 
 
 def dense_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:

@@ -1,0 +1,335 @@
+"""Split-KV decode kernel (flash-decoding): a few query tokens against a long, possibly paged, KV cache.
+
+One program owns (batch b, KV head, split, block of packed query rows). The rows are the GQA group's query
+heads × the query tokens, so every K/V byte of a head is read by one program once; the visible keys of a
+sequence are cut into ``num_splits`` stretches of whole tiles, and the splits' partial ``(out, lse)`` are
+merged by ``combine.attn_combine``. Design, split heuristic and combine math: docs/design/decode.md.
+
+Key ``j`` (0 ≤ j < n_k, ``n_k = cache_seqlens[b] − leftpad``) is cache slot ``leftpad + j`` of the sequence:
+row ``cache_batch_idx[b]`` of a contiguous cache, or page ``block_table[b, slot // page_size]`` of a paged
+one. Only slots of valid keys are ever read: slots and pages past a sequence may hold anything.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from flashtile.kernels import configs
+from flashtile.kernels._layout import launch
+from flashtile.kernels._masking import visible, visible_span
+from flashtile.kernels._scores import base2_scores
+from flashtile.kernels._tiles import dot_operand
+from flashtile.kernels.combine import attn_combine
+from flashtile.kernels.fwd import LOG2_E, dot_options, positive_scale
+
+LN_2 = tl.constexpr(math.log(2.0))
+LOG2_E_C = tl.constexpr(LOG2_E)
+# A split gets at least this many key tiles, so its fixed cost (q load, partial store, combine) stays small.
+MIN_TILES_PER_SPLIT = 4
+MAX_SPLITS = 128
+# The heuristic takes the fewest splits whose wave efficiency is within this factor of the best.
+SPLIT_EFFICIENCY = 0.95
+
+
+@triton.jit
+def _cache_rows(
+    k_base, v_base, bt_row, first_slot, slots, slot_ok, num_blocks, stride_kn, stride_vn, stride_kp,
+    stride_vp, MASKED: tl.constexpr, IS_PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    TILE_IN_PAGE: tl.constexpr,
+):  # fmt: skip
+    """Addresses of cache slots ``slots`` (from ``first_slot`` on) of the program's sequence and KV head in K
+    and V, through int64 offsets. MASKED: only the slots of ``slot_ok`` are looked up in the block table;
+    TILE_IN_PAGE: the tile lies in one page, whose number is one scalar load."""
+    if IS_PAGED:
+        if TILE_IN_PAGE:
+            page = tl.load(bt_row + first_slot // PAGE_SIZE)
+        elif MASKED:
+            page = tl.load(bt_row + slots // PAGE_SIZE, mask=slot_ok, other=0)
+        else:
+            page = tl.load(bt_row + slots // PAGE_SIZE)
+        # A bad block-table entry may read a wrong page, never outside the cache.
+        page = tl.minimum(tl.maximum(page, 0), num_blocks - 1).to(tl.int64)
+        within = (slots % PAGE_SIZE).to(tl.int64)
+        return k_base + page * stride_kp + within * stride_kn, v_base + page * stride_vp + within * stride_vn
+    slots = slots.to(tl.int64)
+    return k_base + slots * stride_kn, v_base + slots * stride_vn
+
+
+@triton.jit
+def _attn_decode_steps(
+    acc, l_i, m_i, q, k_base, v_base, bt_row, start_n, end_n, leftpad, num_blocks, rows_i,
+    alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
+    stride_kn, stride_vn, stride_kp, stride_vp,
+    MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, IS_PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
+    """Fold keys [start_n, end_n) into (acc, ℓ, m). MASKED tiles load only keys < end_n (the split's end,
+    never past the sequence) and apply the window; unmasked tiles lie wholly inside both."""
+    offs_d = tl.arange(0, BLOCK_D)
+    for n0 in tl.range(start_n, end_n, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < end_n
+        k_rows, v_rows = _cache_rows(
+            k_base, v_base, bt_row, leftpad + n0, leftpad + offs_n, key_ok, num_blocks, stride_kn, stride_vn,
+            stride_kp, stride_vp, MASKED, IS_PAGED, PAGE_SIZE, TILE_IN_PAGE,
+        )  # fmt: skip
+        if MASKED or BLOCK_D != HEAD_DIM:
+            load_ok = key_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+            # Unread slots become 0, not whatever they hold: a masked score must meet a finite V.
+            k = tl.load(k_rows[:, None] + offs_d[None, :], mask=load_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+            v = tl.load(v_rows[:, None] + offs_d[None, :], mask=load_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+        else:
+            k = tl.load(k_rows[:, None] + offs_d[None, :])  # [BLOCK_N, BLOCK_D]
+            v = tl.load(v_rows[:, None] + offs_d[None, :])  # [BLOCK_N, BLOCK_D]
+        k = dot_operand(k, DOT_FP32)
+        v = dot_operand(v, DOT_FP32)
+        s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+        if HAS_SOFTCAP or HAS_ALIBI:
+            s, _ = base2_scores(
+                s, rows_i[:, None], offs_n[None, :], qk_scale, softcap_qk, softcap_out, alibi_slopes[:, None],
+                diag_offset, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+            )  # fmt: skip
+            s_scale = 1.0
+        else:
+            # qk_scale > 0: the row max commutes with the scaling, which folds into one FMA below.
+            s_scale = qk_scale
+        if MASKED:
+            keep = visible(rows_i[:, None], offs_n[None, :], end_n, lo_diag, hi_diag, IS_LOCAL)
+            s = tl.where(keep, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * s_scale)
+        # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
+        p = tl.math.exp2(s * s_scale - m_ref[:, None])
+        alpha = tl.math.exp2(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit(do_not_specialize=["window_left", "window_right"])
+def attn_decode_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seqlens_ptr, block_table_ptr, batch_idx_ptr, leftpad_ptr, alibi_ptr,
+    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+    stride_os, stride_ob, stride_on, stride_oh, stride_ls, stride_lb, stride_lh, stride_ln,
+    stride_bt, stride_alibi_b,
+    seqlen_q, capacity, num_blocks, num_m_blocks, num_splits, H_KV,
+    qk_scale, window_left, window_right, softcap_qk, softcap_out,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    IS_PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
+    IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_FP32: tl.constexpr,
+):  # fmt: skip
+    # Without leftpad every tile starts at a multiple of BLOCK_N: with pages a multiple of it, in one page.
+    TILE_IN_PAGE: tl.constexpr = IS_PAGED and PAGE_SIZE % BLOCK_N == 0 and not HAS_LEFTPAD
+    # Row blocks of one (b, KV head, split) are neighbours: they read the same keys, which stay in L2.
+    pid = tl.program_id(0).to(tl.int64)
+    m_block = pid % num_m_blocks
+    split = (pid // num_m_blocks) % num_splits
+    h_kv = (pid // (num_m_blocks * num_splits)) % H_KV
+    b = pid // (num_m_blocks * num_splits * H_KV)
+
+    # Lengths are clamped to the cache, so bad values can never address a slot outside it.
+    seqlen = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b), 0), capacity)
+    leftpad = 0
+    if HAS_LEFTPAD:
+        leftpad = tl.minimum(tl.maximum(tl.load(leftpad_ptr + b), 0), seqlen)
+    n_k = seqlen - leftpad
+
+    # Packed row r is query token r // GROUP of query head h_kv·GROUP + r % GROUP.
+    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < GROUP * seqlen_q
+    rows_i = rows // GROUP
+    heads = h_kv * GROUP + rows % GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    q_ok = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    q_rows = q_ptr + b * stride_qb + rows_i * stride_qn + heads * stride_qh
+    q = dot_operand(tl.load(q_rows[:, None] + offs_d[None, :], mask=q_ok, other=0.0), DOT_FP32)
+
+    diag_offset = n_k - seqlen_q
+    lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
+    hi_diag = diag_offset + window_right
+    i_first = m_block * BLOCK_M // GROUP
+    i_last = tl.minimum(m_block * BLOCK_M + BLOCK_M - 1, GROUP * seqlen_q - 1) // GROUP
+    if IS_LOCAL:
+        start, unmasked_start, unmasked_end, end = visible_span(
+            i_first, i_last + 1, n_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N
+        )
+    else:
+        start = 0
+        unmasked_start = 0
+        unmasked_end = n_k // BLOCK_N * BLOCK_N
+        end = n_k
+    # This split's whole tiles of [start, end); the three loops below cut them at the window's edges.
+    tiles_per_split = tl.cdiv(tl.cdiv(tl.maximum(end - start, 0), BLOCK_N), num_splits)
+    split_start = tl.minimum(start + split * tiles_per_split * BLOCK_N, end)
+    split_end = tl.minimum(split_start + tiles_per_split * BLOCK_N, end)
+    mid_start = tl.minimum(tl.maximum(unmasked_start, split_start), split_end)
+    mid_end = mid_start + tl.maximum(tl.minimum(unmasked_end, split_end) - mid_start, 0) // BLOCK_N * BLOCK_N
+
+    alibi_slopes = tl.zeros([BLOCK_M], tl.float32)
+    if HAS_ALIBI:
+        alibi_slopes = tl.load(alibi_ptr + b * stride_alibi_b + heads, mask=row_ok, other=0.0) * LOG2_E_C
+    if HAS_BATCH_IDX:
+        b_cache = tl.minimum(tl.maximum(tl.load(batch_idx_ptr + b), 0), num_blocks - 1).to(tl.int64)
+    else:
+        b_cache = b
+    # Paged: K/V rows are addressed page by page from the KV head's base; the batch stride is the page's.
+    bt_row = block_table_ptr
+    if IS_PAGED:
+        k_base = k_ptr + h_kv * stride_kh
+        v_base = v_ptr + h_kv * stride_vh
+        bt_row += b * stride_bt
+    else:
+        k_base = k_ptr + b_cache * stride_kb + h_kv * stride_kh
+        v_base = v_ptr + b_cache * stride_vb + h_kv * stride_vh
+
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc, l_i, m_i = _attn_decode_steps(
+        acc, l_i, m_i, q, k_base, v_base, bt_row, split_start, mid_start, leftpad, num_blocks, rows_i,
+        alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
+        stride_kn, stride_vn, stride_kb, stride_vb, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
+    )  # fmt: skip
+    acc, l_i, m_i = _attn_decode_steps(
+        acc, l_i, m_i, q, k_base, v_base, bt_row, mid_start, mid_end, leftpad, num_blocks, rows_i,
+        alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
+        stride_kn, stride_vn, stride_kb, stride_vb, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
+    )  # fmt: skip
+    acc, l_i, m_i = _attn_decode_steps(
+        acc, l_i, m_i, q, k_base, v_base, bt_row, mid_end, split_end, leftpad, num_blocks, rows_i,
+        alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
+        stride_kn, stride_vn, stride_kb, stride_vb, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
+    )  # fmt: skip
+
+    # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_rows = o_ptr + split * stride_os + b * stride_ob + rows_i * stride_on + heads * stride_oh
+    tl.store(o_rows[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty), mask=q_ok)
+    lse = (m_i + tl.math.log2(l_i)) * LN_2
+    lse_rows = lse_ptr + split * stride_ls + b * stride_lb + heads * stride_lh + rows_i * stride_ln
+    tl.store(lse_rows, lse, mask=row_ok)
+
+
+def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device) -> int:
+    """Splits of the cache length for ``programs`` programs per split: 1 when they already fill every SM,
+    else the fewest splits that give every SM the same number of programs to within ``SPLIT_EFFICIENCY``
+    of the best split count, each split keeping at least ``MIN_TILES_PER_SPLIT`` tiles of the capacity.
+
+    Counted one program an SM: a memory-bound SM with two programs where its neighbours have one finishes
+    last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower than 16)."""
+    sms = configs.multiprocessor_count(device)
+    if programs >= sms:
+        return 1
+    most = max(1, min(MAX_SPLITS, triton.cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
+
+    def efficiency(splits: int) -> float:
+        work = programs * splits
+        return work / (triton.cdiv(work, sms) * sms)
+
+    best = max(efficiency(s) for s in range(1, most + 1))
+    return next(s for s in range(1, most + 1) if efficiency(s) >= SPLIT_EFFICIENCY * best)
+
+
+def decode_fwd(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    *,
+    softmax_scale: float,
+    block_table: torch.Tensor | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    num_splits: int = 0,
+    config: configs.DecodeConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``q`` over an already-updated KV cache, on validated inputs.
+
+    q ``(B, N_q, H, D)`` (rotary already applied), ``1 ≤ N_q ≤ 16`` in practice (any N_q works). Caches with
+    a unit last stride: contiguous ``(B_cache, S_max, H_KV, D)``, row ``cache_batch_idx[b]`` (default b) for
+    sequence b; or paged ``(num_pages, page_size, H_KV, D)`` with ``block_table`` int32 ``(B, max_pages)``,
+    page_size a multiple of 16 (``cache_batch_idx`` is then not read). ``cache_seqlens`` int32 ``(B,)``:
+    the valid slots of each sequence, ``cache_leftpad`` int32 ``(B,)`` (default 0) its first valid slot;
+    the keys are slots ``[leftpad, seqlen)``. ``window_size`` normalised, causal folded in as right = 0;
+    windows and ALiBi are bottom-right aligned on the valid keys. ``alibi_slopes`` fp32 ``(H,)`` or
+    ``(B, H)``. ``num_splits`` 0 picks a split count (``num_splits_heuristic``).
+
+    Returns ``out`` ``(B, N_q, H, D)`` in q's dtype and ``lse`` ``(B, H, N_q)`` fp32; a sequence with no
+    visible key gives ``out = 0`` and ``lse = −inf``.
+    """
+    batch, seqlen_q, heads, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    group = heads // heads_kv
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    paged = block_table is not None
+    page_size = k_cache.shape[1] if paged else 1
+    capacity = block_table.shape[1] * page_size if paged else k_cache.shape[1]
+    if capacity == 0 or k_cache.numel() == 0:
+        return out.zero_(), lse.fill_(-math.inf)
+
+    q, softmax_scale = positive_scale(q, softmax_scale)
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    cfg = config or configs.decode_config(head_dim, q.device)
+    packed_rows = group * seqlen_q
+    block_m = min(max(16, triton.next_power_of_2(packed_rows)), cfg.MAX_BLOCK_M)
+    num_m_blocks = triton.cdiv(packed_rows, block_m)
+    programs = batch * heads_kv * num_m_blocks
+    splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device)
+    # More splits than key tiles would only add programs that see nothing.
+    splits = max(1, min(splits, triton.cdiv(capacity, cfg.BLOCK_N)))
+    if splits == 1:
+        o_part, lse_part = out[None], lse[None]
+    else:
+        o_part = torch.empty((splits, *out.shape), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((splits, *lse.shape), dtype=torch.float32, device=q.device)
+
+    left, right = window_size
+    slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    switches = dict(
+        IS_PAGED=paged,
+        HAS_BATCH_IDX=cache_batch_idx is not None and not paged,
+        HAS_LEFTPAD=cache_leftpad is not None,
+        IS_LOCAL=left >= 0 or right >= 0,
+        HAS_WINDOW_LEFT=left >= 0,
+        HAS_SOFTCAP=softcap > 0,
+        # Inline asm does not run in the interpreter.
+        FAST_TANH=not configs.is_interpreter(),
+        HAS_ALIBI=slopes is not None,
+    )
+    launch(
+        attn_decode_kernel, (programs * splits,), q.device,
+        q, k_cache, v_cache, o_part, lse_part, cache_seqlens, block_table, cache_batch_idx, cache_leftpad,
+        slopes,
+        q.stride(0), q.stride(1), q.stride(2), *k_cache.stride()[:3], *v_cache.stride()[:3],
+        *o_part.stride()[:4], *lse_part.stride(),
+        block_table.stride(0) if paged else 0,
+        0 if slopes is None or slopes.dim() == 1 else slopes.stride(0),
+        seqlen_q, capacity, k_cache.shape[0], num_m_blocks, splits, heads_kv,
+        softmax_scale * LOG2_E, max(left, 0), right if right >= 0 else capacity + seqlen_q,
+        softmax_scale / softcap if softcap > 0 else 0.0, softcap * LOG2_E,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_M=block_m,
+        BLOCK_N=cfg.BLOCK_N, PAGE_SIZE=page_size, **switches,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
+    )  # fmt: skip
+    if splits > 1:
+        attn_combine(o_part, lse_part, out=out, lse=lse)
+    return out, lse
