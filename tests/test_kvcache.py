@@ -243,8 +243,15 @@ def test_reference_backend(case: Case, seed: int, nan_poisoned_allocations, monk
     _check(case, seed)
 
 
-# Under the interpreter the decode kernel is not exercised: more than 16 queries take the paged gather
-# and the varlen kernel, and every appending case runs the append kernel.
+@pytest.mark.parametrize("case", REFERENCE_CASES, ids=lambda c: c.id)
+def test_triton_interpreter_decode_kernel(case: Case, seed: int, nan_poisoned_allocations, monkeypatch) -> None:
+    """Up to 16 queries: the append kernel, then the split-KV decode kernel (kernels/decode.py)."""
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    _check(case, seed, num_splits=2)
+
+
+# More than 16 queries take the paged gather and the varlen kernel; every appending case runs the
+# append kernel.
 INTERPRETER_CASES = [
     Case(seqlen_q=17, seqlen_new=17, capacity=48, causal=True, rotary_fraction=1.0),
     Case(seqlen_q=17, seqlen_new=5, capacity=64, page_size=16, leftpad=True, window=(9, 3), alibi=True),
