@@ -244,7 +244,9 @@ def test_reference_backend(case: Case, seed: int, nan_poisoned_allocations, monk
 
 
 @pytest.mark.parametrize("case", REFERENCE_CASES, ids=lambda c: c.id)
-def test_triton_interpreter_decode_kernel(case: Case, seed: int, nan_poisoned_allocations, monkeypatch) -> None:
+def test_triton_interpreter_decode_kernel(
+    case: Case, seed: int, nan_poisoned_allocations, monkeypatch
+) -> None:
     """Up to 16 queries: the append kernel, then the split-KV decode kernel (kernels/decode.py)."""
     monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
     _check(case, seed, num_splits=2)
