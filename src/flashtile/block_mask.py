@@ -188,7 +188,9 @@ def create_block_mask(
     bq, bk = _block_size(block_size)
     for name, value in (("B", B), ("H", H), ("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise FlashtileValueError(f"{name} must be a positive int{' or None' * (name in 'BH')}; got {value!r}")
+            raise FlashtileValueError(
+                f"{name} must be a positive int{' or None' * (name in 'BH')}; got {value!r}"
+            )
     aux = None if aux_tensors is None else tuple(aux_tensors)
     if takes_aux(mask_mod, "mask_mod", 4) and aux is None:
         raise FlashtileValueError(f"mask_mod {mask_mod.fn.__name__} reads aux; pass aux_tensors")
@@ -208,7 +210,11 @@ def create_block_mask(
         rows = torch.arange(r0, min(r0 + rows_per_chunk, nq * bq), device=device)[None, None, :, None]
         exists = (rows < seqlen_q) & col_exists
         keep = mods.call(mask_mod, b, h, rows.clamp(max=seqlen_q - 1), cols.clamp(max=seqlen_k - 1))
-        keep = torch.as_tensor(keep, device=device).to(torch.bool).expand(batch, heads, rows.shape[2], cols.shape[3])
+        keep = (
+            torch.as_tensor(keep, device=device)
+            .to(torch.bool)
+            .expand(batch, heads, rows.shape[2], cols.shape[3])
+        )
         tiles = (keep & exists).unflatten(3, (nk, bk)).unflatten(2, (-1, bq))
         tiles_all = (keep | ~exists).unflatten(3, (nk, bk)).unflatten(2, (-1, bq))
         any_seen = tiles.any(dim=5).any(dim=3)

@@ -50,7 +50,9 @@ def unmasked_count(blocks, count, seqlen, SPARSE_BLOCK: tl.constexpr):
 
 
 @triton.jit
-def call_mod(args_first, b, h, rows, cols, seqlen_q, seqlen_k, aux, FN: tl.constexpr, TAKES_AUX: tl.constexpr):
+def call_mod(
+    args_first, b, h, rows, cols, seqlen_q, seqlen_k, aux, FN: tl.constexpr, TAKES_AUX: tl.constexpr
+):
     """``FN(args_first, b, h, q_idx, kv_idx[, aux])`` (``args_first`` None for a mask_mod) with indices
     clamped into the sequence, so a mod that loads ``aux`` at them never reads past its tensors."""
     q_idx = tl.minimum(rows, seqlen_q - 1)
@@ -87,6 +89,13 @@ class KernelMods:
         """The forward kernel's switches (it has no score_mod_bwd)."""
         return {k: v for k, v in self.switches.items() if not k.startswith("SCORE_MOD_BWD")}
 
+    def tile(self, block: int, dim: int) -> int:
+        """A kernel tile along ``dim`` (0 queries, 1 keys): at most the mask's block there, which it
+        then divides (both are powers of two)."""
+        if self.block_mask is None:
+            return block
+        return min(block, self.block_mask.block_size[dim])
+
     def list_args(self, side: str, full: bool) -> tuple[object, ...]:
         """(count, indices) of the block mask's ``side`` lists ("kv": per query block, "q": per key
         block), partial or full; (None, None) without a block mask."""
@@ -103,9 +112,11 @@ class KernelMods:
             return 0, 0, 0
         counts = getattr(bm, f"{side}_num_blocks")
         batch, heads, rows = counts.shape
-        return (0 if batch == 1 else heads * rows), (0 if heads == 1 else rows), getattr(
-            bm, f"{side}_indices"
-        ).shape[-1]
+        return (
+            (0 if batch == 1 else heads * rows),
+            (0 if heads == 1 else rows),
+            getattr(bm, f"{side}_indices").shape[-1],
+        )
 
 
 def kernel_mods(mods: Mods | None) -> KernelMods:
@@ -122,11 +133,7 @@ def kernel_mods(mods: Mods | None) -> KernelMods:
         SCORE_MOD=mods.score_mod,
         SCORE_MOD_BWD=mods.score_mod_bwd,
         SCORE_MOD_AUX=mods.score_mod is not None and takes_aux(mods.score_mod, "score_mod", 5),
-        SCORE_MOD_BWD_AUX=mods.score_mod_bwd is not None and takes_aux(mods.score_mod_bwd, "score_mod_bwd", 5),
+        SCORE_MOD_BWD_AUX=mods.score_mod_bwd is not None
+        and takes_aux(mods.score_mod_bwd, "score_mod_bwd", 5),
     )
     return KernelMods(switches, mods.aux_tensors, bm)
-
-
-def tile_sizes(block: int, sparse_block: int | None) -> int:
-    """A kernel tile under a block mask: at most the mask's block, which it then divides."""
-    return block if sparse_block is None else min(block, sparse_block)

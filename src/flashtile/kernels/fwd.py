@@ -21,7 +21,6 @@ from flashtile.kernels._block_sparse import (
     kernel_mods,
     listed_tile,
     modded_scores,
-    tile_sizes,
     unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
@@ -389,8 +388,7 @@ def attn_fwd(
     o = out if d_pad == head_dim else torch.empty_like(q)
     cfg = config or configs.fwd_config(head_dim, q.device)
     km = kernel_mods(mods)
-    block_m = tile_sizes(cfg.BLOCK_M, km.switches["SPARSE_BLOCK_M"] if km.block_mask is not None else None)
-    block_n = tile_sizes(cfg.BLOCK_N, km.switches["SPARSE_BLOCK_N"] if km.block_mask is not None else None)
+    block_m, block_n = km.tile(cfg.BLOCK_M, 0), km.tile(cfg.BLOCK_N, 1)
     num_m_blocks = triton.cdiv(seqlen_q, block_m)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
     launch(
