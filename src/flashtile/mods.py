@@ -20,30 +20,30 @@ Triton's interpreter cannot see.
 from __future__ import annotations
 
 import inspect
-import math
 import types
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
 
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 
-# The classes a @triton.jit function can be: compiled, or under TRITON_INTERPRET=1.
-_JIT_TYPES = tuple(
-    cls
-    for cls in (
-        getattr(triton.runtime, "JITFunction", None),
-        getattr(getattr(triton.runtime, "interpreter", None), "InterpretedFunction", None),
-    )
-    if cls is not None
-)
+try:
+    import triton
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    # The classes a @triton.jit function can be: compiled, or under TRITON_INTERPRET=1.
+    _JIT_TYPES: tuple[type, ...] = (JITFunction, InterpretedFunction)
+except ImportError:
+    # Without Triton (it ships for Linux only) there are no jit functions to check or run.
+    triton = tl = None
+    _JIT_TYPES = ()
 
 
 def is_jit_function(fn: object) -> bool:
     """Whether ``fn`` is a ``@triton.jit`` function (compiled or interpreted)."""
-    return isinstance(fn, _JIT_TYPES) or (hasattr(fn, "fn") and hasattr(fn, "arg_names"))
+    return isinstance(fn, _JIT_TYPES)
 
 
 def bind(jit_fn, **values: object):
@@ -164,9 +164,6 @@ class Mods:
         if len(inspect.signature(host).parameters) > len(args):
             return host(*args, aux_pointers(self.aux_tensors))
         return host(*args)
-
-
-LN_2 = math.log(2.0)
 
 
 def check_is_jit(name: str, fn: object) -> None:
