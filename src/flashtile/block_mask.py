@@ -107,10 +107,14 @@ class BlockMask:
         [[[1, 2]]]
         """
         if not isinstance(tiles, torch.Tensor) or tiles.dtype != torch.bool or tiles.dim() not in (2, 3, 4):
+            got = (
+                f"{tiles.dtype} of shape {tuple(tiles.shape)}"
+                if isinstance(tiles, torch.Tensor)
+                else repr(tiles)
+            )
             raise FlashtileTypeError(
-                "tiles must be a bool tensor of shape (NQ, NK), (H, NQ, NK) or (B, H, NQ, NK); got "
-                + (f"{tiles.dtype} of shape {tuple(tiles.shape)}" if isinstance(tiles, torch.Tensor) else repr(tiles))
-            )  # fmt: skip
+                f"tiles must be a bool tensor of shape (NQ, NK), (H, NQ, NK) or (B, H, NQ, NK); got {got}"
+            )
         bq, bk = _block_size(block_size)
         expected = (_cdiv(seqlen_q, bq), _cdiv(seqlen_k, bk))
         if tuple(tiles.shape[-2:]) != expected:

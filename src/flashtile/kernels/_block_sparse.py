@@ -41,12 +41,13 @@ def listed_tile(it, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr):
 
 @triton.jit
 def unmasked_count(blocks, count, seqlen, SPARSE_BLOCK: tl.constexpr):
-    """How many leading listed blocks end inside the sequence: only the last block of a sorted list can
-    cross ``seqlen``, and there the positions past the end need a mask."""
-    crosses = False
-    if count > 0:
-        crosses = (tl.load(blocks + count - 1) + 1) * SPARSE_BLOCK > seqlen
-    return count - crosses.to(tl.int32)
+    """How many leading listed blocks end inside the sequence (the list is sorted, so they lead); the
+    rest cross or pass ``seqlen`` (the last one of a dense batch, any under varlen) and need a mask."""
+    inside = seqlen // SPARSE_BLOCK
+    n = 0
+    for e in range(0, count):
+        n += (tl.load(blocks + e) < inside).to(tl.int32)
+    return n
 
 
 @triton.jit

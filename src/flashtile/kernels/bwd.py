@@ -26,7 +26,6 @@ from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
-from flashtile.mods import Mods
 from flashtile.kernels.fwd import (
     LOG2_E,
     LOG2_E_C,
@@ -37,6 +36,7 @@ from flashtile.kernels.fwd import (
     kernel_options,
     pick_kernel,
 )
+from flashtile.mods import Mods
 
 
 @triton.jit
@@ -156,7 +156,8 @@ def _attn_bwd_dkdv_steps(
             p_t, t_t, g_t = _recompute_p(
                 s_t, offs_m[None, :], offs_n[:, None], lse[None, :], seqlen_k, lo_diag, hi_diag, qk_scale,
                 softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
-                HAS_ALIBI, seqlen_q, b, h, aux, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                HAS_ALIBI, seqlen_q, b, h, aux, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX,
+                SCORE_MOD_BWD,
                 SCORE_MOD_BWD_AUX,
             )  # fmt: skip
         else:
@@ -270,9 +271,11 @@ def attn_bwd_dkdv_kernel(
             )
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, 0,
-                n_full * SPARSE_BLOCK_M, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                n_full * SPARSE_BLOCK_M, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag,
+                softcap_qk,
                 softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-                IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32, b, h, aux,
+                IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32, b, h,
+                aux,
                 full, True, SPARSE_BLOCK_M, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
                 SCORE_MOD_BWD_AUX,
             )  # fmt: skip
@@ -281,7 +284,8 @@ def attn_bwd_dkdv_kernel(
                 n_partial * SPARSE_BLOCK_M, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag,
                 softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold,
                 dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M,
-                DOT_FP32, b, h, aux, partial, True, SPARSE_BLOCK_M, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+                DOT_FP32, b, h, aux, partial, True, SPARSE_BLOCK_M, MASK_MOD, MASK_MOD_AUX, SCORE_MOD,
+                SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
             )  # fmt: skip
         else:
             if IS_LOCAL:
@@ -289,8 +293,10 @@ def attn_bwd_dkdv_kernel(
                     dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m,
                     unmasked_start, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
                     softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
-                    bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32, b, h,
-                    aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+                    bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                    b, h,
+                    aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                    SCORE_MOD_BWD_AUX,
                 )  # fmt: skip
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_start,
@@ -304,8 +310,10 @@ def attn_bwd_dkdv_kernel(
                     dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_end,
                     end_m, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
                     softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
-                    bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32, b, h,
-                    aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+                    bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                    b, h,
+                    aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                    SCORE_MOD_BWD_AUX,
                 )  # fmt: skip
 
     if HAS_DROPOUT:
@@ -336,7 +344,8 @@ def _attn_bwd_dq_steps(
             p, t, g = _recompute_p(
                 s, offs_m[:, None], offs_n[None, :], lse[:, None], seqlen_k, lo_diag, hi_diag, qk_scale,
                 softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
-                HAS_ALIBI, seqlen_q, b, h, aux, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                HAS_ALIBI, seqlen_q, b, h, aux, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX,
+                SCORE_MOD_BWD,
                 SCORE_MOD_BWD_AUX,
             )  # fmt: skip
         else:
@@ -433,7 +442,8 @@ def attn_bwd_dq_kernel(
             dq, q, do, lse, delta, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N, offs_m,
             qk_scale, seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
             rng_offset, dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
-            HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None,
+            HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N,
+            None,
             False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
         )  # fmt: skip
         dq = _attn_bwd_dq_steps(

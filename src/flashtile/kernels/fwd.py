@@ -86,7 +86,8 @@ def _attn_fwd_steps(
             keep = visible(offs_m[:, None], offs_n[None, :], seqlen_k, lo_diag, hi_diag, IS_LOCAL)
             if MASK_MOD is not None:
                 keep = keep & call_mod(
-                    None, b, h, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
+                    None, b, h, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, aux, MASK_MOD,
+                    MASK_MOD_AUX
                 )  # fmt: skip
             s = tl.where(keep, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1) * s_scale)
@@ -177,8 +178,10 @@ def attn_fwd_kernel(
         acc, l_i, m_i = _attn_fwd_steps(
             acc, l_i, m_i, q, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
             lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-            dropout_threshold, bh, IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
-            DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD, SCORE_MOD_AUX,
+            dropout_threshold, bh, IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
+            BLOCK_N,
+            DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD,
+            SCORE_MOD_AUX,
         )  # fmt: skip
         acc, l_i, m_i = _attn_fwd_steps(
             acc, l_i, m_i, q, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N, offs_m,
@@ -397,7 +400,8 @@ def attn_fwd(
         *(s for t in (q, k, v, o) for s in dense_strides(t, varlen)),
         lse.stride(0), opts.stride_alibi_b,
         total_q, total_k, num_m_blocks, softmax_scale * LOG2_E, opts.window_left, opts.window_right,
-        opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale, heads, heads // heads_kv,
+        opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale, heads,
+        heads // heads_kv,
         *km.list_args("kv", False), *km.list_args("kv", True), *km.strides("kv"), km.aux,
         HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
         BLOCK_M=block_m, BLOCK_N=block_n, **opts.switches, **km.fwd_switches(),
