@@ -79,11 +79,11 @@ def _check_block_mask(
 
 
 def check_mods(
-    block_mask: object,
-    mask_mod: object,
-    score_mod: object,
-    score_mod_bwd: object,
-    aux_tensors: object,
+    block_mask: object = None,
+    mask_mod: object = None,
+    score_mod: object = None,
+    score_mod_bwd: object = None,
+    aux_tensors: object = None,
     *,
     batch: int,
     nheads: int,
