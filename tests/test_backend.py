@@ -94,6 +94,7 @@ UNSUPPORTED = [
     pytest.param({}, dict(alibi_slopes=torch.ones(4)), "ALiBi", id="alibi"),
     pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
     pytest.param({}, dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32)), "variable-length", id="varlen"),
+    pytest.param({}, dict(mods=object()), "block masks, mask_mod and score_mod", id="mods"),
 ]
 
 

@@ -463,11 +463,13 @@ def test_signatures_match_flash_attn() -> None:
         ("return_attn_probs", False),
     ]
     varlen = ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
+    # Beyond flash_attn 2.8, keyword-only and appended: the programmable options (FlashAttention-4's names).
+    mods = [(name, None) for name in ("block_mask", "mask_mod", "score_mod", "score_mod_bwd", "aux_tensors")]
     expected = {
-        flash_attn_func: (["q", "k", "v"], []),
+        flash_attn_func: (["q", "k", "v"], mods),
         flash_attn_qkvpacked_func: (["qkv"], []),
         flash_attn_kvpacked_func: (["q", "kv"], []),
-        flash_attn_varlen_func: (["q", "k", "v", *varlen], [("block_table", None)]),
+        flash_attn_varlen_func: (["q", "k", "v", *varlen], [("block_table", None), *mods]),
         flash_attn_varlen_qkvpacked_func: (["qkv", "cu_seqlens", "max_seqlen"], []),
         flash_attn_varlen_kvpacked_func: (["q", "kv", *varlen], []),
     }
@@ -481,9 +483,12 @@ def test_signatures_match_flash_attn() -> None:
 
 def test_public_names() -> None:
     assert set(flashtile.__all__) == {
+        "BlockMask",
         "FlashAttention",
         "__version__",
         "apply_rotary_emb",
+        "create_block_mask",
+        "masks",
         "flash_attn_func",
         "flash_attn_kvpacked_func",
         "flash_attn_qkvpacked_func",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from flashtile import bert_padding
+from flashtile import bert_padding, masks
+from flashtile.block_mask import BlockMask, create_block_mask
 from flashtile.interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -23,10 +24,12 @@ except PackageNotFoundError:
     __version__ = "0+unknown"
 
 __all__ = [
+    "BlockMask",
     "FlashAttention",
     "__version__",
     "apply_rotary_emb",
     "bert_padding",
+    "create_block_mask",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
     "flash_attn_qkvpacked_func",
@@ -34,4 +37,5 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
+    "masks",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from flashtile import ops as _ops
+from flashtile.mods import Mods
 
 DOUBLE_BACKWARD_MESSAGE = (
     "flashtile attention does not support double backward: its backward is not differentiable. "
@@ -65,17 +66,21 @@ class FlashAttnFunction(torch.autograd.Function):
         cu_seqlens_k: torch.Tensor | None,
         max_seqlen_q: int,
         max_seqlen_k: int,
+        mods: Mods | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
+        # The custom ops have no mods (the interface refuses them under torch.compile).
+        with_mods = {} if mods is None else {"mods": mods}
         out, lse = run(
             q, k, v, softmax_scale, causal, backend, window_left, window_right, softcap, alibi_slopes,
-            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **with_mods,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k)
         ctx.mark_non_differentiable(lse)
         ctx.options = (softmax_scale, causal, backend, window_left, window_right, softcap)
         ctx.dropout_p = dropout_p
         ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
+        ctx.with_mods = with_mods
         return out, lse
 
     @staticmethod
@@ -85,7 +90,7 @@ class FlashAttnFunction(torch.autograd.Function):
         with torch.no_grad():
             dq, dk, dv = run(
                 dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
-                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens,
+                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, **ctx.with_mods,
             )  # fmt: skip
         graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
         if torch.is_grad_enabled() and graph_inputs:
@@ -113,10 +118,12 @@ def attention(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable ``(out, lse)`` of validated inputs and normalised options (``lse`` carries no
-    gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`)."""
+    gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`);
+    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is."""
     return FlashAttnFunction.apply(
         q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
     )  # fmt: skip

@@ -22,6 +22,7 @@ from flashtile import backend as _backend
 from flashtile import kvcache_validation, paged, validation
 from flashtile import ops as _ops
 from flashtile.reference.naive import attention_probs
+from flashtile.validation_mods import check_mods
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -53,6 +54,25 @@ return_attn_probs: bool, default False. Also return softmax_lse and S_dmask. S_d
     nothing, so the flag is the way to get softmax_lse.
 causal, deterministic and return_attn_probs take Python or NumPy bools and 0-d bool tensors."""
 
+# The programmable options, after flash_attn's (flash_attn_func and flash_attn_varlen_func).
+MODS = """\
+block_mask: flashtile.BlockMask or None (default). Block-sparse attention: tiles the mask marks empty
+    are skipped (they cost nothing), full ones are seen whole, partial ones through mask_mod. Build it
+    once with flashtile.create_block_mask(mask_mod, B, H, seqlen_q, seqlen_k, block_size) or
+    flashtile.BlockMask.from_tiles and reuse it across layers; it must cover (seqlen_q, seqlen_k)
+    ((max_seqlen_q, max_seqlen_k) or more under varlen, positions within each sequence) with B and H 1
+    or the batch size and nheads, on q's device.
+mask_mod: a @triton.jit function mask_mod(b, h, q_idx, kv_idx[, aux]) -> bool (flashtile.masks has
+    causal, sliding_window, document, prefix_lm, strided, block_diagonal), or None. Applied in the
+    partial tiles of block_mask (default: block_mask.mask_mod); without block_mask every tile is partial.
+    Indices are positions within the sequence, top-left aligned. One Triton compile per function.
+score_mod: a @triton.jit function score_mod(score, b, h, q_idx, kv_idx[, aux]) -> score applied to the
+    scaled score (natural log units, after softcap and ALiBi, before masking), or None.
+score_mod_bwd: d score_mod / d score, same arguments; required with score_mod when a gradient is needed.
+aux_tensors: tuple of tensors on q's device (int32/int64/float16/bfloat16/float32/float64) that the
+    functions read (``tl.load(aux[0] + q_idx)``), or None. They get no gradient.
+Not under torch.compile yet (NotImplementedError)."""
+
 # Every way flashtile still differs from flash_attn 2.8.
 DIVERGENCES = """\
 Where flashtile differs from flash_attn 2.8:
@@ -79,7 +99,12 @@ Where flashtile differs from flash_attn 2.8:
 
 def _document(fn: Callable[..., AttentionResult]) -> Callable[..., AttentionResult]:
     """Fill the ``{options}`` and ``{divergences}`` markers of ``fn``'s docstring."""
-    for marker, text, indent in (("{options}", OPTIONS, " " * 8), ("{divergences}", DIVERGENCES, " " * 4)):
+    markers = (
+        ("{options}", OPTIONS, " " * 8),
+        ("{mods}", MODS, " " * 8),
+        ("{divergences}", DIVERGENCES, " " * 4),
+    )
+    for marker, text, indent in markers:
         filled = text.replace("\n", "\n" + indent).replace("\n" + indent + "\n", "\n\n")
         fn.__doc__ = fn.__doc__.replace(marker, filled)
     return fn
@@ -178,6 +203,7 @@ def _attention(
     deterministic: bool,
     return_attn_probs: bool,
     varlen: _Varlen | None = None,
+    mods: dict[str, object] | None = None,
 ) -> AttentionResult:
     """Validate, resolve the backend and run attention; shared by the public functions.
 
@@ -198,6 +224,12 @@ def _attention(
         )  # fmt: skip
         batch, seqlen_k = varlen.cu_seqlens_q.shape[0] - 1, max_k
         boundaries = (varlen.cu_seqlens_q, varlen.cu_seqlens_k, max_q, max_k)
+    seqlen_q = q.shape[1] if varlen is None else max_q
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    checked_mods = check_mods(
+        **(mods or {}), batch=batch, nheads=q.shape[-2], seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        varlen=varlen is not None, device=q.device, needs_grad=needs_grad,
+    )  # fmt: skip
     options = validation.check_options(
         dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs,
         seqlen_k, batch, q.shape[-2], q.device,
@@ -210,7 +242,7 @@ def _attention(
         q, k, v, scale, options.causal, backend,
         window_size=options.window_size, softcap=options.softcap, alibi_slopes=options.alibi_slopes,
         dropout_p=options.dropout_p, rng_state=rng_state, cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mods=checked_mods,
     )  # fmt: skip
     if not options.return_attn_probs:
         return out
@@ -230,6 +262,12 @@ def flash_attn_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    block_mask: object = None,
+    mask_mod: object = None,
+    score_mod: object = None,
+    score_mod_bwd: object = None,
+    aux_tensors: tuple[torch.Tensor, ...] | None = None,
 ) -> AttentionResult:
     """Exact attention ``softmax(q kᵀ · softmax_scale) v``, computed tile by tile without materialising it.
 
@@ -269,6 +307,7 @@ def flash_attn_func(
             reference. headdim is 1 to 256 and nheads % nheads_k == 0. Any strides are accepted; a tensor
             whose last dimension is not contiguous (stride(-1) ≠ 1) is copied first.
         {options}
+        {mods}
 
     Returns:
         out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
@@ -290,6 +329,12 @@ def flash_attn_func(
         >>> out.shape
         torch.Size([2, 128, 8, 64])
         >>> out.sum().backward()
+        >>> from flashtile import create_block_mask, masks  # a document mask, built once per batch
+        >>> ids = masks.document_ids(torch.tensor([0, 100, 256], device="cuda"))
+        >>> bm = create_block_mask(masks.document(), None, None, 256, 256, device="cuda", aux_tensors=(ids,))
+        >>> q = torch.randn(1, 256, 8, 64, dtype=torch.float16, device="cuda")
+        >>> flash_attn_func(q, q, q, block_mask=bm, aux_tensors=(ids,)).shape
+        torch.Size([1, 256, 8, 64])
     """
     return _attention(
         {"q": q, "k": k, "v": v},
@@ -301,6 +346,13 @@ def flash_attn_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
+        mods=dict(
+            block_mask=block_mask,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            score_mod_bwd=score_mod_bwd,
+            aux_tensors=aux_tensors,
+        ),
     )
 
 
@@ -454,6 +506,12 @@ def flash_attn_varlen_func(
     deterministic: bool = False,
     return_attn_probs: bool = False,
     block_table: torch.Tensor | None = None,
+    *,
+    block_mask: object = None,
+    mask_mod: object = None,
+    score_mod: object = None,
+    score_mod_bwd: object = None,
+    aux_tensors: tuple[torch.Tensor, ...] | None = None,
 ) -> AttentionResult:
     """:func:`flash_attn_func` on a packed batch of sequences of different lengths, with no padding.
 
@@ -482,6 +540,7 @@ def flash_attn_varlen_func(
             gathered into packed K/V first (one copy of them, differentiable), then attended as above;
             on CUDA without FLASHTILE_DEBUG=1 the copy has batch_size · max_seqlen_k rows (the
             total is not read on the host).
+        {mods}
 
     Returns:
         out: (total_q, nheads, headdim), q's dtype, contiguous.
@@ -516,6 +575,13 @@ def flash_attn_varlen_func(
         deterministic,
         return_attn_probs,
         _Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+        dict(
+            block_mask=block_mask,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            score_mod_bwd=score_mod_bwd,
+            aux_tensors=aux_tensors,
+        ),
     )
 
 

@@ -17,9 +17,13 @@ Empty problems never reach a backend: with no batch, no queries or no heads the 
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from flashtile.backend import BACKENDS, launcher
+from flashtile.mods import Mods
 
 # Seeds and offsets are drawn below 2⁶²: any int64 below that is a valid (seed, offset).
 RNG_BOUND = 2**62
@@ -67,9 +71,11 @@ def _options(
     cu_seqlens_k: torch.Tensor | None,
     max_seqlen_q: int,
     max_seqlen_k: int,
+    mods: Mods | None,
 ) -> dict[str, object]:
     """The launchers' keywords (the same for the Triton kernels and the tiled reference)."""
     return dict(
+        mods=mods,
         window_size=(window_left, window_right),
         softcap=softcap,
         alibi_slopes=alibi_slopes,
@@ -99,9 +105,11 @@ def run_attn_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``: ``out`` like ``q``; ``lse`` (B, H, N_q), or (H, total_q) for varlen, in
-    :func:`lse_dtype`, natural log."""
+    :func:`lse_dtype`, natural log. ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is not part
+    of the custom op: its functions are compile-time arguments of the kernels."""
     _check_backend(backend)
     varlen = cu_seqlens_q is not None
     if _is_empty(q, k, varlen):
@@ -110,13 +118,29 @@ def run_attn_fwd(
         return out, lse
     options = _options(
         window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
     )  # fmt: skip
     out, lse = launcher(backend, "attn_fwd", q, k, v, options)(q, k, v, softmax_scale, causal, **options)
     return out.to(q.dtype).contiguous(), lse.to(lse_dtype(q.dtype)).contiguous()
 
 
-attn_fwd = torch.library.custom_op("flashtile::attn_fwd", run_attn_fwd, mutates_args=())
+def _without_mods(fn):
+    """``fn`` as its custom op sees it: the same signature less ``mods``, which is not a schema type."""
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    signature = inspect.signature(fn)
+    op.__signature__ = signature.replace(
+        parameters=[p for p in signature.parameters.values() if p.name != "mods"]
+    )
+    op.__annotations__ = {name: hint for name, hint in fn.__annotations__.items() if name != "mods"}
+    del op.__wrapped__
+    return op
+
+
+attn_fwd = torch.library.custom_op("flashtile::attn_fwd", _without_mods(run_attn_fwd), mutates_args=())
 
 
 @attn_fwd.register_fake
@@ -163,6 +187,7 @@ def run_attn_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)``, each contiguous with the shape and dtype of ``q``, ``k``, ``v``; the options and
     ``rng_state`` must be the forward's (the dropout mask is regenerated from it)."""
@@ -174,7 +199,7 @@ def run_attn_bwd(
         return dq, dk, dv
     options = _options(
         window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
     )  # fmt: skip
     launch = launcher(backend, "attn_bwd", q, k, v, options)
     dq, dk, dv = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
@@ -185,7 +210,7 @@ def run_attn_bwd(
     )
 
 
-attn_bwd = torch.library.custom_op("flashtile::attn_bwd", run_attn_bwd, mutates_args=())
+attn_bwd = torch.library.custom_op("flashtile::attn_bwd", _without_mods(run_attn_bwd), mutates_args=())
 
 
 @attn_bwd.register_fake

@@ -13,6 +13,14 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
+from flashtile.kernels._block_sparse import (
+    block_list,
+    call_mod,
+    kernel_mods,
+    listed_tile,
+    modded_scores,
+    unmasked_count,
+)
 from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
@@ -28,6 +36,7 @@ from flashtile.kernels.fwd import (
     kernel_options,
     pick_kernel,
 )
+from flashtile.mods import Mods
 
 
 @triton.jit
@@ -89,23 +98,34 @@ def _recompute_p(
     qk, rows, cols, lse, seqlen_k, lo_diag, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope,
     diag_offset, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    seqlen_q, b, h, aux, MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr,
+    SCORE_MOD_AUX: tl.constexpr, SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
 ):  # fmt: skip
-    """P = exp2(s·log2(e) − lse) of a tile from the raw q·kᵀ (0 where masked), and the softcap's
-    tanh; ``rows``, ``cols`` and ``lse`` broadcast to the tile (which is Pᵀ in the dK/dV kernel)."""
+    """P = exp2(s·log2(e) − lse) of a tile from the raw q·kᵀ (0 where masked), the softcap's tanh and
+    score_mod's derivative (1.0 without); ``rows``, ``cols`` and ``lse`` broadcast to the tile (which is
+    Pᵀ in the dK/dV kernel)."""
     s, t = base2_scores(
         qk, rows, cols, qk_scale, softcap_qk, softcap_out, alibi_slope, diag_offset, HAS_SOFTCAP, FAST_TANH,
         HAS_ALIBI,
     )  # fmt: skip
+    mod_grad = 1.0
+    if SCORE_MOD is not None:
+        s, s_in = modded_scores(s, b, h, rows, cols, seqlen_q, seqlen_k, aux, SCORE_MOD, SCORE_MOD_AUX)
+        mod_grad = call_mod(s_in, b, h, rows, cols, seqlen_q, seqlen_k, aux, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX)
     p = tl.math.exp2(s - lse)
     if MASKED:
-        p = tl.where(visible(rows, cols, seqlen_k, lo_diag, hi_diag, IS_LOCAL), p, 0.0)
-    return p, t
+        keep = visible(rows, cols, seqlen_k, lo_diag, hi_diag, IS_LOCAL)
+        if MASK_MOD is not None:
+            keep = keep & call_mod(None, b, h, rows, cols, seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX)
+        p = tl.where(keep, p, 0.0)
+    return p, t, mod_grad
 
 
 @triton.jit
-def _score_grad(p, dp, delta, t, HAS_SOFTCAP: tl.constexpr):
-    """dS with respect to the scaled score ``scale·q·kᵀ``: P ∘ (dP − Δ), times 1 − tanh² under softcap."""
-    ds = p * (dp - delta)
+def _score_grad(p, dp, delta, t, mod_grad, HAS_SOFTCAP: tl.constexpr):
+    """dS with respect to the scaled score ``scale·q·kᵀ``: P ∘ (dP − Δ), times score_mod's derivative
+    ``mod_grad``, times 1 − tanh² under softcap."""
+    ds = p * (dp - delta) * mod_grad
     if HAS_SOFTCAP:
         ds = ds * (1.0 - t * t)
     return ds
@@ -119,24 +139,31 @@ def _attn_bwd_dkdv_steps(
     MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, DOT_FP32: tl.constexpr,
+    b, h, aux, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr, MASK_MOD: tl.constexpr,
+    MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
+    SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
 ):  # fmt: skip
     """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
-    that Pᵀ and dSᵀ feed the next dots directly."""
-    for m0 in tl.range(start_m, end_m, BLOCK_M):
+    that Pᵀ and dSᵀ feed the next dots directly. SPARSE: the range is over the listed ``blocks``."""
+    for it in tl.range(start_m, end_m, BLOCK_M):
+        m0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
         do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
         offs_m = m0 + tl.arange(0, BLOCK_M)
         lse, delta = _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q)
         s_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
-        if HAS_SOFTCAP or HAS_ALIBI or MASKED:
-            p_t, t_t = _recompute_p(
+        if HAS_SOFTCAP or HAS_ALIBI or MASKED or SCORE_MOD is not None:
+            p_t, t_t, g_t = _recompute_p(
                 s_t, offs_m[None, :], offs_n[:, None], lse[None, :], seqlen_k, lo_diag, hi_diag, qk_scale,
                 softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
-                HAS_ALIBI,
+                HAS_ALIBI, seqlen_q, b, h, aux, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX,
+                SCORE_MOD_BWD,
+                SCORE_MOD_BWD_AUX,
             )  # fmt: skip
         else:
             p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
             t_t = s_t
+            g_t = 1.0
         dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
         if HAS_DROPOUT:
             keep_t = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[None, :], offs_n[:, None])
@@ -145,7 +172,7 @@ def _attn_bwd_dkdv_steps(
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv)
-        ds_t = _score_grad(p_t, dp_t, delta[None, :], t_t, HAS_SOFTCAP)
+        ds_t = _score_grad(p_t, dp_t, delta[None, :], t_t, g_t, HAS_SOFTCAP)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
     return dk, dv
 
@@ -160,9 +187,13 @@ def attn_bwd_dkdv_kernel(
     stride_lse_h, stride_alibi_b,
     seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    count_ptr, index_ptr, full_count_ptr, full_index_ptr, stride_mask_b, stride_mask_h, mask_row_len, aux,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+    HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
+    MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
+    SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     n_block = pid % num_n_blocks
@@ -228,26 +259,62 @@ def attn_bwd_dkdv_kernel(
         alibi_slope = 0.0
         if HAS_ALIBI:
             alibi_slope = tl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
-        if IS_LOCAL:
+        if HAS_BLOCK_MASK:
+            # The query blocks that see this key block: full ones unmasked (queries past the end have
+            # P = 0 from their LSE), but for the window; then the partial ones with MASK_MOD.
+            mask_row = n0 // SPARSE_BLOCK_N
+            full, n_full = block_list(
+                full_count_ptr, full_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
+            )
+            partial, n_partial = block_list(
+                count_ptr, index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
+            )
             dk, dv = _attn_bwd_dkdv_steps(
-                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m,
-                unmasked_start, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, 0,
+                n_full * SPARSE_BLOCK_M, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag,
+                softcap_qk,
                 softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-                True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32, b, h,
+                aux,
+                full, True, SPARSE_BLOCK_M, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                SCORE_MOD_BWD_AUX,
             )  # fmt: skip
-        dk, dv = _attn_bwd_dkdv_steps(
-            dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_start,
-            unmasked_end, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
-            softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-            False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
-        )  # fmt: skip
-        if HAS_WINDOW_LEFT:
             dk, dv = _attn_bwd_dkdv_steps(
-                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_end,
-                end_m, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
-                softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
-                True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, 0,
+                n_partial * SPARSE_BLOCK_M, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag,
+                softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold,
+                dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M,
+                DOT_FP32, b, h, aux, partial, True, SPARSE_BLOCK_M, MASK_MOD, MASK_MOD_AUX, SCORE_MOD,
+                SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
             )  # fmt: skip
+        else:
+            if IS_LOCAL:
+                dk, dv = _attn_bwd_dkdv_steps(
+                    dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, start_m,
+                    unmasked_start, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                    softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
+                    bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                    b, h,
+                    aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                    SCORE_MOD_BWD_AUX,
+                )  # fmt: skip
+            dk, dv = _attn_bwd_dkdv_steps(
+                dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_start,
+                unmasked_end, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale, bh,
+                False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32, b, h, aux,
+                None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+            )  # fmt: skip
+            if HAS_WINDOW_LEFT:
+                dk, dv = _attn_bwd_dkdv_steps(
+                    dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, unmasked_end,
+                    end_m, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, softcap_qk,
+                    softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
+                    bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_M, DOT_FP32,
+                    b, h,
+                    aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD,
+                    SCORE_MOD_BWD_AUX,
+                )  # fmt: skip
 
     if HAS_DROPOUT:
         dv = dv * dropout_scale
@@ -262,27 +329,34 @@ def _attn_bwd_dq_steps(
     bh, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    seqlen_q, b, h, aux, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr, MASK_MOD: tl.constexpr,
+    MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
+    SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
 ):  # fmt: skip
-    """Accumulate into dQ the contributions of keys [start_n, end_n)."""
-    for n0 in tl.range(start_n, end_n, BLOCK_N):
+    """Accumulate into dQ the contributions of keys [start_n, end_n). SPARSE: over the listed ``blocks``."""
+    for it in tl.range(start_n, end_n, BLOCK_N):
+        n0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        if HAS_SOFTCAP or HAS_ALIBI or MASKED:
-            p, t = _recompute_p(
+        if HAS_SOFTCAP or HAS_ALIBI or MASKED or SCORE_MOD is not None:
+            p, t, g = _recompute_p(
                 s, offs_m[:, None], offs_n[None, :], lse[:, None], seqlen_k, lo_diag, hi_diag, qk_scale,
                 softcap_qk, softcap_out, alibi_slope, diag_offset, MASKED, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
-                HAS_ALIBI,
+                HAS_ALIBI, seqlen_q, b, h, aux, MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX,
+                SCORE_MOD_BWD,
+                SCORE_MOD_BWD_AUX,
             )  # fmt: skip
         else:
             p = tl.math.exp2(s * qk_scale - lse[:, None])
             t = s
+            g = 1.0
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
         if HAS_DROPOUT:
             keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
             dp = tl.where(keep, dp * dropout_scale, 0.0)
-        ds = _score_grad(p, dp, delta[:, None], t, HAS_SOFTCAP)
+        ds = _score_grad(p, dp, delta[:, None], t, g, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
 
@@ -296,9 +370,13 @@ def attn_bwd_dq_kernel(
     stride_lse_h, stride_alibi_b,
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, softmax_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    count_ptr, index_ptr, full_count_ptr, full_index_ptr, stride_mask_b, stride_mask_h, mask_row_len, aux,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+    HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
+    MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
+    SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
@@ -342,7 +420,42 @@ def attn_bwd_dq_kernel(
     do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
     lse, delta = _load_row_stats(lse_ptr + row_stats, delta_ptr + row_stats, offs_m, seqlen_q_b)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    if IS_LOCAL:
+    if HAS_BLOCK_MASK:
+        # As the forward: full blocks unmasked (but for the window and a block crossing the end), then
+        # the partial ones with MASK_MOD.
+        mask_row = m0 // SPARSE_BLOCK_M
+        full, n_full = block_list(
+            full_count_ptr, full_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
+        )
+        n_clean = unmasked_count(full, n_full, seqlen_k_b, SPARSE_BLOCK_N)
+        partial, n_partial = block_list(
+            count_ptr, index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
+        )
+        dq = _attn_bwd_dq_steps(
+            dq, q, do, lse, delta, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
+            lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+            dropout_threshold, dropout_scale, bh, IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+            HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False,
+            SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+        )  # fmt: skip
+        dq = _attn_bwd_dq_steps(
+            dq, q, do, lse, delta, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N, offs_m,
+            qk_scale, seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
+            rng_offset, dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
+            HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N,
+            None,
+            False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+        )  # fmt: skip
+        dq = _attn_bwd_dq_steps(
+            dq, q, do, lse, delta, k_desc, v_desc, 0, n_partial * SPARSE_BLOCK_N, offs_m, qk_scale,
+            seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+            dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
+            HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, partial, True, SPARSE_BLOCK_N, MASK_MOD,
+            MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+        )  # fmt: skip
+        # The dense loops below then have nothing to visit.
+        unmasked_start, unmasked_end, end = 0, 0, 0
+    elif IS_LOCAL:
         start, unmasked_start, unmasked_end, end = visible_span(
             m0, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, BLOCK_M, BLOCK_N
         )
@@ -351,8 +464,8 @@ def attn_bwd_dq_kernel(
                 dq, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
                 lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
                 dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                HAS_DROPOUT,
-                BLOCK_N, DOT_FP32,
+                HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
+                SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
             )  # fmt: skip
     else:
         unmasked_start = 0
@@ -362,13 +475,15 @@ def attn_bwd_dq_kernel(
         dq, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, dropout_scale, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-        BLOCK_N, DOT_FP32,
+        BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
+        SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
     )  # fmt: skip
     dq = _attn_bwd_dq_steps(
         dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-        BLOCK_N, DOT_FP32,
+        BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
+        SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
     )  # fmt: skip
     dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
 
@@ -396,6 +511,7 @@ def attn_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    mods: Mods | None = None,
     config: configs.BwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the backward. Shapes and keywords as in ``fwd.attn_fwd``; ``lse`` float32 from it
@@ -430,10 +546,15 @@ def attn_bwd(
     grads = [g if d_pad == head_dim else torch.empty(*g.shape[:-1], d_pad, dtype=g.dtype, device=g.device)
              for g in (dq, dk, dv)]  # fmt: skip
     cfg = config or configs.bwd_config(head_dim, causal, q.device)
-    bd = configs.block_d(d_pad)
-    common = dict(
-        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **dot_options(q.dtype)
+    km = kernel_mods(mods)
+    block_m1, block_n1, block_m2, block_n2 = (
+        km.tile(cfg.BLOCK_M1, 0),
+        km.tile(cfg.BLOCK_N1, 1),
+        km.tile(cfg.BLOCK_M2, 0),
+        km.tile(cfg.BLOCK_N2, 1),
     )
+    bd = configs.block_d(d_pad)
+    common = dict(HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **km.switches, **dot_options(q.dtype))
     qk_scale = softmax_scale * LOG2_E
     option_args = (lse.stride(0), opts.stride_alibi_b, total_q, total_k)
     pointers = (opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k)
@@ -460,8 +581,9 @@ def attn_bwd(
         H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
     )  # fmt: skip
 
-    num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
-    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M2)
+    num_n_blocks = triton.cdiv(seqlen_k, block_n1)
+    num_m_blocks = triton.cdiv(seqlen_q, block_m2)
+    group = (heads, heads // heads_kv)
     dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, total_q, total_k)
     dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, total_q, total_k)
     if num_n_blocks > 0:
@@ -469,8 +591,9 @@ def attn_bwd(
             dkdv_kernel, (num_n_blocks * batch * heads_kv,), q.device,
             q, k, v, dout, lse, delta, grads[1], grads[2], *pointers,
             *(s for t in (q, k, v, dout, grads[1], grads[2]) for s in dense_strides(t, varlen)),
-            *option_args, num_n_blocks, *runtime,
-            BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, num_warps=cfg.num_warps1,
+            *option_args, num_n_blocks, *runtime, *group,
+            *km.list_args("q", False), *km.list_args("q", True), *km.strides("q"), km.aux,
+            BLOCK_M=block_m1, BLOCK_N=block_n1, num_warps=cfg.num_warps1,
             num_stages=cfg.num_stages1, **common,
         )  # fmt: skip
     if num_m_blocks > 0:
@@ -478,8 +601,9 @@ def attn_bwd(
             dq_kernel, (num_m_blocks * batch * heads,), q.device,
             q, k, v, dout, lse, delta, grads[0], *pointers,
             *(s for t in (q, k, v, dout, grads[0]) for s in dense_strides(t, varlen)),
-            *option_args, num_m_blocks, *runtime,
-            BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2,
+            *option_args, num_m_blocks, *runtime, *group,
+            *km.list_args("kv", False), *km.list_args("kv", True), *km.strides("kv"), km.aux,
+            BLOCK_M=block_m2, BLOCK_N=block_n2, num_warps=cfg.num_warps2,
             num_stages=cfg.num_stages2, **common,
         )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):

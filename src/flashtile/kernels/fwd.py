@@ -15,11 +15,20 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
+from flashtile.kernels._block_sparse import (
+    block_list,
+    call_mod,
+    kernel_mods,
+    listed_tile,
+    modded_scores,
+    unmasked_count,
+)
 from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
+from flashtile.mods import Mods
 
 LOG2_E = math.log2(math.e)
 # Kernels may read only constexpr globals.
@@ -46,9 +55,13 @@ def _attn_fwd_steps(
     MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
     HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    seqlen_q, b, h, aux, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr, MASK_MOD: tl.constexpr,
+    MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
 ):  # fmt: skip
-    """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks."""
-    for n0 in tl.range(start_n, end_n, BLOCK_N):
+    """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks, and
+    MASK_MOD too when given. SPARSE: the range is over the listed ``blocks`` (_block_sparse)."""
+    for it in tl.range(start_n, end_n, BLOCK_N):
+        n0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
@@ -63,8 +76,19 @@ def _attn_fwd_steps(
             # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, and the
             # scaling folds into one FMA per score below.
             s_scale = qk_scale
+        if SCORE_MOD is not None:
+            s, _ = modded_scores(
+                s * s_scale, b, h, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, aux, SCORE_MOD,
+                SCORE_MOD_AUX,
+            )  # fmt: skip
+            s_scale = 1.0
         if MASKED:
             keep = visible(offs_m[:, None], offs_n[None, :], seqlen_k, lo_diag, hi_diag, IS_LOCAL)
+            if MASK_MOD is not None:
+                keep = keep & call_mod(
+                    None, b, h, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, aux, MASK_MOD,
+                    MASK_MOD_AUX
+                )  # fmt: skip
             s = tl.where(keep, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1) * s_scale)
         # A row with every key masked so far keeps m = −inf; subtracting 0 avoids −inf − (−inf).
@@ -90,9 +114,13 @@ def attn_fwd_kernel(
     stride_lse_h, stride_alibi_b,
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, window_left, window_right,
     softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, stride_mask_b, stride_mask_h,
+    mask_row_len, aux,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+    HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
+    MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
@@ -137,7 +165,41 @@ def attn_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    if IS_LOCAL:
+    if HAS_BLOCK_MASK:
+        # Full blocks first (unmasked, but for the window and a block crossing the end), then partial ones.
+        mask_row = m0 // SPARSE_BLOCK_M
+        full, n_full = block_list(
+            full_kv_count_ptr, full_kv_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
+        )
+        n_clean = unmasked_count(full, n_full, seqlen_k_b, SPARSE_BLOCK_N)
+        partial, n_partial = block_list(
+            kv_count_ptr, kv_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
+        )
+        acc, l_i, m_i = _attn_fwd_steps(
+            acc, l_i, m_i, q, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
+            lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+            dropout_threshold, bh, IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
+            BLOCK_N,
+            DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD,
+            SCORE_MOD_AUX,
+        )  # fmt: skip
+        acc, l_i, m_i = _attn_fwd_steps(
+            acc, l_i, m_i, q, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N, offs_m,
+            qk_scale, seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
+            rng_offset, dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
+            BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD,
+            SCORE_MOD_AUX,
+        )  # fmt: skip
+        acc, l_i, m_i = _attn_fwd_steps(
+            acc, l_i, m_i, q, k_desc, v_desc, 0, n_partial * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
+            lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+            dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
+            DOT_FP32, seqlen_q_b, b, h, aux, partial, True, SPARSE_BLOCK_N, MASK_MOD, MASK_MOD_AUX, SCORE_MOD,
+            SCORE_MOD_AUX,
+        )  # fmt: skip
+        # The dense loops below then have nothing to visit.
+        unmasked_start, unmasked_end, end = 0, 0, 0
+    elif IS_LOCAL:
         start, unmasked_start, unmasked_end, end = visible_span(
             m0, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, BLOCK_M, BLOCK_N
         )
@@ -147,7 +209,8 @@ def attn_fwd_kernel(
                 acc, l_i, m_i, q, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
                 lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
                 dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-                BLOCK_N, DOT_FP32,
+                BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
+                SCORE_MOD_AUX,
             )  # fmt: skip
     else:
         unmasked_start = 0
@@ -157,13 +220,13 @@ def attn_fwd_kernel(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
-        DOT_FP32,
+        DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
-        DOT_FP32,
+        DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
     )  # fmt: skip
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
@@ -293,6 +356,7 @@ def attn_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    mods: Mods | None = None,
     config: configs.FwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward on validated inputs (docs/design/options.md: the window arrives normalised,
@@ -301,6 +365,7 @@ def attn_fwd(
     Dense: q (B, N_q, H, D), k/v (B, N_k, H_KV, D); returns ``out`` (B, N_q, H, D) in q's dtype and
     ``lse`` (B, H, N_q) float32. Varlen (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k): q (total_q, H, D),
     k/v (total_k, H_KV, D); returns ``out`` (total_q, H, D) and ``lse`` (H, total_q). Both contiguous.
+    ``mods``: block mask, mask_mod, score_mod and aux_tensors, validated (docs/design/block_sparse.md).
     """
     varlen = cu_seqlens_q is not None
     heads, head_dim = q.shape[-2], q.shape[-1]
@@ -330,7 +395,9 @@ def attn_fwd(
     q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
     o = out if d_pad == head_dim else torch.empty_like(q)
     cfg = config or configs.fwd_config(head_dim, q.device)
-    num_m_blocks = triton.cdiv(seqlen_q, cfg.BLOCK_M)
+    km = kernel_mods(mods)
+    block_m, block_n = km.tile(cfg.BLOCK_M, 0), km.tile(cfg.BLOCK_N, 1)
+    num_m_blocks = triton.cdiv(seqlen_q, block_m)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
     launch(
         kernel, (num_m_blocks * batch * heads,), q.device,
@@ -338,9 +405,11 @@ def attn_fwd(
         *(s for t in (q, k, v, o) for s in dense_strides(t, varlen)),
         lse.stride(0), opts.stride_alibi_b,
         total_q, total_k, num_m_blocks, softmax_scale * LOG2_E, opts.window_left, opts.window_right,
-        opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale,
-        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **opts.switches,
+        opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale, heads,
+        heads // heads_kv,
+        *km.list_args("kv", False), *km.list_args("kv", True), *km.strides("kv"), km.aux,
+        HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
+        BLOCK_M=block_m, BLOCK_N=block_n, **opts.switches, **km.fwd_switches(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
     )  # fmt: skip
     if o is not out:

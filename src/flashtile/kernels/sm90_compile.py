@@ -26,6 +26,12 @@ _POINTER_TYPES = {
     "rng_state_ptr": "*i64",
     "cu_seqlens_q_ptr": "*i32",
     "cu_seqlens_k_ptr": "*i32",
+    **{
+        f"{full}{side}{kind}_ptr": "*i32"
+        for full in ("", "full_")
+        for side in ("", "kv_")
+        for kind in ("count", "index")
+    },
 }
 # The option each pointer belongs to: without the option the launcher passes None (a constexpr).
 _OPTION_POINTERS = {
@@ -33,9 +39,10 @@ _OPTION_POINTERS = {
     "rng_state_ptr": "HAS_DROPOUT",
     "cu_seqlens_q_ptr": "IS_VARLEN",
     "cu_seqlens_k_ptr": "IS_VARLEN",
+    **{name: "HAS_BLOCK_MASK" for name in _POINTER_TYPES if "count" in name or "index" in name},
 }
 # Variant words: "full" or "causal" (the window (-1, 0)), plus any of these joined with "+".
-OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen")
+OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen", "blocksparse")
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,23 @@ def _switches(variant: str) -> dict[str, bool]:
         HAS_ALIBI="alibi" in words,
         HAS_DROPOUT="dropout" in words,
         IS_VARLEN="varlen" in words,
+        **_block_sparse_switches("blocksparse" in words),
     )
+
+
+def _block_sparse_switches(on: bool) -> dict[str, object]:
+    """The mods' switches: off, or a 128 × 128 block mask with masks.causal in its partial tiles."""
+    import torch
+
+    from flashtile.block_mask import BlockMask
+    from flashtile.kernels._block_sparse import kernel_mods
+    from flashtile.masks import causal
+    from flashtile.mods import Mods
+
+    if not on:
+        return kernel_mods(None).switches
+    states = torch.ones(1, 1, 1, 1, dtype=torch.int8)
+    return kernel_mods(Mods(BlockMask.from_states(states, 128, 128, 128), causal)).switches
 
 
 def _with_absent_pointers(fn, constexprs: dict) -> dict:
@@ -84,7 +107,9 @@ def _with_absent_pointers(fn, constexprs: dict) -> dict:
         for name, switch in _OPTION_POINTERS.items()
         if name in fn.arg_names and not constexprs[switch]
     }
-    return {**constexprs, **absent}
+    # The compile checks use no aux tensors; each kernel takes only its own switches.
+    constexprs = {name: value for name, value in constexprs.items() if name in fn.arg_names}
+    return {**constexprs, **absent, "aux": None}
 
 
 def _kernels_for(kind: str, head_dim: int, variant: str):

@@ -10,6 +10,9 @@ For query ``i`` and key ``j`` of one head, with ``off = N_k − N_q`` (bottom-ri
     s_ij = scale · q_i·k_j                                  scale = softmax_scale or 1/√D
     s_ij ← softcap · tanh(s_ij / softcap)                   when softcap > 0
     s_ij ← s_ij − slope · |i + off − j|                     when alibi_slopes is given
+    s_ij ← score_mod(s_ij, b, h, i, j[, aux])               when mods.score_mod is given
+    s_ij ← −∞ unless the block mask shows (i, j)            when mods.block_mask is given (mask_mod
+                                                            in its partial tiles)
     s_ij ← −∞ unless key j is visible from query i          causal / window_size
     lse_i = log Σ_j exp(s_ij),   P_ij = exp(s_ij − lse_i)
     out_i = Σ_j P_ij · keep_ij / (1 − dropout_p) · v_j      keep = dropout_mask (all True without dropout)
@@ -26,6 +29,7 @@ import math
 
 import torch
 
+from flashtile.mods import Mods
 from flashtile.reference.dropout import dropout_keep
 
 
@@ -94,6 +98,8 @@ def _scores(
     window_size: tuple[int, int],
     softcap: float,
     alibi_slopes: torch.Tensor | None,
+    mods: Mods | None = None,
+    batch_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The masked logits ``s``, shape ``(B, H, N_q, N_k)`` in the compute dtype (−∞ where masked)."""
     _, seqlen_q, nheads, head_dim = q.shape
@@ -106,6 +112,18 @@ def _scores(
         s = softcap * torch.tanh(s / softcap)
     if alibi_slopes is not None:
         s = s + alibi_bias(alibi_slopes.to(q.device), seqlen_q, seqlen_k, s.dtype)
+    if mods is not None:
+        batch = torch.arange(q.shape[0], device=q.device) if batch_ids is None else batch_ids.to(q.device)
+        index = (
+            batch[:, None, None, None],
+            torch.arange(nheads, device=q.device)[None, :, None, None],
+            torch.arange(seqlen_q, device=q.device)[:, None],
+            torch.arange(seqlen_k, device=q.device)[None, :],
+        )
+        if mods.score_mod is not None:
+            s = mods.call(mods.score_mod, s, *index)
+        if mods.block_mask is not None:
+            s = s.masked_fill(~mods.block_mask.visible(*index, mods), float("-inf"))
     if causal or window_size[0] >= 0 or window_size[1] >= 0:
         keep = keep_mask(seqlen_q, seqlen_k, causal=causal, window_size=window_size, device=q.device)
         s = s.masked_fill(~keep, float("-inf"))
@@ -136,8 +154,10 @@ def _probs_and_lse(
     window_size: tuple[int, int],
     softcap: float,
     alibi_slopes: torch.Tensor | None,
+    mods: Mods | None = None,
+    batch_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    s = _scores(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    s = _scores(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, mods, batch_ids)
     return _softmax_with_lse(s)
 
 
@@ -163,6 +183,8 @@ def attention(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_mask: torch.Tensor | None = None,
+    mods: Mods | None = None,
+    batch_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with every option of flash_attn's ``flash_attn_func``, computed by definition.
 
@@ -179,6 +201,9 @@ def attention(
         dropout_mask: bool ``(B, H, N_q, N_k)``, True = keep; kept entries of P are scaled by
             ``1/(1 − dropout_p)``. The lse is that of the softmax before dropout. :func:`dropout_mask`
             gives the mask the kernels draw for an ``rng_state``.
+        mods: block mask, mask_mod, score_mod and aux_tensors (:class:`flashtile.mods.Mods`); the mods'
+            ``.fn`` run on index tensors (autograd differentiates score_mod itself).
+        batch_ids: the batch index ``b`` the mods see for each batch element (default ``0 … B − 1``).
 
     Returns:
         ``out`` ``(B, N_q, H, D)`` in the input dtype; ``lse`` ``(B, H, N_q)`` natural log, float32
@@ -190,7 +215,7 @@ def attention(
     ([1.0, 1.0], [2.0, 2.6931471805599454])
     """
     _check_dropout(dropout_p, dropout_mask)
-    p, lse = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    p, lse = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, mods, batch_ids)
     if dropout_mask is not None:
         p = p * dropout_mask.to(p.dtype) / (1.0 - dropout_p)
     v = v.repeat_interleave(q.shape[2] // v.shape[2], dim=2)
@@ -266,6 +291,7 @@ def attention_varlen(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_mask: torch.Tensor | None = None,
+    mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`attention` of a packed batch (flash_attn's ``flash_attn_varlen_func``), sequence by sequence.
 
@@ -280,6 +306,7 @@ def attention_varlen(
         alibi_slopes: float32 ``(H,)`` or ``(B, H)`` (row ``b`` for sequence ``b``).
         dropout_mask: bool ``(B, H, max_seqlen_q, max_seqlen_k)``, as flash_attn's varlen ``S_dmask``;
             sequence ``b`` uses ``[b, :, :N_q, :N_k]``.
+        mods: as in :func:`attention`; sequence ``b`` is batch index ``b`` and positions are its own.
         The rest: as in :func:`attention`.
 
     Returns:
@@ -314,6 +341,8 @@ def attention_varlen(
             alibi_slopes=slopes,
             dropout_p=dropout_p,
             dropout_mask=mask,
+            mods=mods,
+            batch_ids=torch.tensor([b]),
         )
         outs.append(out[0])
         lses.append(lse[0])

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from flashtile.mods import Mods
 from flashtile.reference.dropout import dropout_keep
 
 
@@ -74,6 +75,7 @@ class _Problem:
     rng_state: torch.Tensor | None
     # (B,) int64.
     batch_ids: torch.Tensor
+    mods: Mods | None = None
 
     @property
     def offset(self) -> int:
@@ -106,23 +108,51 @@ class _Problem:
         cols = torch.arange(col_start, col_stop, device=device)[None, :]
         return rows, cols
 
+    def _heads(self, rows: int, device: torch.device) -> torch.Tensor:
+        """The query head of each stacked row, ``(1, H_KV, G·rows, 1)``: KV head κ holds query heads
+        κ·G … κ·G + G − 1."""
+        heads = torch.arange(self.nheads, device=device).view(-1, self.group, 1)
+        return heads.expand(-1, -1, rows).flatten(1)[None, :, :, None]
+
+    def _apply_mods(
+        self, s: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """score_mod and the block mask (with mask_mod) on a tile's score; also d score_mod / d score."""
+        mods = self.mods
+        batch = self.batch_ids[:, None, None, None]
+        heads = self._heads(rows.shape[0] // self.group, s.device)
+        mod_grad = None
+        if mods.score_mod is not None:
+            s_in = s
+            s = mods.call(mods.score_mod, s_in, batch, heads, rows, cols)
+            if mods.score_mod_bwd is not None:
+                mod_grad = mods.call(mods.score_mod_bwd, s_in, batch, heads, rows, cols)
+        if mods.block_mask is not None:
+            s = s.masked_fill(~mods.block_mask.visible(batch, heads, rows, cols, mods), float("-inf"))
+        return s, mod_grad
+
     def scores(
         self, q_tile: torch.Tensor, k_tile: torch.Tensor, row_start: int, col_start: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The masked score of one tile ``[B, H_KV, G·bm, bn]`` and, under softcap, ``ds/ds̃ = 1 − tanh²``."""
+        """The masked score of one tile ``[B, H_KV, G·bm, bn]`` and ``ds/ds̃``, the derivative of the
+        final score by the scaled one (``1 − tanh²`` under softcap, times score_mod's), None if 1."""
         row_stop = row_start + q_tile.shape[-2] // self.group
         col_stop = col_start + k_tile.shape[-2]
         rows, cols = self._positions(row_start, row_stop, col_start, col_stop, q_tile.device)
         distance = cols - (rows + self.offset)  # [G·bm, bn]
         s = q_tile @ k_tile.transpose(-1, -2) * self.softmax_scale
-        softcap_grad = None
+        score_grad = None
         if self.softcap > 0:
             capped = torch.tanh(s / self.softcap)
             s = self.softcap * capped
-            softcap_grad = 1.0 - capped * capped
+            score_grad = 1.0 - capped * capped
         if self.slopes is not None:
             slopes = self.slopes.repeat_interleave(row_stop - row_start, dim=2)  # [B, H_KV, G·bm, 1]
             s = s - slopes * distance.abs().to(s.dtype)
+        if self.mods is not None:
+            s, mod_grad = self._apply_mods(s, rows, cols)
+            if mod_grad is not None:
+                score_grad = mod_grad if score_grad is None else score_grad * mod_grad
         if self._cut_by_window(row_start, row_stop, col_start, col_stop):
             hidden = torch.zeros_like(distance, dtype=torch.bool)
             if self.left >= 0:
@@ -130,15 +160,13 @@ class _Problem:
             if self.right >= 0:
                 hidden |= distance > self.right
             s = s.masked_fill(hidden, float("-inf"))
-        return s, softcap_grad
+        return s, score_grad
 
     def dropout_keep(self, row_start: int, row_stop: int, col_start: int, col_stop: int) -> torch.Tensor:
         """Dropout's keep mask ``Z`` of one tile, bool ``[B, H_KV, G·bm, bn]`` (``reference.dropout``)."""
         device = self.batch_ids.device
         rows, cols = self._positions(row_start, row_stop, col_start, col_stop, device)
-        # Query head of each stacked row: KV head κ holds query heads κ·G … κ·G + G − 1.
-        heads = torch.arange(self.nheads, device=device).view(-1, self.group, 1)
-        heads = heads.expand(-1, -1, row_stop - row_start).flatten(1)[None, :, :, None]
+        heads = self._heads(row_stop - row_start, device)
         batch = self.batch_ids[:, None, None, None]
         return dropout_keep(self.rng_state, self.dropout_p, batch, heads, self.nheads, rows, cols)
 
@@ -154,6 +182,7 @@ def _problem(
     dropout_p: float,
     rng_state: torch.Tensor | None,
     batch_ids: torch.Tensor,
+    mods: Mods | None = None,
 ) -> _Problem:
     """The per-call constants of a dense problem; ``alibi_slopes`` already has one row per batch element."""
     if dropout_p > 0 and rng_state is None:
@@ -178,6 +207,7 @@ def _problem(
         dropout_p=dropout_p,
         rng_state=rng_state,
         batch_ids=batch_ids,
+        mods=mods,
     )
 
 
@@ -269,7 +299,7 @@ def _backward(
             row_stop = min(row_start + block_m, seqlen_q)
             q_tile = _rows(q_g, row_start, row_stop)  # [B, H_KV, G·bm, D]
             do_tile = _rows(do_g, row_start, row_stop)
-            s, softcap_grad = problem.scores(q_tile, k_tile, row_start, col_start)
+            s, score_grad = problem.scores(q_tile, k_tile, row_start, col_start)
             p = torch.exp(s - _rows(lse_g[..., None], row_start, row_stop))
             dp = do_tile @ v_tile.transpose(-1, -2)
             if problem.dropout_p > 0:
@@ -281,8 +311,8 @@ def _backward(
             else:
                 dv_tile += p.transpose(-1, -2) @ do_tile
             ds = p * (dp - _rows(delta[..., None], row_start, row_stop))
-            if softcap_grad is not None:
-                ds = ds * softcap_grad
+            if score_grad is not None:
+                ds = ds * score_grad
             dk_tile += ds.transpose(-1, -2) @ q_tile * scale
             dq[:, :, :, row_start:row_stop] += (ds @ k_tile * scale).unflatten(2, (group, -1))
         dk[:, col_start:col_stop] = dk_tile.transpose(1, 2).to(k.dtype)
@@ -310,6 +340,7 @@ def attention_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,6 +380,8 @@ def attention_fwd(
         dropout_p: in [0, 1); > 0 needs ``rng_state``.
         rng_state: int64 ``(2,)`` = ``(seed, offset)`` for :func:`flashtile.reference.dropout.dropout_keep`.
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: varlen, see :func:`attention_varlen_fwd`.
+        mods: block mask, mask_mod, score_mod/score_mod_bwd and aux_tensors (:class:`flashtile.mods.Mods`):
+            score_mod after ALiBi, then the block mask (mask_mod in its partial tiles) with the window.
         block_m, block_n: tile sizes (any positive integers).
 
     Returns:
@@ -367,11 +400,11 @@ def attention_fwd(
         return attention_varlen_fwd(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
             window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-            rng_state=rng_state, block_m=block_m, block_n=block_n,
+            rng_state=rng_state, mods=mods, block_m=block_m, block_n=block_n,
         )  # fmt: skip
     batch_ids = torch.arange(q.shape[0], device=q.device)
     problem = _problem(
-        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids, mods
     )
     return _forward(q, k, v, problem, block_m, block_n)
 
@@ -395,6 +428,7 @@ def attention_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -438,11 +472,11 @@ def attention_bwd(
         return attention_varlen_bwd(
             dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             softmax_scale, causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-            dropout_p=dropout_p, rng_state=rng_state, block_m=block_m, block_n=block_n,
+            dropout_p=dropout_p, rng_state=rng_state, mods=mods, block_m=block_m, block_n=block_n,
         )  # fmt: skip
     batch_ids = torch.arange(q.shape[0], device=q.device)
     problem = _problem(
-        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids, mods
     )
     return _backward(dout, q, k, v, out, lse, problem, block_m, block_n)
 
@@ -464,13 +498,14 @@ def _sequence_problem(
     alibi_slopes: torch.Tensor | None,
     dropout_p: float,
     rng_state: torch.Tensor | None,
+    mods: Mods | None,
 ) -> _Problem:
     """Sequence ``index`` (``q``, ``k`` a batch of 1): its ALiBi slopes, and ``b = index`` for dropout."""
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         alibi_slopes = alibi_slopes[index]
     batch_ids = torch.tensor([index], device=q.device)
     return _problem(
-        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids, mods
     )
 
 
@@ -490,6 +525,7 @@ def attention_varlen_fwd(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     rng_state: torch.Tensor | None = None,
+    mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -525,7 +561,7 @@ def attention_varlen_fwd(
         q_seq, k_seq, v_seq = q[None, q_start:q_stop], k[None, k_start:k_stop], v[None, k_start:k_stop]
         problem = _sequence_problem(
             q_seq, k_seq, index, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
-            rng_state,
+            rng_state, mods,
         )  # fmt: skip
         out_seq, lse_seq = _forward(q_seq, k_seq, v_seq, problem, block_m, block_n)
         out[q_start:q_stop] = out_seq[0]
@@ -552,6 +588,7 @@ def attention_varlen_bwd(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     rng_state: torch.Tensor | None = None,
+    mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -577,7 +614,7 @@ def attention_varlen_bwd(
         q_seq, k_seq, v_seq = q[None, q_start:q_stop], k[None, k_start:k_stop], v[None, k_start:k_stop]
         problem = _sequence_problem(
             q_seq, k_seq, index, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
-            rng_state,
+            rng_state, mods,
         )  # fmt: skip
         grads = _backward(
             dout[None, q_start:q_stop], q_seq, k_seq, v_seq, out[None, q_start:q_stop],

@@ -538,6 +538,8 @@ def bwd_unsupported_reason(
         or options.get("dropout_p", 0.0)
     ):
         return "softcap, ALiBi and dropout"
+    if options.get("mods") is not None:
+        return "block masks, mask_mod and score_mod"
     if q.numel() == 0 or k.numel() == 0:
         return "empty tensors (nothing to launch)"
     batch, seqlen_q, heads, _ = q.shape

@@ -83,6 +83,8 @@ def fwd_unsupported_reason(
         return "ALiBi slopes are not in the Hopper forward yet"
     if options.get("dropout_p", 0.0):
         return "dropout is not in the Hopper forward yet"
+    if options.get("mods") is not None:
+        return "block masks, mask_mod and score_mod are not in the Hopper forward yet"
     for name, t in (("q", q), ("k", k), ("v", v)):
         reason = _tma_unreadable(name, t)
         if reason is not None:
