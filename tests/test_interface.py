@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import flashtile
 from flashtile import (
@@ -25,6 +27,7 @@ from flashtile import (
     validation,
 )
 from flashtile.autograd import DOUBLE_BACKWARD_MESSAGE
+from flashtile.mods import Mods
 from flashtile.reference import naive, tiled
 from tests.helpers import assert_matches_oracle
 
@@ -501,8 +504,8 @@ def test_public_names() -> None:
     assert isinstance(flashtile.__version__, str)
 
 
-def _module_reference(layer: FlashAttention, x: torch.Tensor) -> torch.Tensor:
-    """The same layer written out with float64 naive attention."""
+def _module_reference(layer: FlashAttention, x: torch.Tensor, mods: Mods | None = None) -> torch.Tensor:
+    """The same layer written out with float64 naive attention (with ``mods``, the programmable options)."""
     batch, seqlen, _ = x.shape
     heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
     weight = layer.Wqkv.weight.double()
@@ -514,7 +517,7 @@ def _module_reference(layer: FlashAttention, x: torch.Tensor) -> torch.Tensor:
     v = v.view(batch, seqlen, kv_heads, head_dim)
     window = validation.normalize_window(layer.window_size, layer.causal, seqlen)
     options = dict(causal=layer.causal, window_size=window, softcap=layer.softcap)
-    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, **options)
+    out, _ = naive.attention(q, k, v, softmax_scale=layer.softmax_scale, mods=mods, **options)
     out_weight = layer.out_proj.weight.double()
     out_bias = None if layer.out_proj.bias is None else layer.out_proj.bias.double()
     return torch.nn.functional.linear(out.reshape(batch, seqlen, -1), out_weight, out_bias)
@@ -579,6 +582,34 @@ def test_flash_attention_module_options(seed: int) -> None:
     err = (layer(x).double() - _module_reference(layer, x)).abs().max().item()
     assert err < 1e-5, err
     assert "window_size=(3, 0)" in repr(layer) and "softcap=2.0" in repr(layer)
+
+
+@triton.jit
+def _position_bias(score, b, h, q_idx, kv_idx, aux):
+    return score + tl.load(aux[1] + h) * (q_idx - kv_idx).to(tl.float32)
+
+
+@triton.jit
+def _unit_derivative(score, b, h, q_idx, kv_idx, aux):
+    return score * 0.0 + 1.0
+
+
+def test_flash_attention_module_forwards_the_programmable_options(seed: int) -> None:
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2)
+    x = torch.randn(2, 40, 32, requires_grad=True)
+    aux = (flashtile.masks.document_ids(torch.tensor([0, 15, 40])), torch.tensor([0.1, -0.2, 0.3, 0.0]))
+    mask = flashtile.create_block_mask(flashtile.masks.document(), None, None, 40, 40, 32, aux_tensors=aux)
+    mods = dict(block_mask=mask, score_mod=_position_bias, score_mod_bwd=_unit_derivative, aux_tensors=aux)
+    out = layer(x, **mods)
+    expected = _module_reference(layer, x.detach(), Mods(**mods))
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    assert (out - layer(x)).abs().max() > 1e-2, "the mask and the bias change the output"
+    out.sum().backward()
+    assert x.grad is not None and torch.all(torch.isfinite(x.grad))
+    # A mask_mod alone (every tile partial) equals the layer's own causal flag.
+    with_mask_mod = layer(x, mask_mod=flashtile.masks.causal)
+    layer.causal = True
+    torch.testing.assert_close(with_mask_mod, layer(x), rtol=1e-6, atol=1e-6)
 
 
 def test_flash_attention_module_dropout_only_in_training(seed: int) -> None:

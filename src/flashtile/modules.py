@@ -5,16 +5,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from flashtile.interface import flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from flashtile.block_mask import BlockMask
+from flashtile.interface import flash_attn_func
 
 
 class FlashAttention(nn.Module):
     """Multi-head self-attention on ``(batch_size, seqlen, embed_dim)`` inputs, with optional MQA/GQA.
 
     One linear layer projects the input to ``num_heads`` query heads and ``num_kv_heads`` key and value heads
-    of size ``embed_dim // num_heads``; attention runs through :func:`flashtile.flash_attn_qkvpacked_func`
-    (or :func:`flashtile.flash_attn_kvpacked_func` when ``num_kv_heads < num_heads``) on views of that
-    projection, and a second linear layer maps the heads back to ``embed_dim``.
+    of size ``embed_dim // num_heads``; attention runs through :func:`flashtile.flash_attn_func` on views of
+    that projection, and a second linear layer maps the heads back to ``embed_dim``. ``forward`` takes the
+    programmable options per call (``block_mask``, ``mask_mod``, ``score_mod``, ``score_mod_bwd``,
+    ``aux_tensors``).
 
     Args:
         embed_dim: model width; a multiple of ``num_heads``, with head size ``embed_dim // num_heads`` ≤ 256.
@@ -33,6 +35,11 @@ class FlashAttention(nn.Module):
 
         >>> layer = FlashAttention(512, num_heads=8, num_kv_heads=2, causal=True)
         >>> layer(torch.randn(2, 100, 512)).shape
+        torch.Size([2, 100, 512])
+        >>> from flashtile import create_block_mask, masks  # two documents of 60 and 40 tokens
+        >>> ids = masks.document_ids(torch.tensor([0, 60, 100]))
+        >>> bm = create_block_mask(masks.document(), None, None, 100, 100, aux_tensors=(ids,))
+        >>> layer(torch.randn(2, 100, 512), block_mask=bm, aux_tensors=(ids,)).shape
         torch.Size([2, 100, 512])
     """
 
@@ -74,25 +81,48 @@ class FlashAttention(nn.Module):
         self.Wqkv = nn.Linear(embed_dim, qkv_dim, bias=bias, device=device, dtype=dtype)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: (batch_size, seqlen, embed_dim) → (batch_size, seqlen, embed_dim)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        block_mask: BlockMask | None = None,
+        mask_mod: object = None,
+        score_mod: object = None,
+        score_mod_bwd: object = None,
+        aux_tensors: tuple[torch.Tensor, ...] | None = None,
+    ) -> torch.Tensor:
+        """``x``: (batch_size, seqlen, embed_dim) → (batch_size, seqlen, embed_dim).
+
+        The keywords are :func:`flashtile.flash_attn_func`'s programmable options, per call (a block mask
+        depends on the batch's sequence length and documents; build it once per batch and pass it to every
+        layer): ``block_mask`` a :class:`flashtile.BlockMask` covering ``(seqlen, seqlen)`` with batch and
+        heads 1, ``batch_size`` or ``num_heads``, on ``x``'s device; ``mask_mod``, ``score_mod`` and
+        ``score_mod_bwd`` ``@triton.jit`` functions (``flashtile.masks``); ``aux_tensors`` the tensors they
+        read. All default to None; they apply on top of the layer's ``causal`` and ``window_size``.
+        """
         batch, seqlen, _ = x.shape
-        options = dict(
+        q_dim = self.num_heads * self.head_dim
+        kv_dim = self.num_kv_heads * self.head_dim
+        qkv = self.Wqkv(x)
+        # Views of the one projection, as flash_attn_qkvpacked_func would take them: nothing is copied.
+        q = qkv[..., :q_dim].view(batch, seqlen, self.num_heads, self.head_dim)
+        k = qkv[..., q_dim : q_dim + kv_dim].view(batch, seqlen, self.num_kv_heads, self.head_dim)
+        v = qkv[..., q_dim + kv_dim :].view(batch, seqlen, self.num_kv_heads, self.head_dim)
+        out = flash_attn_func(
+            q,
+            k,
+            v,
             dropout_p=self.dropout if self.training else 0.0,
             softmax_scale=self.softmax_scale,
             causal=self.causal,
             window_size=self.window_size,
             softcap=self.softcap,
+            block_mask=block_mask,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            score_mod_bwd=score_mod_bwd,
+            aux_tensors=aux_tensors,
         )
-        qkv = self.Wqkv(x)
-        if self.num_kv_heads == self.num_heads:
-            qkv = qkv.view(batch, seqlen, 3, self.num_heads, self.head_dim)
-            out = flash_attn_qkvpacked_func(qkv, **options)
-        else:
-            q_dim = self.num_heads * self.head_dim
-            q = qkv[..., :q_dim].view(batch, seqlen, self.num_heads, self.head_dim)
-            kv = qkv[..., q_dim:].view(batch, seqlen, 2, self.num_kv_heads, self.head_dim)
-            out = flash_attn_kvpacked_func(q, kv, **options)
         return self.out_proj(out.reshape(batch, seqlen, self.embed_dim))
 
     def extra_repr(self) -> str:

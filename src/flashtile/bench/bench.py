@@ -10,7 +10,8 @@ Rows go to the CSV after each configuration; tables and plots come at the end.
 
 ``--options`` measures each flash_attn option (window, softcap, ALiBi, dropout, a packed batch) beside
 flashtile's plain kernel at the same shape and beside the peers that implement the option; the oracle checks
-every option but dropout, whose mask each implementation draws from its own generator.
+every option but dropout, whose mask each implementation draws from its own generator. ``--decode`` and
+``--masks`` are presets of their own (:mod:`flashtile.bench.decode`, :mod:`flashtile.bench.masks`).
 """
 
 from __future__ import annotations
@@ -117,6 +118,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="decoding with a KV cache: batch 1-256, cache 1k-128k, GQA 1/4/8, pages 16/64/256, 1 and 4 "
         "query tokens, µs and TB/s against the measured copy bandwidth (with --quick: 8 cells); CUDA only",
     )
+    parser.add_argument(
+        "--masks",
+        action="store_true",
+        help="block-sparse attention (75%% empty tiles, against dense), document (8 documents) and prefix-LM "
+        "(prefix 2k) masks against FlexAttention, bf16, D=128, H=16, N=16k, fwd and bwd, and the first "
+        "call of a new mask (compile included) in a fresh process with empty caches; about 4 minutes on "
+        "an H100 with empty compile caches (with --quick, no prefix-LM: about 2); --seqlen replaces 16k; "
+        "CUDA only",
+    )
     axes = parser.add_argument_group("axes (each overrides the preset)")
     axes.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     axes.add_argument("--dtype", nargs="+", choices=tuple(DTYPES))
@@ -143,7 +153,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--time-budget", type=float, metavar="S", help="stop measuring after S seconds (rest: skipped)"
     )
     run.add_argument("--seed", type=int, default=0)
-    results.add_output_arguments(run, "bench", name_note="; bench_options with --options")
+    results.add_output_arguments(
+        run, "bench", name_note="; bench_options, bench_decode, bench_masks with --options, --decode, --masks"
+    )
     run.add_argument("--no-plot", action="store_true")
     run.add_argument(
         "--plot-only", action="store_true", help="measure nothing: tabulate and plot the CSV's latest run"
@@ -834,6 +846,10 @@ def main(args: argparse.Namespace) -> int:
     """The ``flashtile bench`` command; returns the exit status."""
     # Off a terminal (CI, a remote run's captured log) rich assumes 80 columns, which wraps the tables.
     console = Console() if Console().is_terminal else Console(width=_LOG_WIDTH)
+    if args.masks:
+        from flashtile.bench import masks
+
+        return masks.main(args)
     if args.decode:
         from flashtile.bench import decode
 
