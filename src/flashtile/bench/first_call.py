@@ -1,12 +1,12 @@
 """The child process of ``flashtile bench --masks``' first-call measurement.
 
-``python -m flashtile.bench.first_call IMPL CASE SEQLEN [--heads 16] [--device cuda]`` times one new mask's first
-training step with ``IMPL`` ("flashtile" or "flex") on ``CASE`` (:mod:`flashtile.bench.masks`): building the
-block mask, the forward and the backward, compilation included, then the same step again. The parent starts
-it with empty ``TRITON_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR``. The imports (torch, Triton, flashtile and,
-for Flex, Dynamo and Inductor), the inputs and the CUDA context come before the clock starts: they are paid
-once per process whatever the mask. Prints one JSON line: ``mask_s``, ``forward_s``, ``backward_s``,
-``warm_s``.
+``python -m flashtile.bench.first_call IMPL CASE SEQLEN [--heads 16] [--device cuda]`` times one new
+mask's first training step with ``IMPL`` ("flashtile" or "flex") on ``CASE`` (:mod:`flashtile.bench.masks`):
+building the block mask, the forward and the backward, compilation included, then the same step again. The
+parent starts it with empty ``TRITON_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR``. The imports (torch,
+Triton, flashtile and its backends and, for Flex, Dynamo and Inductor), the inputs and the CUDA context come
+before the clock starts: a process pays them once whatever the mask. Prints one JSON line: ``mask_s``,
+``forward_s``, ``backward_s``, ``warm_s``.
 """
 
 from __future__ import annotations

@@ -566,7 +566,8 @@ def plot(csv_path: Path, date: str) -> Path | None:
         ax.set_xticks([g + middle for g in range(len(groups))], [f"{c}\n{m}" for c, m in groups], fontsize=8)
         ax.set_ylabel(label)
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
+        if groups:
+            ax.legend(fontsize=7)
     fig.suptitle(
         f"Masks, bf16, D=128, H=16, N={ok[0]['seqlen']}: {ok[0]['gpu']}\n"
         f"torch {ok[0]['torch']}, triton {ok[0]['triton']}, commit {ok[0]['commit']}, {date}",
@@ -587,10 +588,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     csv_path = args.out_dir / f"{args.name or 'bench_masks'}.csv"
     if args.plot_only:
-        if not csv_path.exists():
-            print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
+        rows = results.read_rows(csv_path) if csv_path.exists() else []
+        if not rows:
+            print(f"flashtile bench: no results in {csv_path}", file=sys.stderr)
             return 2
-        rows = results.read_rows(csv_path)
         date = max(r["date"] for r in rows)
         render([r for r in rows if r["date"] == date], console)
         path = plot(csv_path, date)
