@@ -146,6 +146,7 @@ def test_hopper_backward_routes_between_the_gluon_and_the_portable_kernel(monkey
     calls = []
     reason = None if gluon_covers else "sliding windows"
     monkeypatch.setattr(gluon_bwd, "bwd_unsupported_reason", lambda *a: reason)
+    monkeypatch.delenv(gluon_bwd.VARIANT_ENV, raising=False)
     monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append(("gluon", kw)))
     monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append(("portable", kw)))
     q, k, v = _qkv()
@@ -164,3 +165,13 @@ def test_kernels_without_a_gluon_version_run_portable_under_the_hopper_backend()
     assert ops_kvcache._kernel_family("reference") == "reference"
     with pytest.raises(ValueError, match="backend must be one of hopper, triton, reference"):
         ops_kvcache._kernel_family("cuda")
+
+
+def test_hopper_backward_takes_only_gpu_checked_head_dims_by_default(monkeypatch):
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    monkeypatch.delenv(gluon_bwd.VARIANT_ENV, raising=False)
+    assert gluon_bwd.routed_by_default(64) and gluon_bwd.routed_by_default(128)
+    assert not gluon_bwd.routed_by_default(256) and not gluon_bwd.routed_by_default(192)
+    monkeypatch.setenv(gluon_bwd.VARIANT_ENV, "n64")
+    assert gluon_bwd.routed_by_default(256) and gluon_bwd.routed_by_default(192)

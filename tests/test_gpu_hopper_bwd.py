@@ -1,5 +1,6 @@
-"""The Hopper (Gluon) backward on an sm_90 GPU: gradients against the float64 oracle under the 3× rule,
-odd lengths, GQA/MQA, causal with N_q ≠ N_k, fully masked rows, no NaN from another batch or head, and
+"""The Hopper (Gluon) backward on an sm_90 GPU, in every variant of ``VARIANTS`` and at head dims 64, 96,
+128, 192 and 256: gradients against the float64 oracle under the 3× rule, odd lengths, GQA/MQA, causal with
+N_q ≠ N_k, fully masked rows, NaN-poisoned outputs, no NaN from another batch or head, and
 ``deterministic=True`` bitwise stable over 50 runs."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from flashtile.kernels import fwd as portable_fwd
+from flashtile.kernels.hopper import bwd as hopper_bwd
 from flashtile.reference import naive
 from tests.helpers import assert_matches_oracle
 
@@ -17,20 +19,50 @@ CASES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
     pytest.param(2, 113, 203, 4, 2, 64, True, id="gqa-causal-113x203-d64"),
     # N_q > N_k: the first 90 rows see no key (fully masked, LSE = −inf).
+    pytest.param(2, 203, 113, 4, 2, 64, True, id="gqa-causal-203x113-d64"),
     pytest.param(2, 203, 113, 4, 2, 128, True, id="gqa-causal-203x113-d128"),
     pytest.param(1, 1025, 1023, 4, 1, 128, False, id="mqa-1025x1023-d128"),
     pytest.param(3, 77, 77, 6, 3, 64, False, id="gqa-77-d64"),
     pytest.param(1, 1, 1, 2, 2, 128, True, id="mha-1x1-d128"),
     pytest.param(1, 300, 1000, 8, 2, 128, True, id="gqa-causal-300x1000-d128"),
+    pytest.param(1, 300, 1000, 8, 2, 64, True, id="gqa-causal-300x1000-d64"),
+    pytest.param(2, 113, 203, 4, 2, 256, True, id="gqa-causal-113x203-d256"),
+    pytest.param(2, 203, 113, 2, 1, 256, True, id="mqa-causal-203x113-d256"),
+    pytest.param(1, 257, 255, 2, 2, 256, False, id="mha-257x255-d256"),
+    pytest.param(2, 97, 75, 4, 2, 96, True, id="gqa-causal-97x75-d96"),
+    pytest.param(1, 130, 129, 2, 2, 192, False, id="mha-130x129-d192"),
 ]
 
 
-def _hopper():
+def _kernel_dim(head_dim: int) -> int:
+    return hopper_bwd.PADDED_HEAD_DIM.get(head_dim, head_dim)
+
+
+def _with_variants(cases):
+    """Each case once per variant of its head dim's kernel, the variant's name added to the id."""
+    return [
+        pytest.param(*case.values, name, id=f"{case.id}-{name}")
+        for case in cases
+        for name in hopper_bwd.VARIANTS[_kernel_dim(case.values[5])]
+    ]
+
+
+# (head dim, variant) pairs: every variant, and the padded head dims with their kernel's default.
+TARGETS = [
+    pytest.param(d, name, id=f"d{d}-{name}")
+    for d in hopper_bwd.SUPPORTED_HEAD_DIMS
+    for name in hopper_bwd.VARIANTS[_kernel_dim(d)]
+    if d == _kernel_dim(d) or name == hopper_bwd.DEFAULT_VARIANT[_kernel_dim(d)]
+]
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """The Hopper backward module, with the variant env cleared (a test sets the one it runs)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon backward runs on compute capability 9.x")
-    from flashtile.kernels.hopper import bwd
-
-    return bwd
+    monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
+    return hopper_bwd
 
 
 def _problem(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, dtype):
@@ -52,34 +84,40 @@ def _reference_grads(q, k, v, dout, causal, dtype):
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["reduce", "deterministic"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize(("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv", "head_dim", "causal"), CASES)
+@pytest.mark.parametrize(
+    ("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv", "head_dim", "causal", "variant"),
+    _with_variants(CASES),
+)
 def test_hopper_bwd_matches_oracle(
-    batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, dtype, deterministic, seed
-):
-    bwd = _hopper()
+    batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, variant, dtype, deterministic, seed,
+    hopper, monkeypatch, nan_poisoned_allocations,
+):  # fmt: skip
     q, k, v, dout, out, lse, scale = _problem(
         batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, dtype
     )
-    grads = bwd.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
+    monkeypatch.setenv(hopper.VARIANT_ENV, variant)
+    grads = hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
     oracle = _reference_grads(q, k, v, dout, causal, torch.float64)
     baseline = _reference_grads(q, k, v, dout, causal, dtype)
     for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, oracle, baseline, strict=True):
-        assert ours.shape == ref.shape and ours.dtype == dtype
+        assert ours.shape == ref.shape and ours.dtype == dtype and ours.is_contiguous()
         assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["reduce", "deterministic"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_hopper_bwd_nan_in_other_batch_or_head_does_not_leak(head_dim, causal, deterministic, seed):
-    bwd = _hopper()
+@pytest.mark.parametrize(("head_dim", "variant"), TARGETS)
+def test_hopper_bwd_nan_in_other_batch_or_head_does_not_leak(
+    head_dim, variant, causal, deterministic, seed, hopper, monkeypatch
+):
     q, k, v, dout, out, lse, scale = _problem(3, 97, 75, 2, 2, head_dim, causal, torch.bfloat16)
     for t in (q, k, v, dout, out, lse):
         t[1:] = float("nan")
     for t in (q, k, v, dout, out):
         t[0, :, 1] = float("nan")
     lse[0, 1] = float("nan")
-    grads = bwd.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
+    monkeypatch.setenv(hopper.VARIANT_ENV, variant)
+    grads = hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
     clean = [t[:1, :, :1] for t in (q, k, v, dout)]
     oracle = _reference_grads(*clean, causal, torch.float64)
     baseline = _reference_grads(*clean, causal, torch.bfloat16)
@@ -87,23 +125,24 @@ def test_hopper_bwd_nan_in_other_batch_or_head_does_not_leak(head_dim, causal, d
         assert_matches_oracle(name, ours[:1, :, :1], ref, base, grad=True, seed=seed)
 
 
-def test_hopper_bwd_deterministic_is_bitwise_stable_over_50_runs(seed):
-    bwd = _hopper()
-    q, k, v, dout, out, lse, scale = _problem(2, 1000, 1100, 8, 2, 128, True, torch.bfloat16)
-    first = bwd.attn_bwd(dout, q, k, v, out, lse, scale, True, deterministic=True)
+@pytest.mark.parametrize(("head_dim", "variant"), TARGETS)
+def test_hopper_bwd_deterministic_is_bitwise_stable_over_50_runs(head_dim, variant, hopper, monkeypatch):
+    q, k, v, dout, out, lse, scale = _problem(2, 1000, 1100, 8, 2, head_dim, True, torch.bfloat16)
+    monkeypatch.setenv(hopper.VARIANT_ENV, variant)
+    first = hopper.attn_bwd(dout, q, k, v, out, lse, scale, True, deterministic=True)
     for _ in range(49):
-        again = bwd.attn_bwd(dout, q, k, v, out, lse, scale, True, deterministic=True)
+        again = hopper.attn_bwd(dout, q, k, v, out, lse, scale, True, deterministic=True)
         assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
-def test_hopper_bwd_unsupported_reasons():
-    bwd = _hopper()
+def test_hopper_bwd_unsupported_reasons(hopper):
     q = torch.randn(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
-    assert bwd.bwd_unsupported_reason(q, q, q, q, {}) is None
-    assert bwd.bwd_unsupported_reason(q, q, q, q, {"window_size": (-1, 0)}) is None
-    assert "window" in bwd.bwd_unsupported_reason(q, q, q, q, {"window_size": (4, 0)})
-    assert "dropout" in bwd.bwd_unsupported_reason(q, q, q, q, {"dropout_p": 0.1})
-    assert "head dim" in bwd.bwd_unsupported_reason(q[..., :96], q[..., :96], q[..., :96], q[..., :96], {})
-    assert "dtype" in bwd.bwd_unsupported_reason(q.float(), q.float(), q.float(), q.float(), {})
+    assert hopper.bwd_unsupported_reason(q, q, q, q, {}) is None
+    assert hopper.bwd_unsupported_reason(q, q, q, q, {"window_size": (-1, 0)}) is None
+    assert "window" in hopper.bwd_unsupported_reason(q, q, q, q, {"window_size": (4, 0)})
+    assert "dropout" in hopper.bwd_unsupported_reason(q, q, q, q, {"dropout_p": 0.1})
+    assert hopper.bwd_unsupported_reason(q[..., :96], q[..., :96], q[..., :96], q[..., :96], {}) is None
+    assert "head dim" in hopper.bwd_unsupported_reason(q[..., :80], q[..., :80], q[..., :80], q[..., :80], {})
+    assert "dtype" in hopper.bwd_unsupported_reason(q.float(), q.float(), q.float(), q.float(), {})
     with pytest.raises(ValueError, match="window"):
-        bwd.attn_bwd(q, q, q, q, q, torch.zeros(1, 2, 8, device="cuda"), 0.1, False, window_size=(4, 0))
+        hopper.attn_bwd(q, q, q, q, q, torch.zeros(1, 2, 8, device="cuda"), 0.1, False, window_size=(4, 0))

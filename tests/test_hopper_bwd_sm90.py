@@ -1,21 +1,61 @@
-"""The Hopper (Gluon) backward compiles for sm_90 on this machine, GPU or not, in every configuration its
-launcher can pick, using wgmma, TMA loads and (unless deterministic) the TMA reduce-add, without spills."""
+"""The Hopper (Gluon) backward compiles for sm_90 on this machine, GPU or not, in every variant its
+launcher can pick, using wgmma, TMA loads and (unless deterministic) the TMA reduce-add, without spills,
+within the 227 KB of shared memory a block may use."""
 
 from __future__ import annotations
 
 import pytest
 
-from flashtile.kernels.hopper.bwd_compile import compile_in_subprocess
+from flashtile.kernels.hopper import bwd
+from flashtile.kernels.hopper.bwd_compile import finish_compile, start_compile
+
+MAX_SHARED_BYTES = 232448
+# Every variant with and without the causal mask; the deterministic pair (fused kernel without dQ, and the
+# dQ kernel) per head dim with its default variant. Two subprocesses share the jobs (one a core).
+MASKS = (False, True)
+JOBS = [(d, name, causal, False) for d, table in bwd.VARIANTS.items() for name in table for causal in MASKS]
+JOBS += [(d, bwd.DEFAULT_VARIANT[d], causal, True) for d in bwd.VARIANTS for causal in MASKS]
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["reduce", "deterministic"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_hopper_bwd_compiles_for_sm90(head_dim, causal, deterministic):
-    for report, has_reduce in compile_in_subprocess(head_dim, causal, deterministic):
-        assert report.has_wgmma, f"{report.kernel}: no wgmma in the PTX"
-        assert report.has_tma, f"{report.kernel}: no TMA bulk tensor copies in the PTX"
-        assert report.local_bytes == 0, f"{report.kernel}: {report.local_bytes} B of local memory (spills)"
-        assert report.shared_bytes <= 232448, f"{report.kernel}: {report.shared_bytes} B of shared memory"
-        fused = report.kernel == "attn_bwd_kernel"
-        assert has_reduce == (fused and not deterministic), f"{report.kernel}: TMA reduce-add {has_reduce}"
+def test_hopper_bwd_every_variant_compiles_for_sm90():
+    procs = [start_compile(JOBS[i::2]) for i in range(2)]
+    results = {}
+    for proc in procs:
+        results.update(finish_compile(proc))
+    failures = []
+    for (d, name, causal, deterministic), kernels in results.items():
+        label = f"D={d} {name} causal={causal} deterministic={deterministic}"
+        for report, has_reduce in kernels:
+            fused = report.kernel == "attn_bwd_kernel"
+            checks = {
+                "no wgmma in the PTX": report.has_wgmma,
+                "no TMA bulk tensor copies in the PTX": report.has_tma,
+                f"{report.local_bytes} B of local memory (spills)": report.local_bytes == 0,
+                f"{report.shared_bytes} B of shared memory": report.shared_bytes <= MAX_SHARED_BYTES,
+                f"TMA reduce-add {has_reduce}": has_reduce == (fused and not deterministic),
+            }
+            failures += [f"{label} {report.kernel}: {what}" for what, ok in checks.items() if not ok]
+    assert sorted(results) == sorted(JOBS)
+    assert not failures, "\n".join(failures)
+
+
+def test_every_head_dim_has_a_default_variant():
+    assert set(bwd.DEFAULT_VARIANT) == set(bwd.VARIANTS)
+    for d, name in bwd.DEFAULT_VARIANT.items():
+        assert name in bwd.VARIANTS[d]
+    assert set(bwd.PADDED_HEAD_DIM.values()) <= set(bwd.VARIANTS)
+
+
+def test_variant_env_picks_a_variant_where_the_head_dim_has_it(monkeypatch):
+    monkeypatch.delenv(bwd.VARIANT_ENV, raising=False)
+    assert bwd.select_variant(64) == ("m64", bwd.VARIANTS[64]["m64"])
+    monkeypatch.setenv(bwd.VARIANT_ENV, "m128")
+    assert bwd.select_variant(64) == ("m128", bwd.VARIANTS[64]["m128"])
+    assert bwd.select_variant(128)[0] == bwd.DEFAULT_VARIANT[128]
+    assert bwd.select_variant(256)[0] == bwd.DEFAULT_VARIANT[256]
+
+
+def test_variant_env_rejects_an_unknown_name(monkeypatch):
+    monkeypatch.setenv(bwd.VARIANT_ENV, "m512")
+    with pytest.raises(ValueError, match=r"FLASHTILE_HOPPER_BWD_VARIANT='m512'.*accepted: \['m128'"):
+        bwd.select_variant(64)

@@ -52,7 +52,8 @@ def attn_bwd(
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
     window = (-1, 0) if causal else tuple(options.get("window_size", (-1, -1)))
-    if gluon_bwd.bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window}) is None:
+    reason = gluon_bwd.bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window})
+    if reason is None and gluon_bwd.routed_by_default(q.shape[-1]):
         return gluon_bwd.attn_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)
     from flashtile.kernels.bwd import attn_bwd as portable_bwd
 

@@ -1,19 +1,27 @@
 """Hopper (sm_90) backward in Gluon: a warp-specialised fused dK/dV/dQ kernel, and a dQ kernel for
 ``deterministic=True``.
 
-Design and measurements: docs/design/hopper_bwd.md. One program owns 128 K/V rows of one KV head; a
-1-warp producer streams 64-row Q/dO blocks (with the base-2 LSE and Δ on the same barriers) through a
-two-stage TMA ring; two 4-warp consumer partitions each own 64 of the K/V rows and compute Sᵀ = K·Qᵀ and
-dPᵀ = V·dOᵀ (K-side), so that Pᵀ and dSᵀ are the register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q.
-dSᵀ goes through shared memory into dQ = dS·K, which is added into an fp32 buffer by a TMA bulk
-reduce; a postprocess scales and converts it. GQA: a program visits every query head of its group.
-Tensors are read through rank-3 TMA descriptors over [B, N, H·D], so rows past a sequence's end read
-as zeros and stores past it are dropped: nothing of another batch or head enters a result.
+Design, barrier protocol and measurements: docs/design/hopper_bwd.md. A program owns BN K/V rows of
+one KV head; a 1-warp producer streams BM-row Q/dO blocks (with the base-2 LSE and Δ on the same
+barriers) through a TMA ring; two 4-warp consumer partitions share the program. At D ≤ 128 each owns
+BN/2 of the K/V rows and computes Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (K-side), so that Pᵀ and dSᵀ are the
+register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q. At D = 256 (64 K/V rows) each owns half of dK's
+and dV's columns, computes Sᵀ and dPᵀ for half of the query rows and passes Pᵀ and dSᵀ to the other
+through shared memory. dS goes through shared memory into dQ = dS·K, which is added into an fp32
+buffer by a TMA bulk reduce; a postprocess scales and converts it. GQA: a program visits every query
+head of its group. Tensors are read through rank-3 TMA descriptors over [B, N, H·D], so rows past a
+sequence's end read as zeros and stores past it are dropped: nothing of another batch or head enters a
+result. Head dims 96 and 192 run zero-padded to 128 and 256.
+
+Tuning knob: ``FLASHTILE_HOPPER_BWD_VARIANT=<name>`` (read at each launch) picks a row of ``VARIANTS``
+for the head dims that have a variant of that name; the others keep ``DEFAULT_VARIANT``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,20 +40,100 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from flashtile.errors import FlashtileValueError
+
 LOG2_E = 1.4426950408889634
-BLOCK_M = 64
-BLOCK_N = 128
-STAGES = 2
-SUPPORTED_HEAD_DIMS = (64, 128)
+VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
+PADDED_HEAD_DIM = {96: 128, 192: 256}
 # The fused kernel's default partition is 4 consumer warps; a 4-warp consumer (240 registers) and a
 # 1-warp producer (24) are workers, the producer padded to a warpgroup: 12 warps, and 168 registers a
 # thread over 384 threads is the register file, which setmaxnreg moves to the consumers.
 FUSED_WARPS = 4
 FUSED_MAXNREG = 168
 DQ_WARPS = 4
+# The deterministic dQ kernel: 64 query rows a program, 64-row K/V blocks.
+DQ_BLOCK_M = 64
 DQ_BLOCK_N = 64
 _TORCH_TO_GL = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
+
+
+@dataclass(frozen=True)
+class BwdVariant:
+    """One configuration of the fused kernel.
+
+    ``block_m`` query rows a block, ``block_n`` K/V rows a program, ``stages`` the depth of the Q/dO
+    ring. ``split``: how the two consumer warpgroups share a program, ``"keys"`` (block_n/2 K/V rows
+    each) or ``"dim"`` (D/2 columns each of dK, dV and dQ). ``dq_split``: what each adds to dQ per
+    block, ``"keys"`` (its own keys' share, all columns, no exchange), ``"cols"`` (half of the columns
+    over all keys) or ``"rows"`` (half of the query rows over all keys); the last two wait for the
+    other warpgroup's half of dSᵀ."""
+
+    block_m: int
+    block_n: int
+    stages: int
+    split: str
+    dq_split: str
+
+    def dq_box(self, head_dim: int) -> tuple[int, int]:
+        """(rows, columns) of the dQ tile one warpgroup adds per block."""
+        rows = self.block_m // 2 if self.dq_split == "rows" else self.block_m
+        cols = head_dim // 2 if self.dq_split == "cols" else head_dim
+        return rows, cols
+
+    def out_box(self, head_dim: int) -> tuple[int, int]:
+        """(rows, columns) of the dK/dV tile one warpgroup stores."""
+        if self.split == "dim":
+            return self.block_n, head_dim // 2
+        return self.block_n // 2, head_dim
+
+
+# Per kernel head dim. D = 64: "m64" is the measured one; "m64-cols" halves the dQ reduce traffic for
+# a barrier; "m128" doubles the query block (Sᵀ 64×128 per warpgroup, half the barriers and reduces per
+# FLOP). D = 256 fits 227 KB only with 64 K/V rows and one Q/dO stage (docs/design/hopper_bwd.md).
+VARIANTS: dict[int, dict[str, BwdVariant]] = {
+    64: {
+        "m64": BwdVariant(64, 128, 2, "keys", "keys"),
+        "m64-cols": BwdVariant(64, 128, 2, "keys", "cols"),
+        "m128": BwdVariant(128, 128, 2, "keys", "rows"),
+    },
+    128: {"m64": BwdVariant(64, 128, 2, "keys", "cols")},
+    256: {"n64": BwdVariant(64, 64, 1, "dim", "cols")},
+}
+DEFAULT_VARIANT = {64: "m64", 128: "m64", 256: "n64"}
+SUPPORTED_HEAD_DIMS = tuple(sorted((*VARIANTS, *PADDED_HEAD_DIM)))
+# Kernel head dims whose default variant has passed the GPU checks (an H100, 2026-11-23): the backend
+# routes the others (D = 96, 192, 256) to the portable backward unless the knob names one of their variants.
+GPU_CHECKED_HEAD_DIMS = (64, 128)
+# The largest query block of any variant: the row statistics are padded to it.
+_MAX_BLOCK_M = max(v.block_m for table in VARIANTS.values() for v in table.values())
+
+
+def variant_names() -> list[str]:
+    return sorted({name for table in VARIANTS.values() for name in table})
+
+
+def routed_by_default(head_dim: int) -> bool:
+    """Whether the hopper backend sends a supported call of this head dim here: its kernel's default
+    variant passed the GPU checks, or ``FLASHTILE_HOPPER_BWD_VARIANT`` names one of its variants."""
+    kernel_dim = PADDED_HEAD_DIM.get(head_dim, head_dim)
+    knob = os.environ.get(VARIANT_ENV, "").strip()
+    return kernel_dim in GPU_CHECKED_HEAD_DIMS or knob in VARIANTS[kernel_dim]
+
+
+def select_variant(head_dim: int) -> tuple[str, BwdVariant]:
+    """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
+    head dim has a variant of that name, else ``DEFAULT_VARIANT``."""
+    name = os.environ.get(VARIANT_ENV, "").strip()
+    if name and name not in variant_names():
+        raise FlashtileValueError(
+            f"{VARIANT_ENV}={name!r} names no variant of the Hopper backward; accepted: {variant_names()}"
+        )
+    table = VARIANTS[head_dim]
+    if name not in table:
+        name = DEFAULT_VARIANT[head_dim]
+    return name, table[name]
 
 
 @builtin
@@ -164,10 +252,11 @@ def _producer(
 @gluon.jit
 def _consumer(
     descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
-    BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    COMPUTE_DQ: gl.constexpr, which: gl.constexpr,
+    BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
+    DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, which: gl.constexpr,
 ):  # fmt: skip
-    """One warpgroup: K/V rows [n0 + 64·which, +64) of the block; dK and dV stay in registers."""
+    """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
+    in registers."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
@@ -192,7 +281,7 @@ def _consumer(
     dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     zero_s = gl.zeros([WG_ROWS, BM], gl.float32, s_layout)
-    zero_dq = gl.zeros([BM, DQ_COLS], gl.float32, dq_layout)
+    zero_dq = gl.zeros([DQ_ROWS, DQ_COLS], gl.float32, dq_layout)
     # Key rows of this warpgroup, and the last query each sees (+ the diagonal's offset).
     rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
     diag_offset = seqlen_k - seqlen_q
@@ -231,20 +320,26 @@ def _consumer(
             ds_buf = ds_smem.index(it % 2)
             ds_buf.slice(which * WG_ROWS, WG_ROWS).store(ds_lo)
             fence_async_shared()
-            if DQ_COLS == HEAD_DIM:
-                # Each warpgroup adds its own 64 keys' share: dQ += dS[:, keys] · K[keys, :].
+            if DQ_SPLIT == "keys":
+                # dQ += dS[:, keys] · K[keys, :] over this warpgroup's own keys: no exchange.
                 dq = warpgroup_mma(
                     ds_buf.slice(which * WG_ROWS, WG_ROWS).permute((1, 0)), k_wg, zero_dq, use_acc=False,
                     is_async=True,
                 )  # fmt: skip
             else:
-                # Both halves of dSᵀ are needed: each warpgroup makes half of dQ's columns over all 128 keys.
+                # Both halves of dSᵀ are needed: wait until the other warpgroup has written its own.
                 mbarrier.arrive(ds_ready.index(it % 2))
                 mbarrier.wait(ds_ready.index(it % 2), (it // 2) & 1)
-                dq = warpgroup_mma(
-                    ds_buf.permute((1, 0)), k_smem.slice(which * DQ_COLS, DQ_COLS, dim=1), zero_dq,
-                    use_acc=False, is_async=True,
-                )  # fmt: skip
+                if DQ_SPLIT == "cols":
+                    dq = warpgroup_mma(
+                        ds_buf.permute((1, 0)), k_smem.slice(which * DQ_COLS, DQ_COLS, dim=1), zero_dq,
+                        use_acc=False, is_async=True,
+                    )  # fmt: skip
+                else:
+                    dq = warpgroup_mma(
+                        ds_buf.slice(which * DQ_ROWS, DQ_ROWS, dim=1).permute((1, 0)), k_smem, zero_dq,
+                        use_acc=False, is_async=True,
+                    )  # fmt: skip
             # The register operands stay alive until their dots complete.
             dv, dk, _, _ = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))
             mbarrier.arrive(qdo_empty.index(s))
@@ -254,8 +349,10 @@ def _consumer(
             stage = dq_smem.index(which)
             stage.store(dq)
             fence_async_shared()
-            col0 = h * HEAD_DIM + (which * DQ_COLS if DQ_COLS < HEAD_DIM else 0)
-            _tma_reduce_add(dq_desc, [b, m0, col0], _rows3(stage, BM, DQ_COLS, dq3))
+            # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
+            row0 = m0 + which * (BM - DQ_ROWS)
+            col0 = h * HEAD_DIM + which * (HEAD_DIM - DQ_COLS)
+            _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
         else:
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
             mbarrier.arrive(qdo_empty.index(s))
@@ -279,13 +376,120 @@ def _consumer(
 
 
 @gluon.jit
+def _consumer_dim(
+    descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
+    BN: gl.constexpr, NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr,
+    which: gl.constexpr,
+):  # fmt: skip
+    """One warpgroup of a "dim" split: columns [D/2·which, +D/2) of dK, dV and dQ for all BN K/V rows.
+    It computes Sᵀ and dPᵀ for query rows [BM/2·which, +BM/2) of each block and writes its half of P
+    and dS ([query, key] tiles) to shared memory, where both warpgroups read all of them."""
+    dq_desc, dk_desc, dv_desc = descs
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
+    kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
+    b, h_kv, n0, seqlen_q, seqlen_k, GROUP = sizes
+    HALF_M: gl.constexpr = BM // 2
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF_M, 16]
+    )
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF_D, 16]
+    )
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    k_cols = k_smem.slice(which * HALF_D, HALF_D, dim=1)
+    dk = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
+    dv = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
+    zero_s = gl.zeros([BN, HALF_M], gl.float32, s_layout)
+    zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
+    rows = n0 + gl.arange(0, BN, layout=row_layout)
+    diag_offset = seqlen_k - seqlen_q
+    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    per_head = gl.maximum(m_end - m_first, 0)
+    dq3: gl.constexpr = dq_desc.layout
+    mbarrier.wait(kv_bar, 0)
+    for it in range(GROUP * per_head):
+        s = it % NSTAGE
+        phase = (it // NSTAGE) & 1
+        h = h_kv * GROUP + it // per_head
+        m0 = (m_first + it % per_head) * BM
+        q_s = q_smem.index(s)
+        do_s = do_smem.index(s)
+        buf = it % 2
+
+        mbarrier.wait(q_ready.index(s), phase)
+        st = warpgroup_mma(
+            k_smem, q_s.slice(which * HALF_M, HALF_M).permute((1, 0)), zero_s, use_acc=False, is_async=True
+        )
+        mbarrier.wait(do_ready.index(s), phase)
+        dpt = warpgroup_mma(
+            v_smem, do_s.slice(which * HALF_M, HALF_M).permute((1, 0)), zero_s, use_acc=False,
+            is_async=True,
+        )  # fmt: skip
+        lse = lse_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
+        st = warpgroup_mma_wait(1, deps=(st,))
+        pt = gl.exp2(st * qk_scale - lse[None, :])
+        if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+            cols = m0 + which * HALF_M + gl.arange(0, HALF_M, layout=col_layout)
+            pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
+        delta = delta_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
+        dpt = warpgroup_mma_wait(0, deps=(dpt,))
+        dst = pt * (dpt - delta[None, :])
+        p_smem.index(buf).slice(which * HALF_M, HALF_M).permute((1, 0)).store(pt.to(dtype))
+        ds_smem.index(buf).slice(which * HALF_M, HALF_M).permute((1, 0)).store(dst.to(dtype))
+        fence_async_shared()
+        # Every query row of P and dS is needed: wait until the other warpgroup has written its half.
+        mbarrier.arrive(ds_ready.index(buf))
+        mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
+        dv = warpgroup_mma(
+            p_smem.index(buf).permute((1, 0)), do_s.slice(which * HALF_D, HALF_D, dim=1), dv, is_async=True
+        )
+        dk = warpgroup_mma(
+            ds_smem.index(buf).permute((1, 0)), q_s.slice(which * HALF_D, HALF_D, dim=1), dk, is_async=True
+        )
+        if COMPUTE_DQ:
+            dq = warpgroup_mma(ds_smem.index(buf), k_cols, zero_dq, use_acc=False, is_async=True)
+            dv, dk = warpgroup_mma_wait(1, deps=(dv, dk))
+            mbarrier.arrive(qdo_empty.index(s))
+            dq = warpgroup_mma_wait(0, deps=(dq,))
+            # The previous block's reduce must have read the staging tile before it is overwritten.
+            tma.store_wait(0)
+            stage = dq_smem.index(which)
+            stage.store(dq)
+            fence_async_shared()
+            _tma_reduce_add(dq_desc, [b, m0, h * HEAD_DIM + which * HALF_D], _rows3(stage, BM, HALF_D, dq3))
+        else:
+            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+            mbarrier.arrive(qdo_empty.index(s))
+    tma.store_wait(0)
+
+    # dK and dV are staged in this warpgroup's dQ tile, free now that its last reduce has read it.
+    out3: gl.constexpr = dk_desc.layout
+    out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HALF_D], dtype)
+    stage = dq_smem.index(which)._reinterpret(dtype, [BN, HALF_D], out_tile)
+    col0 = h_kv * HEAD_DIM + which * HALF_D
+    stage.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dv_desc, [b, n0, col0], _rows3(stage, BN, HALF_D, out3))
+    tma.store_wait(0)
+    stage.store((dk * softmax_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [b, n0, col0], _rows3(stage, BN, HALF_D, out3))
+    tma.store_wait(0)
+
+
+@gluon.jit
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
-    HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_COLS: gl.constexpr,
-    IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr,
+    HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, SPLIT: gl.constexpr,
+    DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    COMPUTE_DQ: gl.constexpr,
 ):  # fmt: skip
-    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one 128-row K/V block of one KV head."""
+    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head."""
     pid = gl.program_id(0)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
@@ -297,18 +501,14 @@ def attn_bwd_kernel(
 
     tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HEAD_DIM], dtype)
     q_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, HEAD_DIM], dtype)
-    ds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
-    dq_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, DQ_COLS], gl.float32)
-    out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, HEAD_DIM], dtype)
+    dq_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([DQ_ROWS, DQ_COLS], gl.float32)
     k_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], tile)
     v_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], tile)
     q_smem = gl.allocate_shared_memory(dtype, [NSTAGE, BM, HEAD_DIM], q_tile)
     do_smem = gl.allocate_shared_memory(dtype, [NSTAGE, BM, HEAD_DIM], q_tile)
     lse_smem = gl.allocate_shared_memory(gl.float32, [NSTAGE, BM], lse_desc.layout)
     delta_smem = gl.allocate_shared_memory(gl.float32, [NSTAGE, BM], delta_desc.layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_tile)
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BM, DQ_COLS], dq_tile)
-    dkv_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, HEAD_DIM], out_tile)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_ROWS, DQ_COLS], dq_tile)
 
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
@@ -324,7 +524,6 @@ def attn_bwd_kernel(
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
 
-    smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
     descs = (dq_desc, dk_desc, dv_desc)
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
     sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
@@ -332,51 +531,40 @@ def attn_bwd_kernel(
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
     load_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP)
-    gl.warp_specialize(
-        [
-            (
-                _consumer,
-                (
-                    descs,
-                    smem,
-                    bars,
-                    sizes,
-                    qk_scale,
-                    softmax_scale,
-                    HEAD_DIM,
-                    BM,
-                    BN,
-                    NSTAGE,
-                    DQ_COLS,
-                    IS_CAUSAL,
-                    COMPUTE_DQ,
-                    0,
-                ),
-            ),
-            (
-                _consumer,
-                (
-                    descs,
-                    smem,
-                    bars,
-                    sizes,
-                    qk_scale,
-                    softmax_scale,
-                    HEAD_DIM,
-                    BM,
-                    BN,
-                    NSTAGE,
-                    DQ_COLS,
-                    IS_CAUSAL,
-                    COMPUTE_DQ,
-                    1,
-                ),
-            ),
-            (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL)),
-        ],
-        [4, 1],
-        [240, 24],
-    )
+    if SPLIT == "dim":
+        # P and dS as [query, key] tiles, double-buffered: a warpgroup may run one block ahead.
+        pds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BN], dtype)
+        p_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], pds_tile)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], pds_tile)
+        smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem)
+        gl.warp_specialize(
+            [
+                (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
+                                 IS_CAUSAL, COMPUTE_DQ, 0)),
+                (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
+                                 IS_CAUSAL, COMPUTE_DQ, 1)),
+                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL)),
+            ],
+            [4, 1],
+            [240, 24],
+        )  # fmt: skip
+    else:
+        ds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
+        out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, HEAD_DIM], dtype)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_tile)
+        dkv_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, HEAD_DIM], out_tile)
+        smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
+        gl.warp_specialize(
+            [
+                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
+                             DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, COMPUTE_DQ, 0)),
+                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
+                             DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, COMPUTE_DQ, 1)),
+                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL)),
+            ],
+            [4, 1],
+            [240, 24],
+        )  # fmt: skip
 
 
 @gluon.jit
@@ -479,26 +667,20 @@ def attn_bwd_dq_kernel(
     tma.store_wait(0)
 
 
-def dq_columns(head_dim: int) -> int:
-    """Columns of dQ one warpgroup adds per query block: half of them at D = 128 (both warpgroups' dSᵀ
-    over all 128 keys), all at D = 64 (each warpgroup's own 64 keys)."""
-    return head_dim // 2 if head_dim == 128 else head_dim
-
-
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A rank-3 descriptor over t (B, N, H, D) seen as [B, N, H·D], block [1, rows, D]: the sequence is a
-    dimension of its own, so a block never reaches into the next batch."""
+def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
+    """A rank-3 descriptor over t (B, N, H, D) seen as [B, N, H·D], block [1, rows, cols] (cols = D by
+    default): the sequence is a dimension of its own, so a block never reaches into the next batch."""
     batch, seqlen, heads, head_dim = t.shape
-    block = [1, rows, head_dim]
+    block = [1, rows, head_dim if cols is None else cols]
     layout = gl.NVMMASharedLayout.get_default_for(block, _TORCH_TO_GL[t.dtype])
     return TensorDescriptor(
         t, [batch, seqlen, heads * head_dim], [t.stride(0), t.stride(1), 1], block, layout
     )
 
 
-def _row_stats_descriptor(t: torch.Tensor) -> TensorDescriptor:
-    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M], gl.float32)
-    return TensorDescriptor(t, [t.numel()], [1], [BLOCK_M], layout)
+def _row_stats_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    layout = gl.NVMMASharedLayout.get_default_for([rows], gl.float32)
+    return TensorDescriptor(t, [t.numel()], [1], [rows], layout)
 
 
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
@@ -543,7 +725,7 @@ def bwd_unsupported_reason(
     if q.numel() == 0 or k.numel() == 0:
         return "empty tensors (nothing to launch)"
     batch, seqlen_q, heads, _ = q.shape
-    if batch * heads * triton.cdiv(seqlen_q, BLOCK_M) * BLOCK_M >= 2**31:
+    if batch * heads * triton.cdiv(seqlen_q, _MAX_BLOCK_M) * _MAX_BLOCK_M >= 2**31:
         return "more than 2³¹ rows of row statistics"
     return None
 
@@ -563,24 +745,47 @@ def attn_bwd(
     **options: Any,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward on Hopper; the contract of ``flashtile.kernels.bwd.attn_bwd``: q, dout, out
-    (B, N_q, H, D), k, v (B, N_k, H_KV, D), fp16/bf16; lse (B, H, N_q) fp32 natural log. Returns dq, dk, dv,
-    contiguous, in the dtypes and shapes of q, k, v. ``deterministic=True`` computes dQ in a second kernel
-    that owns its rows, so the result is bitwise the same every run.
+    (B, N_q, H, D), k, v (B, N_k, H_KV, D), fp16/bf16, D in ``SUPPORTED_HEAD_DIMS``; lse (B, H, N_q) fp32
+    natural log. Returns dq, dk, dv, contiguous, in the dtypes and shapes of q, k, v.
+    ``deterministic=True`` computes dQ in a second kernel that owns its rows, so the result is bitwise
+    the same every run. ``FLASHTILE_HOPPER_BWD_VARIANT`` picks the fused kernel's configuration.
 
     >>> dq, dk, dv = attn_bwd(dout, q, k, v, out, lse, q.shape[-1] ** -0.5, causal=True)
     """
     window_size = (-1, 0) if causal else tuple(window_size)
     reason = bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window_size})
     if reason is not None:
-        raise ValueError(f"the Hopper backward does not support these inputs: {reason}")
+        raise FlashtileValueError(f"the Hopper backward does not support these inputs: {reason}")
     is_causal = window_size == (-1, 0)
+    head_dim = q.shape[-1]
+    padded = PADDED_HEAD_DIM.get(head_dim)
+    if padded is None:
+        return _launch(dout, q, k, v, out, lse, softmax_scale, is_causal, deterministic)
+    wide = [torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (dout, q, k, v, out)]
+    grads = _launch(*wide, lse, softmax_scale, is_causal, deterministic)
+    return tuple(g[..., :head_dim].contiguous() for g in grads)
+
+
+def _launch(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    is_causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kernels for validated inputs whose head dim has a kernel (64, 128, 256)."""
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    _, cfg = select_variant(head_dim)
+    bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
     out = out if out.stride(-1) == 1 else out.contiguous()
     lse = lse.contiguous()
-    seqlen_pad = triton.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
-    num_m_blocks = seqlen_pad // BLOCK_M
+    seqlen_pad = triton.cdiv(seqlen_q, bm) * bm
     device = q.device
 
     lse2 = torch.empty(batch * heads * seqlen_pad, dtype=torch.float32, device=device)
@@ -589,34 +794,37 @@ def attn_bwd(
     dv = torch.empty(v.shape, dtype=v.dtype, device=device)
     dq = torch.empty(q.shape, dtype=q.dtype, device=device)
     qk_scale = softmax_scale * LOG2_E
+    dq_rows, dq_cols = cfg.dq_box(head_dim)
+    out_rows, out_cols = cfg.out_box(head_dim)
     with torch.cuda.device(device):
-        attn_bwd_preprocess_kernel[(num_m_blocks * batch * heads,)](
+        attn_bwd_preprocess_kernel[(seqlen_pad // bm * batch * heads,)](
             out, dout, lse, lse2, delta, out.stride(0), out.stride(1), out.stride(2),
-            dout.stride(0), dout.stride(1), dout.stride(2), seqlen_q, seqlen_pad, num_m_blocks, heads,
-            HEAD_DIM=head_dim, BLOCK=BLOCK_M,
+            dout.stride(0), dout.stride(1), dout.stride(2), seqlen_q, seqlen_pad, seqlen_pad // bm, heads,
+            HEAD_DIM=head_dim, BLOCK=bm,
         )  # fmt: skip
-        dq_cols = dq_columns(head_dim)
         dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=device)
         # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
-        dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, BLOCK_M, 1, dq_cols))
+        dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, dq_rows, 1, dq_cols))
         descs = (
-            _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
-            _descriptor(dout, BLOCK_M), _row_stats_descriptor(lse2), _row_stats_descriptor(delta),
-            _accum_descriptor(dq_target, dq_cols), _descriptor(dk, BLOCK_N // 2),
-            _descriptor(dv, BLOCK_N // 2),
+            _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(dout, bm),
+            _row_stats_descriptor(lse2, bm), _row_stats_descriptor(delta, bm),
+            _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
+            _descriptor(dv, out_rows, out_cols),
         )  # fmt: skip
-        num_n_blocks = triton.cdiv(seqlen_k, BLOCK_N)
+        num_n_blocks = triton.cdiv(seqlen_k, bn)
         attn_bwd_kernel[(num_n_blocks * batch * heads_kv,)](
             *descs, seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, heads, heads // heads_kv, qk_scale,
-            softmax_scale, HEAD_DIM=head_dim, BM=BLOCK_M, BN=BLOCK_N, NSTAGE=STAGES, DQ_COLS=dq_cols,
-            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, num_warps=FUSED_WARPS, maxnreg=FUSED_MAXNREG,
+            softmax_scale, HEAD_DIM=head_dim, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split,
+            DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=is_causal,
+            COMPUTE_DQ=not deterministic, num_warps=FUSED_WARPS, maxnreg=FUSED_MAXNREG,
         )  # fmt: skip
         if deterministic:
+            num_m_blocks = triton.cdiv(seqlen_q, DQ_BLOCK_M)
             attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
-                _descriptor(q, BLOCK_M), _descriptor(k, DQ_BLOCK_N), _descriptor(v, DQ_BLOCK_N),
-                _descriptor(dout, BLOCK_M), _descriptor(dq, BLOCK_M), lse2, delta, seqlen_q, seqlen_k,
+                _descriptor(q, DQ_BLOCK_M), _descriptor(k, DQ_BLOCK_N), _descriptor(v, DQ_BLOCK_N),
+                _descriptor(dout, DQ_BLOCK_M), _descriptor(dq, DQ_BLOCK_M), lse2, delta, seqlen_q, seqlen_k,
                 seqlen_pad, num_m_blocks, heads, heads // heads_kv, qk_scale, softmax_scale,
-                HEAD_DIM=head_dim, BM=BLOCK_M, BN=DQ_BLOCK_N, IS_CAUSAL=is_causal, num_warps=DQ_WARPS,
+                HEAD_DIM=head_dim, BM=DQ_BLOCK_M, BN=DQ_BLOCK_N, IS_CAUSAL=is_causal, num_warps=DQ_WARPS,
             )  # fmt: skip
         else:
             numel = dq.numel()
@@ -624,13 +832,3 @@ def attn_bwd(
                 dq_accum, dq, numel, softmax_scale, BLOCK=1024
             )
     return dq, dk, dv
-
-
-def _accum_descriptor(t: torch.Tensor, cols: int) -> TensorDescriptor:
-    """The fp32 dQ sum as [B, N_q, H·D], block [1, 64, cols] (a warpgroup's share of a query block)."""
-    batch, seqlen, heads, head_dim = t.shape
-    block = [1, BLOCK_M, cols]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
-    return TensorDescriptor(
-        t, [batch, seqlen, heads * head_dim], [t.stride(0), t.stride(1), 1], block, layout
-    )

@@ -1,7 +1,7 @@
 """Compile the Hopper (Gluon) backward for sm_90 on any machine, GPU or not, and report what the compiler
-made: every configuration the launcher can pick, in a subprocess (a compiler abort ends the process).
+made: every variant the launcher can pick, in a subprocess (a compiler abort ends the process).
 
-    python -m flashtile.kernels.hopper.bwd_compile 128 causal deterministic
+    python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:causal:deterministic 64:m128:full:reduce
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from dataclasses import asdict
 
 from flashtile.kernels.sm90_compile import CompileReport, report
 
+# (head dim, variant name, causal, deterministic), and (report, has the TMA reduce) per kernel.
+Job = tuple[int, str, bool, bool]
+Reports = list[tuple[CompileReport, bool]]
 _SCALARS = ("seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP")
 
 
@@ -40,9 +43,10 @@ def _signature(fn, descs: dict[str, str], constexprs: dict) -> dict[str, str]:
 
 
 def compile_here(
-    head_dim: int, causal: bool, deterministic: bool, dtype: str = "bf16"
-) -> list[CompileReport]:
-    """The fused kernel as the launcher configures it, and the dQ kernel when ``deterministic``."""
+    head_dim: int, variant: str, causal: bool, deterministic: bool, dtype: str = "bf16"
+) -> Reports:
+    """The fused kernel as the launcher configures ``variant`` (a name of ``bwd.VARIANTS[head_dim]``),
+    and the dQ kernel when ``deterministic``; (report, has the TMA reduce) per kernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -50,33 +54,36 @@ def compile_here(
     from flashtile.kernels.hopper import bwd
 
     d = head_dim
-    q_block, kv_block, out_block = [1, bwd.BLOCK_M, d], [1, bwd.BLOCK_N, d], [1, bwd.BLOCK_N // 2, d]
-    dq_cols = bwd.dq_columns(d)
+    cfg = bwd.VARIANTS[d][variant]
+    bm, bn = cfg.block_m, cfg.block_n
+    dq_rows, dq_cols = cfg.dq_box(d)
+    out_rows, out_cols = cfg.out_box(d)
+    q_block, kv_block, out_block = [1, bm, d], [1, bn, d], [1, out_rows, out_cols]
     fused = (
         bwd.attn_bwd_kernel,
         dict(
             q_desc=_desc(dtype, q_block), k_desc=_desc(dtype, kv_block), v_desc=_desc(dtype, kv_block),
-            do_desc=_desc(dtype, q_block), lse_desc=_desc("fp32", [bwd.BLOCK_M]),
-            delta_desc=_desc("fp32", [bwd.BLOCK_M]), dq_desc=_desc("fp32", [1, bwd.BLOCK_M, dq_cols]),
-            dk_desc=_desc(dtype, out_block), dv_desc=_desc(dtype, out_block),
+            do_desc=_desc(dtype, q_block), lse_desc=_desc("fp32", [bm]), delta_desc=_desc("fp32", [bm]),
+            dq_desc=_desc("fp32", [1, dq_rows, dq_cols]), dk_desc=_desc(dtype, out_block),
+            dv_desc=_desc(dtype, out_block),
         ),
         dict(
-            HEAD_DIM=d, BM=bwd.BLOCK_M, BN=bwd.BLOCK_N, NSTAGE=bwd.STAGES, DQ_COLS=dq_cols, IS_CAUSAL=causal,
-            COMPUTE_DQ=not deterministic,
+            HEAD_DIM=d, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split,
+            DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=causal, COMPUTE_DQ=not deterministic,
         ),
         {"num_warps": bwd.FUSED_WARPS, "maxnreg": bwd.FUSED_MAXNREG},
     )  # fmt: skip
     kernels = [fused]
     if deterministic:
-        dq_kv_block = [1, bwd.DQ_BLOCK_N, d]
+        dq_q_block, dq_kv_block = [1, bwd.DQ_BLOCK_M, d], [1, bwd.DQ_BLOCK_N, d]
         kernels.append((
             bwd.attn_bwd_dq_kernel,
             dict(
-                q_desc=_desc(dtype, q_block), k_desc=_desc(dtype, dq_kv_block),
-                v_desc=_desc(dtype, dq_kv_block), do_desc=_desc(dtype, q_block),
-                dq_desc=_desc(dtype, q_block),
+                q_desc=_desc(dtype, dq_q_block), k_desc=_desc(dtype, dq_kv_block),
+                v_desc=_desc(dtype, dq_kv_block), do_desc=_desc(dtype, dq_q_block),
+                dq_desc=_desc(dtype, dq_q_block),
             ),
-            dict(HEAD_DIM=d, BM=bwd.BLOCK_M, BN=bwd.DQ_BLOCK_N, IS_CAUSAL=causal),
+            dict(HEAD_DIM=d, BM=bwd.DQ_BLOCK_M, BN=bwd.DQ_BLOCK_N, IS_CAUSAL=causal),
             {"num_warps": bwd.DQ_WARPS},
         ))  # fmt: skip
     reports = []
@@ -89,32 +96,50 @@ def compile_here(
     return reports
 
 
-def compile_in_subprocess(
-    head_dim: int, causal: bool, deterministic: bool, dtype: str = "bf16", timeout: float = 600
-) -> list[tuple[CompileReport, bool]]:
-    """Compile in a fresh interpreter without TRITON_INTERPRET; (report, has the TMA reduce) per kernel."""
+def _spec(job: Job) -> str:
+    head_dim, variant, causal, deterministic = job
+    mask, mode = "causal" if causal else "full", "deterministic" if deterministic else "reduce"
+    return f"{head_dim}:{variant}:{mask}:{mode}"
+
+
+def _parse(spec: str) -> Job:
+    dim, variant, mask, mode = spec.split(":")
+    return int(dim), variant, mask == "causal", mode == "deterministic"
+
+
+def start_compile(jobs: list[Job], dtype: str = "bf16") -> subprocess.Popen:
+    """Start compiling ``jobs`` in one fresh interpreter without TRITON_INTERPRET (``finish_compile``
+    collects)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    args = [
-        str(head_dim),
-        "causal" if causal else "full",
-        "deterministic" if deterministic else "atomic",
-        dtype,
-    ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "flashtile.kernels.hopper.bwd_compile", *args],
-        capture_output=True,
+    return subprocess.Popen(
+        [sys.executable, "-m", "flashtile.kernels.hopper.bwd_compile", dtype, *map(_spec, jobs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=timeout,
     )
+
+
+def finish_compile(proc: subprocess.Popen, timeout: float = 600) -> dict[Job, Reports]:
+    """(report, has the TMA reduce) per kernel of each job of a ``start_compile``; raises with the
+    subprocess's stderr when it failed (a compile error or abort)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     if proc.returncode != 0:
-        raise RuntimeError(f"sm_90 compile of the Hopper backward {args} failed:\n{proc.stderr[-3000:]}")
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return [(CompileReport(**r["report"]), r["has_tma_reduce"]) for r in rows]
+        raise RuntimeError(f"sm_90 compile of the Hopper backward {proc.args[3:]} failed:\n{stderr[-3000:]}")
+    rows = json.loads(stdout.strip().splitlines()[-1])
+    return {
+        _parse(spec): [(CompileReport(**r["report"]), r["has_tma_reduce"]) for r in kernels]
+        for spec, kernels in rows.items()
+    }
 
 
 if __name__ == "__main__":
-    dim_arg, mask_arg, mode_arg = sys.argv[1:4]
-    dtype_arg = sys.argv[4] if len(sys.argv) > 4 else "bf16"
-    out = compile_here(int(dim_arg), mask_arg == "causal", mode_arg == "deterministic", dtype_arg)
-    print(json.dumps([{"report": asdict(r), "has_tma_reduce": red} for r, red in out]))
+    dtype_arg, *specs = sys.argv[1:]
+    out = {spec: compile_here(*_parse(spec), dtype_arg) for spec in specs}
+    print(json.dumps({spec: [{"report": asdict(r), "has_tma_reduce": red} for r, red in kernels]
+                      for spec, kernels in out.items()}))  # fmt: skip
