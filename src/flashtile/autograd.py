@@ -11,6 +11,7 @@ differentiation through attention) raises a RuntimeError when the second differe
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -87,18 +88,21 @@ class FlashAttnFunction(torch.autograd.Function):
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
         q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
-        with torch.no_grad():
+        # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad() if create_graph else contextlib.nullcontext():
             dq, dk, dv = run(
                 dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
                 cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, **ctx.with_mods,
             )  # fmt: skip
-        graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
-        if torch.is_grad_enabled() and graph_inputs:
-            dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
-        needs_q, needs_k, needs_v = ctx.needs_input_grad[:3]
-        grads = (dq if needs_q else None, dk if needs_k else None, dv if needs_v else None)
+        if create_graph:
+            graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
+            if graph_inputs:
+                dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
+        needs = ctx.needs_input_grad
+        grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
         # The options (ALiBi slopes included, as in flash_attn) get no gradient.
-        return grads + (None,) * (len(ctx.needs_input_grad) - len(grads))
+        return grads + (None,) * (len(needs) - len(grads))
 
 
 def attention(
@@ -122,8 +126,17 @@ def attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable ``(out, lse)`` of validated inputs and normalised options (``lse`` carries no
     gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`);
-    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is."""
-    return FlashAttnFunction.apply(
+    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is.
+
+    With nothing to differentiate (grad mode off, or no input requiring grad) eager calls skip the
+    autograd.Function, whose bookkeeping costs ~10 µs a call and would be thrown away."""
+    args = (
         q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
     )  # fmt: skip
+    inputs_need_grad = q.requires_grad or k.requires_grad or v.requires_grad
+    if alibi_slopes is not None:
+        inputs_need_grad = inputs_need_grad or alibi_slopes.requires_grad
+    if not (inputs_need_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling():
+        return _ops.run_attn_fwd(*args)
+    return FlashAttnFunction.apply(*args)

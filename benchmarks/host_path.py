@@ -1,0 +1,124 @@
+"""The host cost of one flashtile call, layer by layer, measured on the CPU with the GPU launch made a no-op.
+
+Triton's launch path runs for real — ``JITFunction.run`` binds and specialises every argument and looks the
+kernel up — up to the compiled kernel's C launcher, which is replaced by a no-op (as is compilation: a
+stand-in compiled kernel is cached on the first call). So the figures are everything the host does per call
+except ``cuLaunchKernelEx`` and the CUDA caching allocator, on whatever CPU runs this; they compare versions
+of the code on one machine, not machines. benchmarks/launch_overhead.py measures the same on a GPU.
+
+    PYTHONPATH=src python benchmarks/host_path.py            # this checkout
+    PYTHONPATH=/path/to/other/src python benchmarks/host_path.py   # another version, same machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+# The kernels must be compiled-kernel JITFunctions (Triton decides at import), but the backend must accept
+# CPU tensors (it asks for TRITON_INTERPRET=1 at every call): import first, then set the variable.
+os.environ["TRITON_INTERPRET"] = "0"
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime.jit import JITFunction
+
+import flashtile
+from flashtile import flash_attn_func, ops
+from flashtile.kernels import bwd, fwd
+
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["FLASHTILE_BACKEND"] = "triton"
+
+
+class _NoGpuDriver:
+    """What JITFunction.run asks the driver for, on a machine without a GPU."""
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int) -> int:
+        return 0
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cuda", 90, 32)
+
+
+class _NoLaunchKernel:
+    """A compiled kernel whose launcher does nothing."""
+
+    function = 1
+    packed_metadata = ()
+
+    def launch_metadata(self, grid, stream, *args) -> None:
+        return None
+
+    def run(self, *args) -> None:
+        return None
+
+
+def _cache_stand_in(self, key, signature, device, constexprs, options, attrs, warmup):
+    kernel = _NoLaunchKernel()
+    self.device_caches[device][0][key] = kernel
+    return kernel
+
+
+def per_call_us(fn, reps: int, repeats: int = 7) -> float:
+    """The best of ``repeats`` means of ``reps`` calls, in CPU time of this process (robust to a busy
+    machine's other processes)."""
+    for _ in range(20):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.process_time() - start) / reps * 1e6)
+    return best
+
+
+def measure(causal: bool, reps: int) -> None:
+    batch, seqlen, heads, head_dim = 2, 128, 4, 128
+    q, k, v, dout = (torch.randn(batch, seqlen, heads, head_dim, dtype=torch.float16) for _ in range(4))
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    scale = head_dim**-0.5
+    window = (-1, 0) if causal else (-1, -1)
+    out, lse = ops.run_attn_fwd(q, k, v, scale, causal, "triton", *window)
+    graph_out = flash_attn_func(qg, kg, vg, causal=causal)
+    rows = {
+        "flash_attn_func, inputs requiring grad": lambda: flash_attn_func(qg, kg, vg, causal=causal),
+        "flash_attn_func, no grad": lambda: flash_attn_func(q, k, v, causal=causal),
+        "  ops.run_attn_fwd": lambda: ops.run_attn_fwd(q, k, v, scale, causal, "triton", *window),
+        "    kernels.fwd.attn_fwd": lambda: fwd.attn_fwd(q, k, v, scale, causal, window_size=window),
+        "backward (torch.autograd.grad)": lambda: torch.autograd.grad(
+            graph_out, (qg, kg, vg), dout, retain_graph=True
+        ),
+        "  ops.run_attn_bwd": lambda: ops.run_attn_bwd(
+            dout, q, k, v, out, lse, scale, causal, "triton", *window
+        ),
+        "    kernels.bwd.attn_bwd": lambda: bwd.attn_bwd(
+            dout, q, k, v, out, lse, scale, causal, window_size=window
+        ),
+        "forward + backward": lambda: torch.autograd.grad(
+            flash_attn_func(qg, kg, vg, causal=causal), (qg, kg, vg), dout
+        ),
+    }
+    print(f"\ncausal={causal} (B={batch} N={seqlen} H={heads} D={head_dim} fp16)")
+    for name, fn in rows.items():
+        print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=2000)
+    args = parser.parse_args()
+    triton.runtime.driver.set_active(_NoGpuDriver())
+    JITFunction._do_compile = _cache_stand_in
+    print(f"flashtile from {os.path.dirname(flashtile.__file__)}; host µs per call (CPU time, best of 7)")
+    for causal in (False, True):
+        measure(causal, args.reps)
+
+
+if __name__ == "__main__":
+    main()
