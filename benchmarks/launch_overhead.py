@@ -1,12 +1,21 @@
-"""Where the time of one flashtile call goes at short sequences: host overhead against kernel time.
+"""Where the time of one flashtile call goes at short sequences: host overhead against kernel time, on a GPU.
 
-For each shape it prints the per-call time as `flashtile bench` measures it (CUDA events around each call),
-the host time of one call (wall clock, the GPU kept busy), and the GPU time of each kernel the call launches
-(torch.profiler). PYTHONPATH=src python benchmarks/launch_overhead.py
+For each cell it prints, for the forward (inputs requiring grad, as in training) and the forward + backward:
+- host µs: wall clock of issuing one call, the GPU kept busy (the Python path, Triton's launch included);
+- call ms: CUDA events around each call, as `flashtile bench` times it (host-bound when host > kernels);
+- kernels ms: the GPU time of the kernels the call launches (torch.profiler).
+The cells are `flashtile bench --paper`'s at N = 512, 1k, 2k (B·N = 16k tokens, H·D = 2048, bf16), and
+one tiny shape where only the host counts. benchmarks/host_path.py breaks the host time down by layer on a
+CPU. Compare two versions on one machine by running each with its own PYTHONPATH:
+
+    PYTHONPATH=src python benchmarks/launch_overhead.py [--head-dim 64 128] [--csv out.csv --label after]
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import os
 import time
 
 import torch
@@ -14,16 +23,10 @@ from torch.profiler import ProfilerActivity, profile
 
 from flashtile import flash_attn_func
 
-SHAPES = [
-    # (batch, seqlen, heads, head_dim, causal)
-    (32, 512, 16, 128, False),
-    (32, 512, 16, 128, True),
-    (4, 4096, 16, 128, True),
-    (1, 128, 1, 64, False),
-]
+TOKENS, HIDDEN = 16384, 2048
 
 
-def per_call_event_ms(fn, reps=50):
+def per_call_event_ms(fn, reps: int = 30) -> float:
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -37,53 +40,87 @@ def per_call_event_ms(fn, reps=50):
     return sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))[reps // 2]
 
 
-def host_ms(fn, reps=50):
-    torch.cuda.synchronize()
-    begin = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    mid = time.perf_counter()
-    torch.cuda.synchronize()
-    return 1e3 * (mid - begin) / reps
+def host_us(fn, reps: int = 20, repeats: int = 5) -> float:
+    """Best of ``repeats`` means over ``reps`` calls issued back to back, before any synchronisation."""
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - begin) / reps * 1e6)
+        torch.cuda.synchronize()
+    return best
 
 
-def kernel_table(fn, reps=10):
+def kernels_ms(fn, reps: int = 5) -> float:
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    rows = []
+    total = 0.0
     for ev in prof.key_averages():
-        total = getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
-        if total > 0 and ev.count >= reps:
-            rows.append((ev.key[:60], ev.count // reps, total / reps / 1e3))
-    return sorted(rows, key=lambda r: -r[2])
+        total += getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
+    return total / reps / 1e3
 
 
-def measure(batch: int, seqlen: int, heads: int, head_dim: int, causal: bool) -> None:
+def measure(batch: int, seqlen: int, heads: int, head_dim: int, causal: bool) -> dict[str, float]:
     q, k, v, dout = (
         torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(4)
     )
     for t in (q, k, v):
         t.requires_grad_(True)
-    out = flash_attn_func(q, k, v, causal=causal)
-    fns = {
-        "fwd": lambda: flash_attn_func(q, k, v, causal=causal),
-        "fwd no-grad": lambda: flash_attn_func(q.detach(), k.detach(), v.detach(), causal=causal),
-        "bwd": lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
-    }
-    print(f"\nB={batch} N={seqlen} H={heads} D={head_dim} causal={causal}")
-    for name, fn in fns.items():
-        ev = per_call_event_ms(fn)
-        host = host_ms(fn)
-        kernels = kernel_table(fn)
-        gpu = sum(r[2] for r in kernels)
-        print(f"  {name:12s} event {ev:7.3f} ms  host {host:7.3f} ms  kernels {gpu:7.3f} ms")
-        for key, count, ms in kernels[:6]:
-            print(f"      {ms:7.3f} ms  x{count}  {key}")
+
+    def fwd():
+        return flash_attn_func(q, k, v, causal=causal)
+
+    def fwd_bwd():
+        return torch.autograd.grad(flash_attn_func(q, k, v, causal=causal), (q, k, v), dout)
+
+    row: dict[str, float] = {}
+    for name, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+        row[f"{name}_host_us"] = host_us(fn)
+        row[f"{name}_call_ms"] = per_call_event_ms(fn)
+        row[f"{name}_kernels_ms"] = kernels_ms(fn)
+    return row
 
 
-for shape in SHAPES:
-    measure(*shape)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dim", type=int, nargs="+", default=[128])
+    parser.add_argument("--seqlen", type=int, nargs="+", default=[512, 1024, 2048])
+    parser.add_argument("--csv", help="append one row per cell to this CSV")
+    parser.add_argument("--label", default="", help="a label for the CSV rows (e.g. the version)")
+    args = parser.parse_args()
+
+    cells = [(1, 128, 1, 64, False)]
+    for head_dim in args.head_dim:
+        for seqlen in args.seqlen:
+            for causal in (False, True):
+                cells.append((TOKENS // seqlen, seqlen, HIDDEN // head_dim, head_dim, causal))
+    print(f"{torch.cuda.get_device_name()}; flashtile from {os.environ.get('PYTHONPATH', '(installed)')}")
+    print("  B     N   H    D causal | fwd: host µs  call ms  kernels ms | fwd+bwd: host µs  call ms "
+          " kernels ms")  # fmt: skip
+    rows = []
+    for batch, seqlen, heads, head_dim, causal in cells:
+        row = measure(batch, seqlen, heads, head_dim, causal)
+        print(
+            f"{batch:3d} {seqlen:5d} {heads:3d} {head_dim:4d} {causal!s:>6} | "
+            f"{row['fwd_host_us']:12.1f} {row['fwd_call_ms']:8.3f} {row['fwd_kernels_ms']:11.3f} | "
+            f"{row['fwd_bwd_host_us']:16.1f} {row['fwd_bwd_call_ms']:8.3f} {row['fwd_bwd_kernels_ms']:11.3f}"
+        )
+        rows.append(dict(label=args.label, batch=batch, seqlen=seqlen, heads=heads, head_dim=head_dim,
+                         causal=causal, gpu=torch.cuda.get_device_name(), **row))  # fmt: skip
+    if args.csv:
+        new = not os.path.exists(args.csv)
+        with open(args.csv, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
