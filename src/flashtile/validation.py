@@ -133,17 +133,18 @@ def check_qkv_shapes(
             shapes += f"; unpacked from {packed[0]} {_shape(packed[1])}"
         return FlashtileValueError(f"{problem}; got {shapes}")
 
-    # Dimensions counted from the end, the same in both layouts.
+    # Dimensions counted from the end, the same in both layouts. Each .shape builds a torch.Size: read once.
+    qs, ks, vs = q.shape, k.shape, v.shape
     heads, dim = -2, -1
-    if not varlen and not q.shape[0] == k.shape[0] == v.shape[0]:
+    if not varlen and not qs[0] == ks[0] == vs[0]:
         raise fail("q, k and v must have the same batch_size (dim 0)")
-    if k.shape[-3] != v.shape[-3]:
+    if ks[-3] != vs[-3]:
         raise fail(f"k and v must have the same {'total_k (dim 0)' if varlen else 'seqlen_k (dim 1)'}")
-    if not q.shape[dim] == k.shape[dim] == v.shape[dim]:
+    if not qs[dim] == ks[dim] == vs[dim]:
         raise fail(f"q, k and v must have the same headdim (dim {q.dim() - 1})")
-    if k.shape[heads] != v.shape[heads]:
+    if ks[heads] != vs[heads]:
         raise fail(f"k and v must have the same nheads_k (dim {q.dim() - 2})")
-    nheads, nheads_k, head_dim = q.shape[heads], k.shape[heads], q.shape[dim]
+    nheads, nheads_k, head_dim = qs[heads], ks[heads], qs[dim]
     if nheads < 1 or nheads_k < 1:
         raise fail(f"nheads (q dim {q.dim() - 2}) and nheads_k (k, v dim {q.dim() - 2}) must be at least 1")
     if nheads % nheads_k != 0:
@@ -244,12 +245,14 @@ def normalize_window(window_size: object, causal: bool, seqlen_k: int) -> tuple[
     if not (type(bounds) is tuple and len(bounds) == 2 and type(bounds[0]) is int and type(bounds[1]) is int):
         pair = _plain(window_size)
         bounds = [_plain(w) for w in pair] if isinstance(pair, Sequence) and not isinstance(pair, str) else []
-    if len(bounds) != 2 or not all(_is_int(w) for w in bounds):
-        raise FlashtileTypeError(
-            "window_size must be a pair of integers (left, right), -1 meaning unlimited; "
-            f"got {describe(window_size)}"
-        )
-    left, right = (-1 if w < 0 or w >= seqlen_k else int(w) for w in bounds)
+        if len(bounds) != 2 or not all(_is_int(w) for w in bounds):
+            raise FlashtileTypeError(
+                "window_size must be a pair of integers (left, right), -1 meaning unlimited; "
+                f"got {describe(window_size)}"
+            )
+    left, right = bounds
+    left = -1 if left < 0 or left >= seqlen_k else int(left)
+    right = -1 if right < 0 or right >= seqlen_k else int(right)
     return left, 0 if causal else right
 
 
