@@ -17,6 +17,7 @@ from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
+from flashtile.kernels._sink import sink_grad
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
 from flashtile.kernels.fwd import (
     LOG2_E,
@@ -124,7 +125,7 @@ def _attn_bwd_dkdv_steps(
     that Pᵀ and dSᵀ feed the next dots directly."""
     for m0 in tl.range(start_m, end_m, BLOCK_M):
         q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
-        do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
+        do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_DV]
         offs_m = m0 + tl.arange(0, BLOCK_M)
         lse, delta = _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q)
         s_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
@@ -163,6 +164,7 @@ def attn_bwd_dkdv_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     n_block = pid % num_n_blocks
@@ -185,19 +187,19 @@ def attn_bwd_dkdv_kernel(
         k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     v_desc = head_desc(
-        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     dk_desc = head_desc(
         dk_ptr, k_base, h_kv, stride_dkb, stride_dkh, stride_dkn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     dv_desc = head_desc(
-        dv_ptr, k_base, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+        dv_ptr, k_base, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     offs_n = n0 + tl.arange(0, BLOCK_N)
     k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
-    v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+    v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_DV]
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     diag_offset = seqlen_k_b - seqlen_q_b
     lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
     hi_diag = diag_offset + window_right
@@ -221,7 +223,7 @@ def attn_bwd_dkdv_kernel(
             q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
         )
         do_desc = head_desc(
-            do_ptr, q_base, h, stride_dob, stride_doh, stride_don, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
+            do_ptr, q_base, h, stride_dob, stride_doh, stride_don, q_rows, HEAD_DIM_V, BLOCK_M, BLOCK_DV
         )
         bh = b * H + h
         row_stats = h * stride_lse_h + q_base if IS_VARLEN else bh * seqlen_q
@@ -266,7 +268,7 @@ def _attn_bwd_dq_steps(
     """Accumulate into dQ the contributions of keys [start_n, end_n)."""
     for n0 in tl.range(start_n, end_n, BLOCK_N):
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
-        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_DV]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if HAS_SOFTCAP or HAS_ALIBI or MASKED:
@@ -299,6 +301,7 @@ def attn_bwd_dq_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
@@ -315,7 +318,7 @@ def attn_bwd_dq_kernel(
         q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
     )
     do_desc = head_desc(
-        do_ptr, q_base, h, stride_dob, stride_doh, stride_don, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
+        do_ptr, q_base, h, stride_dob, stride_doh, stride_don, seqlen_q_b, HEAD_DIM_V, BLOCK_M, BLOCK_DV
     )
     dq_desc = head_desc(
         dq_ptr, q_base, h, stride_dqb, stride_dqh, stride_dqn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
@@ -324,7 +327,7 @@ def attn_bwd_dq_kernel(
         k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     v_desc = head_desc(
-        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -339,7 +342,7 @@ def attn_bwd_dq_kernel(
         seed, rng_offset = load_rng_state(rng_state_ptr)
 
     q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
-    do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
+    do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_DV]
     lse, delta = _load_row_stats(lse_ptr + row_stats, delta_ptr + row_stats, offs_m, seqlen_q_b)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if IS_LOCAL:
@@ -396,15 +399,18 @@ def attn_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
     config: configs.BwdConfig | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """Launch the backward. Shapes and keywords as in ``fwd.attn_fwd``; ``lse`` float32 from it
     ((B, H, N_q), or (H, total_q) for varlen) and the same ``rng_state``, whose mask is regenerated.
 
-    Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v.
+    Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v; with a
+    ``learnable_sink`` also its gradient, float32 (H,) (docs/design/sinks.md). The sink enters P only
+    through the LSE, so the dQ, dK and dV kernels do not read it.
     """
     varlen = cu_seqlens_q is not None
-    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads, head_dim, head_dim_v = q.shape[-2], q.shape[-1], v.shape[-1]
     heads_kv = k.shape[-2]
     if varlen:
         batch = cu_seqlens_q.shape[0] - 1
@@ -418,22 +424,28 @@ def attn_bwd(
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     if dq.numel() == 0 or dk.numel() == 0 or batch == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
+        grads = (dq.zero_(), dk.zero_(), dv.zero_())
+        # Every row's output is 0, so Δ = 0 and the sink gets no gradient.
+        if learnable_sink is None:
+            return grads
+        return (*grads, torch.zeros_like(learnable_sink, dtype=torch.float32))
 
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
         cu_seqlens_q, cu_seqlens_k, total_q, total_k,
     )  # fmt: skip
-    d_pad = padded_head_dim(head_dim)
-    q, k, v, dout, out = (as_descriptor_operand(t, d_pad) for t in (q, k, v, dout, out))
+    d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
+    q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
+    v, dout, out = (as_descriptor_operand(t, dv_pad) for t in (v, dout, out))
     lse = lse.contiguous()
-    grads = [g if d_pad == head_dim else torch.empty(*g.shape[:-1], d_pad, dtype=g.dtype, device=g.device)
-             for g in (dq, dk, dv)]  # fmt: skip
-    cfg = config or configs.bwd_config(head_dim, causal, q.device)
-    bd = configs.block_d(d_pad)
+    grads = [g if pad == g.shape[-1] else torch.empty(*g.shape[:-1], pad, dtype=g.dtype, device=g.device)
+             for g, pad in ((dq, d_pad), (dk, d_pad), (dv, dv_pad))]  # fmt: skip
+    cfg = config or configs.bwd_config(head_dim, causal, q.device, head_dim_v)
+    bd, bdv = configs.block_d(d_pad), configs.block_d(dv_pad)
     common = dict(
-        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **dot_options(q.dtype)
-    )
+        H=heads, GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, HEAD_DIM_V=dv_pad, BLOCK_DV=bdv,
+        **opts.switches, **dot_options(q.dtype),
+    )  # fmt: skip
     qk_scale = softmax_scale * LOG2_E
     option_args = (lse.stride(0), opts.stride_alibi_b, total_q, total_k)
     pointers = (opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k)
@@ -457,7 +469,7 @@ def attn_bwd(
     launch(
         attn_bwd_preprocess_kernel, (num_pre_blocks * pre_batch * heads,), q.device,
         pre_out, pre_dout, delta, *pre_out.stride()[:3], *pre_dout.stride()[:3], total_q, num_pre_blocks,
-        H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
+        H=heads, HEAD_DIM=dv_pad, BLOCK_M=pre_block, BLOCK_D=bdv,
     )  # fmt: skip
 
     num_n_blocks = triton.cdiv(seqlen_k, cfg.BLOCK_N1)
@@ -484,5 +496,7 @@ def attn_bwd(
         )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:
-            grad.copy_(padded[..., :head_dim])
-    return dq, dk, dv
+            grad.copy_(padded[..., : grad.shape[-1]])
+    if learnable_sink is None:
+        return dq, dk, dv
+    return dq, dk, dv, sink_grad(learnable_sink, lse, delta)
