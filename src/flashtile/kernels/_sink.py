@@ -7,9 +7,13 @@ docs/design/sinks.md.
 
 from __future__ import annotations
 
-import torch
+import math
+
 import triton
 import triton.language as tl
+
+# Kernels may read only constexpr globals.
+LOG2_E = tl.constexpr(math.log2(math.e))
 
 
 @triton.jit
@@ -26,13 +30,10 @@ def fold_sink(acc, l_i, m_i, sink2):
     return acc * alpha[:, None], l_i, m_new
 
 
-def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """``d sink_h = −Σ_rows e^{sink_h − lse} · Δ`` (float32 (H,)), from the LSE and ``Δ = rowsum(dO∘O)``
-    laid out alike: (B, H, N_q) dense or (H, total_q) varlen."""
-    heads_dim = lse.dim() - 2
-    # (H, 1) broadcasts over the rows of (B, H, N_q) and of (H, total_q) alike.
-    sink = learnable_sink.to(lse.dtype).view(-1, 1)
-    # Rows with lse = −inf (sink −inf, no key) have Δ = 0; keep their term 0 rather than NaN.
-    p_sink = torch.where(torch.isneginf(lse), 0.0, torch.exp(sink - lse))
-    dims = [d for d in range(lse.dim()) if d != heads_dim]
-    return -(p_sink * delta).sum(dim=dims)
+@triton.jit
+def store_sink_grad_rows(dsink_row_ptr, sink_ptr, h, lse2, pdp, offs_m, seqlen_q):
+    """Store each row's term ``−P_sink · Δ`` of ``d sink_h = −Σ_rows P_sink · Δ``, with ``P_sink =
+    2^(sink·log2 e − lse2)`` (``lse2`` base 2, +inf on rows past the end, so their term is 0) and
+    ``Δ = pdp = Σ_j P∘dP`` of the row."""
+    p_sink = tl.math.exp2(tl.load(sink_ptr + h) * LOG2_E - lse2)
+    tl.store(dsink_row_ptr + offs_m, -p_sink * pdp, mask=offs_m < seqlen_q)

@@ -17,7 +17,7 @@ from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
-from flashtile.kernels._sink import sink_grad
+from flashtile.kernels._sink import store_sink_grad_rows
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
 from flashtile.kernels.fwd import (
     LOG2_E,
@@ -259,13 +259,14 @@ def attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_steps(
-    dq, q, do, lse, delta, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
+    dq, pdp, q, do, lse, delta, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
     softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
     bh, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, HAS_SINK: tl.constexpr,
 ):  # fmt: skip
-    """Accumulate into dQ the contributions of keys [start_n, end_n)."""
+    """Accumulate into dQ the contributions of keys [start_n, end_n), and with a sink into ``pdp`` the
+    rows' Σ P∘dP (Δ in fp32, free of O's rounding; the sink's gradient needs it: docs/design/sinks.md)."""
     for n0 in tl.range(start_n, end_n, BLOCK_N):
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
         v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_DV]
@@ -284,15 +285,17 @@ def _attn_bwd_dq_steps(
         if HAS_DROPOUT:
             keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
             dp = tl.where(keep, dp * dropout_scale, 0.0)
+        if HAS_SINK:
+            pdp += tl.sum(p * dp, 1)
         ds = _score_grad(p, dp, delta[:, None], t, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq)
-    return dq
+    return dq, pdp
 
 
 @triton.jit(do_not_specialize=WINDOW_ARGS)
 def attn_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, sink_ptr, dsink_ptr,
     stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
     stride_dob, stride_don, stride_doh, stride_dqb, stride_dqn, stride_dqh,
     stride_lse_h, stride_alibi_b,
@@ -301,7 +304,7 @@ def attn_bwd_dq_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINK: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
@@ -345,35 +348,37 @@ def attn_bwd_dq_kernel(
     do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_DV]
     lse, delta = _load_row_stats(lse_ptr + row_stats, delta_ptr + row_stats, offs_m, seqlen_q_b)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    pdp = tl.zeros([BLOCK_M], tl.float32) if HAS_SINK else 0.0
     if IS_LOCAL:
         start, unmasked_start, unmasked_end, end = visible_span(
             m0, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, BLOCK_M, BLOCK_N
         )
         if HAS_WINDOW_LEFT:
-            dq = _attn_bwd_dq_steps(
-                dq, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
-                lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-                dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                HAS_DROPOUT,
-                BLOCK_N, DOT_FP32,
+            dq, pdp = _attn_bwd_dq_steps(
+                dq, pdp, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale,
+                seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
+                rng_offset, dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
+                HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, HAS_SINK,
             )  # fmt: skip
     else:
         unmasked_start = 0
         unmasked_end = seqlen_k_b // BLOCK_N * BLOCK_N
         end = seqlen_k_b
-    dq = _attn_bwd_dq_steps(
-        dq, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
-        lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+    dq, pdp = _attn_bwd_dq_steps(
+        dq, pdp, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale,
+        seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, dropout_scale, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-        BLOCK_N, DOT_FP32,
+        BLOCK_N, DOT_FP32, HAS_SINK,
     )  # fmt: skip
-    dq = _attn_bwd_dq_steps(
-        dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
+    dq, pdp = _attn_bwd_dq_steps(
+        dq, pdp, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-        BLOCK_N, DOT_FP32,
+        BLOCK_N, DOT_FP32, HAS_SINK,
     )  # fmt: skip
     dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
+    if HAS_SINK:
+        store_sink_grad_rows(dsink_ptr + row_stats, sink_ptr, h, lse, pdp, offs_m, seqlen_q_b)
 
 
 attn_bwd_dkdv_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_bwd_dkdv_kernel.fn)
@@ -432,7 +437,7 @@ def attn_bwd(
 
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, total_q, total_k,
+        cu_seqlens_q, cu_seqlens_k, total_q, total_k, learnable_sink,
     )  # fmt: skip
     d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
     q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
@@ -449,6 +454,8 @@ def attn_bwd(
     qk_scale = softmax_scale * LOG2_E
     option_args = (lse.stride(0), opts.stride_alibi_b, total_q, total_k)
     pointers = (opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k)
+    # Each row's term of the sink's gradient, laid out like the LSE and summed per head at the end.
+    dsink_rows = None if opts.learnable_sink is None else torch.zeros_like(lse)
     runtime = (
         qk_scale,
         softmax_scale,
@@ -488,15 +495,16 @@ def attn_bwd(
     if num_m_blocks > 0:
         launch(
             dq_kernel, (num_m_blocks * batch * heads,), q.device,
-            q, k, v, dout, lse, delta, grads[0], *pointers,
+            q, k, v, dout, lse, delta, grads[0], *pointers, opts.learnable_sink, dsink_rows,
             *(s for t in (q, k, v, dout, grads[0]) for s in dense_strides(t, varlen)),
             *option_args, num_m_blocks, *runtime,
             BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2, num_warps=cfg.num_warps2,
-            num_stages=cfg.num_stages2, **common,
+            num_stages=cfg.num_stages2, HAS_SINK=dsink_rows is not None, **common,
         )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:
             grad.copy_(padded[..., : grad.shape[-1]])
-    if learnable_sink is None:
+    if dsink_rows is None:
         return dq, dk, dv
-    return dq, dk, dv, sink_grad(learnable_sink, lse, delta)
+    # (B, H, N_q) or (H, total_q): sum all but the head dimension.
+    return dq, dk, dv, dsink_rows.sum(dim=[d for d in range(lse.dim()) if d != lse.dim() - 2])

@@ -28,6 +28,7 @@ _POINTER_TYPES = {
     "cu_seqlens_q_ptr": "*i32",
     "cu_seqlens_k_ptr": "*i32",
     "sink_ptr": "*fp32",
+    "dsink_ptr": "*fp32",
 }
 # The option each pointer belongs to: without the option the launcher passes None (a constexpr).
 _OPTION_POINTERS = {
@@ -36,6 +37,7 @@ _OPTION_POINTERS = {
     "cu_seqlens_q_ptr": "IS_VARLEN",
     "cu_seqlens_k_ptr": "IS_VARLEN",
     "sink_ptr": "HAS_SINK",
+    "dsink_ptr": "HAS_SINK",
 }
 # Variant words: "full" or "causal" (the window (-1, 0)), plus any of these joined with "+".
 OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen", "sink")
@@ -117,13 +119,13 @@ def _kernels_for(kind: str, head_dims: str, variant: str):
         cfg = configs.fwd_config(head_dim, device, head_dim_v)
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
-    # The backward kernels take no sink: it reaches them through the LSE.
-    del common["HAS_SINK"]
+    # The dK/dV kernel takes no sink: it reaches P through the LSE.
+    dkdv = {name: value for name, value in common.items() if name != "HAS_SINK"}
     cfg = configs.bwd_config(head_dim, causal, device, head_dim_v)
     return [
         (
             bwd.attn_bwd_dkdv_kernel,
-            dict(common, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1),
+            dict(dkdv, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1),
             cfg.num_warps1,
             cfg.num_stages1,
         ),

@@ -147,8 +147,8 @@ class _Problem:
         return m_new, alpha * ell + torch.exp(sink - shift), alpha[..., None] * acc
 
     def sink_grad(self, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """``d sink_h = −Σ_{b,i} P_sink · Δ`` with ``P_sink = e^{sink_h − lse}``; ``lse``, ``delta``
-        grouped ``[B, H_KV, G, N_q]``; returns ``(H,)``."""
+        """``d sink_h = −Σ_{b,i} P_sink · Δ`` with ``P_sink = e^{sink_h − lse}`` and ``Δ = Σ_j P∘dP``;
+        ``lse``, ``delta`` grouped ``[B, H_KV, G, N_q]``; returns ``(H,)``."""
         p_sink = torch.exp(self.sink - lse)
         # Rows with lse = −∞ (a sink of −∞ and no visible key) have Δ = 0 and no sink probability.
         p_sink = torch.where(torch.isneginf(lse), torch.zeros_like(p_sink), p_sink)
@@ -279,7 +279,10 @@ def _backward(
     # D = rowsum(dO ∘ O) = rowsum(P ∘ dP), with or without dropout (docs/design/backward.md).
     delta = (do_g * _grouped(out, nheads_kv, acc_dtype)).sum(dim=-1)  # [B, H_KV, G, N_q]
     lse_g = lse.to(acc_dtype).unflatten(1, (nheads_kv, group))
-    dsink = None if problem.sink is None else problem.sink_grad(lse_g, delta)
+    lse_with_sink = lse_g
+    # The sink's gradient takes Δ as Σ_j P∘dP accumulated over the tiles: the D above comes from O rounded
+    # to the input dtype, and the sink's gradient sums that rounding over every row of a head.
+    pdp = torch.zeros_like(delta) if problem.sink is not None else None
     # A fully masked row has lse = −∞ and only −∞ scores: shifting by 0 makes its P exactly 0.
     lse_g = torch.where(torch.isneginf(lse_g), torch.zeros_like(lse_g), lse_g)
 
@@ -309,6 +312,8 @@ def _backward(
                 dp = dp * dropout_scale
             else:
                 dv_tile += p.transpose(-1, -2) @ do_tile
+            if pdp is not None:
+                pdp[:, :, :, row_start:row_stop] += (p * dp).sum(dim=-1).unflatten(2, (group, -1))
             ds = p * (dp - _rows(delta[..., None], row_start, row_stop))
             if softcap_grad is not None:
                 ds = ds * softcap_grad
@@ -318,7 +323,7 @@ def _backward(
         dv[:, col_start:col_stop] = dv_tile.transpose(1, 2).to(v.dtype)
 
     grads = (dq.flatten(1, 2).transpose(1, 2).to(q.dtype), dk, dv)
-    return grads if dsink is None else (*grads, dsink)
+    return grads if pdp is None else (*grads, problem.sink_grad(lse_with_sink, pdp))
 
 
 Window = tuple[int, int]
