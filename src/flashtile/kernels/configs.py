@@ -61,7 +61,7 @@ def fwd_config(head_dim: int, device: torch.device, head_dim_v: int | None = Non
     if is_interpreter() or device.type != "cuda":
         return FwdConfig(32, 32, 4, 1)
     if max(bd, bdv) > 256:
-        return _wide_fwd_config(bd, bdv, _is_hopper(device))
+        return _wide_fwd_config(bd, _is_hopper(device))
     if _is_hopper(device):
         if bd <= 64:
             return FwdConfig(128, 128, 4, 3)
@@ -82,7 +82,7 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device, head_dim_v: in
     if is_interpreter() or device.type != "cuda":
         return BwdConfig(32, 32, 4, 1, 32, 32, 4, 1)
     if max(bd, bdv) > 256:
-        return _wide_bwd_config(bd, bdv, _is_hopper(device))
+        return _WIDE_BWD_CONFIG
     if _is_hopper(device):
         # Head dims 64 and 256: benchmarks/results/kernel_sweep_d{64,256}*_h100_2026-11-23.csv.
         if bd <= 64 and causal:
@@ -97,7 +97,7 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device, head_dim_v: in
     return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)
 
 
-def _wide_fwd_config(bd: int, bdv: int, hopper: bool) -> FwdConfig:
+def _wide_fwd_config(bd: int, hopper: bool) -> FwdConfig:
     """Head dims past 256 (Q/K up to 576 in a 1024-wide tile, V up to 512): the Q tile and the fp32
     output accumulator dominate, so few query rows and narrow K/V steps keep shared memory under sm_90's
     227 KB (docs/design/kernels.md, "Head dims past 256")."""
@@ -106,9 +106,7 @@ def _wide_fwd_config(bd: int, bdv: int, hopper: bool) -> FwdConfig:
     return FwdConfig(32, 16, 4, 1)
 
 
-def _wide_bwd_config(bd: int, bdv: int, hopper: bool) -> BwdConfig:
-    """Head dims past 256: the dK/dV program holds K, V and their fp32 gradients for its keys, the dQ
-    program Q, dO and dQ for its queries, so both own few rows."""
-    if hopper:
-        return BwdConfig(16, 32, 8, 1, 32, 16, 8, 1)
-    return BwdConfig(16, 16, 4, 1, 16, 16, 4, 1)
+# Head dims past 256: the dK/dV program holds K, V and their fp32 gradients for its keys, the dQ program Q,
+# dO and dQ for its queries, so both own 16 rows. On sm_90 every config tried still spills at D = 512
+# (docs/design/kernels.md, "Head dims past 256"); this one spills least.
+_WIDE_BWD_CONFIG = BwdConfig(16, 16, 4, 1, 16, 16, 4, 1)

@@ -49,6 +49,8 @@ class CompileReport:
     registers: int
     local_bytes: int
     shared_bytes: int
+    # Spilled registers land on the stack frame (ptxas reports STACK, not LOCAL, for them).
+    stack_bytes: int
     has_wgmma: bool
     has_tma: bool
 
@@ -166,11 +168,13 @@ def compile_here(kind: str, head_dim: int | str, variant: str, dtype: str = "bf1
             ).stdout
         regs = re.search(r"REG:(\d+)", usage)
         local = re.search(r"LOCAL:(\d+)", usage)
+        stack = re.search(r"STACK:(\d+)", usage)
         reports.append(
             CompileReport(
                 kernel=fn.__name__,
                 registers=int(regs.group(1)) if regs else -1,
                 local_bytes=int(local.group(1)) if local else -1,
+                stack_bytes=int(stack.group(1)) if stack else -1,
                 shared_bytes=int(compiled.metadata.shared),
                 has_wgmma="wgmma" in ptx,
                 has_tma="cp.async.bulk.tensor" in ptx,
