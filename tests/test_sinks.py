@@ -266,7 +266,8 @@ def test_sink_gradient_through_the_api(backend, seed, monkeypatch):
     if backend == "reference":
         assert torch.autograd.gradcheck(
             lambda *t: flash_attn_func(*t[:3], causal=True, learnable_sink=t[3]),
-            (q[:1, :5], k[:1, :6], v[:1, :6], sink),
+            # Few elements: gradcheck perturbs each one.
+            (q[:1, :4, :, :4], k[:1, :5, :, :4], v[:1, :5, :, :3], sink),
         )
 
 
