@@ -41,10 +41,12 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 class FlashAttnFunction(torch.autograd.Function):
     """``(out, lse) = FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend, *options)`` on
-    validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd`.
+    validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd` up to
+    ``max_seqlen_k``, then ``mods`` and ``learnable_sink``.
 
     The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
-    for the backward; nothing of size N_q × N_k is.
+    for the backward; nothing of size N_q × N_k is. ``learnable_sink``, the last option, is the one
+    differentiable option: its gradient comes back when it requires grad.
     """
 
     @staticmethod
@@ -67,15 +69,19 @@ class FlashAttnFunction(torch.autograd.Function):
         max_seqlen_q: int,
         max_seqlen_k: int,
         mods: Mods | None = None,
+        learnable_sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
         # The custom ops have no mods (the interface refuses them under torch.compile).
         with_mods = {} if mods is None else {"mods": mods}
         out, lse = run(
             q, k, v, softmax_scale, causal, backend, window_left, window_right, softcap, alibi_slopes,
-            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **with_mods,
+            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
+            **with_mods,
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k)
+        ctx.save_for_backward(
+            q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
+        )
         ctx.mark_non_differentiable(lse)
         ctx.options = (softmax_scale, causal, backend, window_left, window_right, softcap)
         ctx.dropout_p = dropout_p
@@ -85,20 +91,22 @@ class FlashAttnFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
-        q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
         with torch.no_grad():
-            dq, dk, dv = run(
+            dq, dk, dv, dsink = run(
                 dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
-                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, **ctx.with_mods,
+                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, sink, **ctx.with_mods,
             )  # fmt: skip
         graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
         if torch.is_grad_enabled() and graph_inputs:
             dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
         needs_q, needs_k, needs_v = ctx.needs_input_grad[:3]
         grads = (dq if needs_q else None, dk if needs_k else None, dv if needs_v else None)
-        # The options (ALiBi slopes included, as in flash_attn) get no gradient.
-        return grads + (None,) * (len(ctx.needs_input_grad) - len(grads))
+        # The other options (ALiBi slopes included, as in flash_attn) get no gradient.
+        options = (None,) * (len(ctx.needs_input_grad) - len(grads) - 1)
+        dsink = dsink.to(sink.dtype) if ctx.needs_input_grad[-1] else None
+        return grads + options + (dsink,)
 
 
 def attention(
@@ -119,11 +127,13 @@ def attention(
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
     mods: Mods | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable ``(out, lse)`` of validated inputs and normalised options (``lse`` carries no
     gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`);
-    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is."""
+    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is;
+    ``learnable_sink`` (H,) in the LSE's dtype is differentiable."""
     return FlashAttnFunction.apply(
         q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods, learnable_sink,
     )  # fmt: skip
