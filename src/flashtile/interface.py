@@ -234,7 +234,10 @@ def _attention(
         batch, seqlen_k = varlen.cu_seqlens_q.shape[0] - 1, max_k
         boundaries = (varlen.cu_seqlens_q, varlen.cu_seqlens_k, max_q, max_k)
     seqlen_q = q.shape[1] if varlen is None else max_q
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    sink = validation.check_learnable_sink(learnable_sink, q.shape[-2], q.device, _ops.lse_dtype(q.dtype))
+    # The sink's gradient runs the backward too: score_mod then needs score_mod_bwd.
+    leaves = (q, k, v) if sink is None else (q, k, v, sink)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in leaves)
     checked_mods = check_mods(
         **(mods or {}), batch=batch, nheads=q.shape[-2], seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         varlen=varlen is not None, device=q.device, needs_grad=needs_grad,
@@ -244,7 +247,6 @@ def _attention(
         seqlen_k, batch, q.shape[-2], q.device,
     )  # fmt: skip
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
-    sink = validation.check_learnable_sink(learnable_sink, q.shape[-2], q.device, _ops.lse_dtype(q.dtype))
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
     rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = boundaries or (None, None, 0, 0)
