@@ -22,8 +22,13 @@ def test_compiles_for_sm90_with_wgmma_and_tma(kind, head_dim, causal):
 ALL_OPTIONS = ("local", "softcap", "alibi", "dropout", "varlen", "sink")
 # Each option alone at D = 128, and all of them together at every head dim whose config differs.
 OPTION_CASES = [(128, (word,)) for word in ALL_OPTIONS] + [(d, ALL_OPTIONS) for d in (64, 128, 256)]
-# Block-sparse (a 128 × 128 block mask with masks.causal in its partial tiles), alone and with a window.
-OPTION_CASES += [(128, ("blocksparse",)), (128, ("blocksparse", "local", "varlen"))]
+# Block-sparse (a 128 × 128 block mask with masks.causal in its partial tiles): alone, with a window, with
+# a sink.
+OPTION_CASES += [
+    (128, ("blocksparse",)),
+    (128, ("blocksparse", "local", "varlen")),
+    (128, ("blocksparse", "sink")),
+]
 
 
 @pytest.mark.parametrize(
