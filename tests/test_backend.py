@@ -38,9 +38,10 @@ def hopper_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(support, "device_unsupported_reason", lambda device: None)
 
 
-def _qkv(dtype=torch.bfloat16, head_dim=128, **kw):
+def _qkv(dtype=torch.bfloat16, head_dim=128, head_dim_v=None, **kw):
     q = torch.randn(2, 33, 4, head_dim, dtype=dtype, **kw)
-    k, v = (torch.randn(2, 40, 2, head_dim, dtype=dtype, **kw) for _ in range(2))
+    k = torch.randn(2, 40, 2, head_dim, dtype=dtype, **kw)
+    v = torch.randn(2, 40, 2, head_dim_v or head_dim, dtype=dtype, **kw)
     return q, k, v
 
 
@@ -95,6 +96,8 @@ UNSUPPORTED = [
     pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
     pytest.param({}, dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32)), "variable-length", id="varlen"),
     pytest.param({}, dict(mods=object()), "block masks, mask_mod and score_mod", id="mods"),
+    pytest.param({}, dict(learnable_sink=torch.zeros(4)), "learnable_sink", id="sink"),
+    pytest.param(dict(head_dim_v=64), {}, "V head dim", id="dv64"),
 ]
 
 
@@ -155,6 +158,58 @@ def test_hopper_backward_routes_between_the_gluon_and_the_portable_kernel(monkey
     assert kind == ("gluon" if gluon_covers else "portable")
     # deterministic=True reaches the Gluon backward (its second dQ kernel); the portable one is always so.
     assert ("deterministic" in keywords) == gluon_covers
+
+
+class _ClaimsCuda(torch.Tensor):
+    """A CPU tensor whose ``device`` says CUDA, to reach the Gluon backward's checks past the device."""
+
+    @property
+    def device(self) -> torch.device:
+        return CUDA
+
+
+@pytest.mark.parametrize(
+    ("options", "head_dim_v", "reason"),
+    [
+        pytest.param(dict(learnable_sink=torch.zeros(4)), None, "learnable_sink", id="sink"),
+        pytest.param({}, 64, "V head dim (64) other than Q/K's (128)", id="dv64"),
+    ],
+)
+def test_gluon_backward_declines_sinks_and_other_v_head_dims(monkeypatch, options, head_dim_v, reason):
+    from flashtile.kernels import bwd as portable_bwd
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    q, k, v = _qkv(head_dim_v=head_dim_v)
+    # The reason lies past the device check: q claims to be on an sm_90 GPU.
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    on_gpu = q.as_subclass(_ClaimsCuda)
+    assert reason in gluon_bwd.bwd_unsupported_reason(on_gpu, k, v, q, options)
+    # The hopper backend's backward then returns the portable launcher's tuple, the sink's gradient too.
+    returned = (q, k, v) if head_dim_v else (q, k, v, torch.ones(4))
+    monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: returned)
+    assert hopper.attn_bwd(q, q, k, v, q, None, 0.1, False, **options) is returned
+
+
+@pytest.mark.parametrize("entry", ["attn_fwd", "attn_bwd"])
+def test_every_launcher_takes_every_launcher_keyword(entry):
+    # Regression: ops passes mods=None and learnable_sink=None to every launcher; the Gluon forward
+    # took neither and raised TypeError on every call the backend routed to it.
+    import inspect
+
+    from flashtile.kernels import bwd, fwd
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+    from flashtile.kernels.hopper import fwd as gluon_fwd
+    from flashtile.reference import tiled
+
+    q, k, v = _qkv()
+    keywords = ops._options(-1, 0, 0.0, None, 0.0, None, None, None, 0, 0, None, None)
+    launchers = {
+        "attn_fwd": (fwd.attn_fwd, tiled.attention_fwd, gluon_fwd.attn_fwd),
+        "attn_bwd": (bwd.attn_bwd, tiled.attention_bwd, gluon_bwd.attn_bwd),
+    }[entry]
+    leading = (q, k, v, 0.1, True) if entry == "attn_fwd" else (q, q, k, v, q, None, 0.1, True)
+    for launch in launchers:
+        inspect.signature(launch).bind(*leading, **keywords)
 
 
 def test_kernels_without_a_gluon_version_run_portable_under_the_hopper_backend():

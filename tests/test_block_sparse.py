@@ -9,6 +9,7 @@ N up to 2048 with the Hopper tiles.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -101,7 +102,11 @@ def _block_mask(case: MaskCase, batch: int, heads: int, n_q: int, n_k: int, aux,
     )
 
 
-def _run_case(case: MaskCase, layout: str, seqlens, varlen: bool, causal: bool, dtype, device, seed) -> None:
+def _run_case(
+    case: MaskCase, layout: str, seqlens, varlen: bool, causal: bool, dtype, device, seed, sink=False, dv=32
+) -> None:
+    """The case against the oracle; ``sink``: with a random learnable_sink (its gradient checked too);
+    ``dv``: V's head dim (Q/K's is 32)."""
     heads, heads_kv = HEAD_LAYOUTS[layout]
     d = 32
     if varlen:
@@ -111,41 +116,55 @@ def _run_case(case: MaskCase, layout: str, seqlens, varlen: bool, causal: bool, 
         cu_k = lengths_k.cumsum(0).to(torch.int32).to(device)
         n_q, n_k = int(lengths_q.max()), int(lengths_k.max())
         q = torch.randn(int(cu_q[-1]), heads, d, dtype=dtype, device=device)
-        k, v = (torch.randn(int(cu_k[-1]), heads_kv, d, dtype=dtype, device=device) for _ in range(2))
+        k = torch.randn(int(cu_k[-1]), heads_kv, d, dtype=dtype, device=device)
+        v = torch.randn(int(cu_k[-1]), heads_kv, dv, dtype=dtype, device=device)
         varlen_kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=n_q, max_seqlen_k=n_k)
         batch = len(seqlens)
     else:
         batch, (n_q, n_k) = len(seqlens), seqlens[0]
         q = torch.randn(batch, n_q, heads, d, dtype=dtype, device=device)
-        k, v = (torch.randn(batch, n_k, heads_kv, d, dtype=dtype, device=device) for _ in range(2))
+        k = torch.randn(batch, n_k, heads_kv, d, dtype=dtype, device=device)
+        v = torch.randn(batch, n_k, heads_kv, dv, dtype=dtype, device=device)
         varlen_kw = {}
-    dout = torch.randn_like(q)
+    dout = torch.randn(*q.shape[:-1], dv, dtype=dtype, device=device)
+    learnable_sink = torch.randn(heads, device=device) if sink else None
     aux = _custom_score_aux(max(n_q, n_k), device) if case.aux else None
     bm = _block_mask(case, batch, heads, n_q, n_k, aux, device)
     mods = Mods(bm, None, case.score_mod, case.score_mod_bwd, aux)
     window = (-1, 0) if causal else (-1, -1)
     scale = d**-0.5
-    out, lse = attn_fwd(q, k, v, scale, causal, window_size=window, mods=mods, **varlen_kw)
-    grads = attn_bwd(dout, q, k, v, out, lse, scale, causal, window_size=window, mods=mods, **varlen_kw)
+    kw = dict(window_size=window, mods=mods, learnable_sink=learnable_sink, **varlen_kw)
+    out, lse = attn_fwd(q, k, v, scale, causal, **kw)
+    grads = attn_bwd(dout, q, k, v, out, lse, scale, causal, **kw)
     ours = (out, lse, *grads)
 
     def reference(ref_dtype):
         leaves = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
-        kw = dict(softmax_scale=scale, causal=causal, mods=mods)
+        if sink:
+            # The float64 oracle's sink in float64, the baseline's in float32 (the kernels' precision).
+            sink_dtype = torch.float64 if ref_dtype == torch.float64 else torch.float32
+            leaves.append(learnable_sink.detach().to(sink_dtype).requires_grad_())
+        kw = dict(softmax_scale=scale, causal=causal, mods=mods, learnable_sink=leaves[3] if sink else None)
         if varlen:
-            o, l_ = naive.attention_varlen(*leaves, cu_q, cu_k, n_q, n_k, **kw)
+            o, l_ = naive.attention_varlen(*leaves[:3], cu_q, cu_k, n_q, n_k, **kw)
         else:
-            o, l_ = naive.attention(*leaves, **kw)
+            o, l_ = naive.attention(*leaves[:3], **kw)
         o.backward(dout.to(ref_dtype))
         return o, l_, *(t.grad for t in leaves)
 
     oracle, baseline = reference(torch.float64), reference(dtype)
-    for name, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
+    names = (*RESULT_NAMES, "dsink") if sink else RESULT_NAMES
+    for name, mine, ref, base in zip(names, ours, oracle, baseline, strict=True):
         assert not torch.isnan(mine).any(), f"{name}: NaN ({case.name}, seed {seed})"
         assert_matches_oracle(name, mine, ref, base, grad=name.startswith("d"), seed=seed)
     if case.tiles_density is not None and not varlen:
+        # The first query block sees no key block: out = 0 and lse = −inf, or the sink's logit.
         rows = slice(0, case.block_size)
-        assert (out[:, rows] == 0).all() and torch.isneginf(lse[:, :, rows]).all()
+        empty_lse = torch.full_like(lse[:, :, rows], -math.inf)
+        if sink:
+            empty_lse = learnable_sink[:, None].expand_as(empty_lse)
+        assert (out[:, rows] == 0).all()
+        torch.testing.assert_close(lse[:, :, rows], empty_lse)
 
 
 @pytest.mark.parametrize("case", MASK_CASES, ids=lambda c: c.name)
@@ -164,6 +183,43 @@ def test_masks_and_mods_match_oracle(case: MaskCase, seed: int, nan_poisoned_all
 )
 def test_block_mask_with_varlen_gqa_causal(case, layout, seqlens, varlen, causal, seed: int) -> None:
     _run_case(case, layout, seqlens, varlen, causal, torch.float16, "cpu", seed)
+
+
+@pytest.mark.parametrize(
+    "case, layout, seqlens, varlen, dv",
+    [
+        (MASK_CASES[6], "gqa", ((100, 130),), False, 24),
+        (MASK_CASES[-1], "mqa", ((70, 20), (33, 97), (0, 5)), True, 32),
+        (MASK_CASES[-1], "gqa", ((65, 100),), False, 48),
+    ],
+    ids=["causal_document_bias-dv24", "tiles-varlen-mqa", "tiles-dv48"],
+)
+def test_block_masks_with_learnable_sink_and_v_head_dim(case, layout, seqlens, varlen, dv, seed: int) -> None:
+    _run_case(case, layout, seqlens, varlen, False, torch.float16, "cpu", seed, sink=True, dv=dv)
+
+
+def test_reference_backend_runs_mods_with_learnable_sink(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    q, k = (torch.randn(2, 90, 2, 16, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, 90, 2, 24, dtype=torch.float64, requires_grad=True)
+    sink = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    ids, table = _custom_score_aux(90, "cpu")
+    bm = create_block_mask(masks.document(), None, None, 90, 90, 32, aux_tensors=(ids, table))
+    kw = dict(score_mod=relative_bias, score_mod_bwd=unit_grad, aux_tensors=(ids, table))
+    out = flashtile.flash_attn_func(q, k, v, block_mask=bm, learnable_sink=sink, **kw)
+    expected, _ = naive.attention(q, k, v, mods=Mods(bm, None, **kw), learnable_sink=sink)
+    torch.testing.assert_close(out, expected)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v, sink), dout)
+    torch.testing.assert_close(grads, torch.autograd.grad(expected, (q, k, v, sink), dout))
+
+
+def test_learnable_sink_gradient_with_score_mod_needs_score_mod_bwd() -> None:
+    # Regression: only the sink requiring grad still runs the backward, which needs d score_mod / d score.
+    q = k = v = torch.randn(1, 40, 2, 16)
+    sink = torch.zeros(2, requires_grad=True)
+    with pytest.raises(ValueError, match=r"score_mod needs score_mod_bwd .* learnable_sink requires grad"):
+        flashtile.flash_attn_func(q, k, v, score_mod=softcap_mod, learnable_sink=sink)
 
 
 def test_score_mods_equal_builtin_alibi_and_softcap(seed: int) -> None:

@@ -476,9 +476,11 @@ def test_signatures_match_flash_attn() -> None:
         flash_attn_varlen_qkvpacked_func: (["qkv", "cu_seqlens", "max_seqlen"], []),
         flash_attn_varlen_kvpacked_func: (["q", "kv", *varlen], []),
     }
+    # Keywords beyond flash_attn 2.8 come after all of its arguments.
+    beyond = [("learnable_sink", None)]
     for func, (required, extra) in expected.items():
         params = list(inspect.signature(func).parameters.values())
-        defaults = options + extra
+        defaults = options + extra + beyond
         assert [p.name for p in params] == required + [name for name, _ in defaults]
         assert all(p.default is inspect.Parameter.empty for p in params[: len(required)])
         assert [p.default for p in params[len(required) :]] == [default for _, default in defaults]

@@ -29,16 +29,22 @@ COMMON = {
     "max_position_embeddings": 128,
 }
 # Llama with GQA; Mistral with a sliding window shorter than the sequences; Gemma 2 with softcap and
-# alternating sliding/full layers. Each with the implementation it is compared against: sdpa runs float64
-# throughout but ignores softcap, so Gemma 2 is compared with eager, whose softmax runs in float32 (in float64
-# models it casts the mask's float64 minimum to −inf, so fully masked padding rows turn NaN and leak into real
-# rows): Gemma 2 runs in float32.
+# alternating sliding/full layers; GPT-OSS with attention sinks (s_aux) and alternating windows. Each with
+# the implementation it is compared against: sdpa runs float64 throughout but ignores softcap and sinks, so
+# Gemma 2 and GPT-OSS are compared with eager, whose softmax runs in float32 (in float64 models it casts the
+# mask's float64 minimum to −inf, so fully masked padding rows turn NaN and leak into real rows): they run
+# in float32.
 FAMILIES = {
     "llama-gqa": (transformers.LlamaConfig, {}, "sdpa"),
     "mistral-window": (transformers.MistralConfig, {"sliding_window": 4}, "sdpa"),
     "gemma2-softcap": (
         transformers.Gemma2Config,
         {"sliding_window": 4, "attn_logit_softcapping": 5.0, "head_dim": 8, "query_pre_attn_scalar": 8},
+        "eager",
+    ),
+    "gpt-oss-sinks": (
+        transformers.GptOssConfig,
+        {"head_dim": 8, "num_local_experts": 2, "num_experts_per_tok": 1, "sliding_window": 4},
         "eager",
     ),
 }
@@ -213,13 +219,13 @@ def test_dropout_reaches_flashtile_in_training_only(name: str, seed: int) -> Non
     assert not torch.allclose(first, evaluated)
 
 
-def test_attention_sinks_raise_a_clear_error(name: str, seed: int) -> None:
-    config = transformers.GptOssConfig(
-        **COMMON, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=4
-    )
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=name).double()
-    with pytest.raises(NotImplementedError, match=r"attention sinks \(s_aux\).*'gpt_oss'.*'eager'"):
-        model(torch.randint(0, VOCAB, (1, 5)))
+def test_attention_sinks_are_trained_through_flashtile(name: str, seed: int) -> None:
+    model = _model("gpt-oss-sinks")
+    sinks = [m.sinks for m in model.modules() if hasattr(m, "sinks")]
+    assert sinks and all(bool(s.abs().sum() > 0) for s in sinks)
+    model.set_attn_implementation(name)
+    model(torch.randint(0, VOCAB, (2, 7))).logits.sum().backward()
+    assert all(s.grad is not None and bool(s.grad.abs().sum() > 0) for s in sinks)
 
 
 def test_chunked_attention_longer_than_a_chunk_raises_a_clear_error(name: str, seed: int) -> None:

@@ -222,10 +222,18 @@ def test_zero_heads(no_launch: list[str]) -> None:
     assert no_launch == []
 
 
-@pytest.mark.parametrize("head_dim", [0, 257], ids=lambda d: f"D{d}")
+@pytest.mark.parametrize("head_dim", [0, 577], ids=lambda d: f"D{d}")
 def test_head_dim_out_of_range(head_dim: int, no_launch: list[str]) -> None:
     q, k, v = _qkv(head_dim=head_dim, nheads_kv=4)
-    _raises(ValueError, lambda: flash_attn_func(q, k, v), "headdim", "[1, 256]", f"not {head_dim}")
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "headdim", "[1, 576]", f"not {head_dim}")
+    assert no_launch == []
+
+
+@pytest.mark.parametrize("head_dim_v", [0, 513], ids=lambda d: f"Dv{d}")
+def test_v_head_dim_out_of_range(head_dim_v: int, no_launch: list[str]) -> None:
+    q, k, v = _qkv(head_dim=64, nheads_kv=4)
+    v = torch.randn(*v.shape[:-1], head_dim_v)
+    _raises(ValueError, lambda: flash_attn_func(q, k, v), "headdim of v", "[1, 512]", f"not {head_dim_v}")
     assert no_launch == []
 
 
@@ -557,8 +565,8 @@ def test_qkvpacked_wrong_packing(no_launch: list[str]) -> None:
 
 
 def test_qkvpacked_head_dim_names_the_packed_tensor(no_launch: list[str]) -> None:
-    qkv = torch.randn(1, 3, 3, 2, 300)
-    _raises(ValueError, lambda: flash_attn_qkvpacked_func(qkv), "headdim", "not 300", "qkv (1, 3, 3, 2, 300)")
+    qkv = torch.randn(1, 3, 3, 2, 600)
+    _raises(ValueError, lambda: flash_attn_qkvpacked_func(qkv), "headdim", "not 600", "qkv (1, 3, 3, 2, 600)")
     assert no_launch == []
 
 

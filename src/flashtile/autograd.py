@@ -42,10 +42,12 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 class FlashAttnFunction(torch.autograd.Function):
     """``(out, lse) = FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend, *options)`` on
-    validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd`.
+    validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd` up to
+    ``max_seqlen_k``, then ``mods`` and ``learnable_sink``.
 
     The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
-    for the backward; nothing of size N_q × N_k is.
+    for the backward; nothing of size N_q × N_k is. ``learnable_sink``, the last option, is the one
+    differentiable option: its gradient comes back when it requires grad.
     """
 
     @staticmethod
@@ -68,15 +70,19 @@ class FlashAttnFunction(torch.autograd.Function):
         max_seqlen_q: int,
         max_seqlen_k: int,
         mods: Mods | None = None,
+        learnable_sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
         # The custom ops have no mods (the interface refuses them under torch.compile).
         with_mods = {} if mods is None else {"mods": mods}
         out, lse = run(
             q, k, v, softmax_scale, causal, backend, window_left, window_right, softcap, alibi_slopes,
-            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **with_mods,
+            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
+            **with_mods,
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k)
+        ctx.save_for_backward(
+            q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
+        )
         ctx.mark_non_differentiable(lse)
         ctx.options = (softmax_scale, causal, backend, window_left, window_right, softcap)
         ctx.dropout_p = dropout_p
@@ -86,14 +92,14 @@ class FlashAttnFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
-        q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
         # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
         create_graph = torch.is_grad_enabled()
         with torch.no_grad() if create_graph else contextlib.nullcontext():
-            dq, dk, dv = run(
+            dq, dk, dv, dsink = run(
                 dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
-                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, **ctx.with_mods,
+                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, sink, **ctx.with_mods,
             )  # fmt: skip
         if create_graph:
             graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
@@ -101,8 +107,10 @@ class FlashAttnFunction(torch.autograd.Function):
                 dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
         needs = ctx.needs_input_grad
         grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
-        # The options (ALiBi slopes included, as in flash_attn) get no gradient.
-        return grads + (None,) * (len(needs) - len(grads))
+        # The other options (ALiBi slopes included, as in flash_attn) get no gradient.
+        options = (None,) * (len(needs) - len(grads) - 1)
+        dsink = dsink.to(sink.dtype) if needs[-1] else None
+        return grads + options + (dsink,)
 
 
 def attention(
@@ -123,20 +131,23 @@ def attention(
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
     mods: Mods | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable ``(out, lse)`` of validated inputs and normalised options (``lse`` carries no
     gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`);
-    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is.
+    ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is;
+    ``learnable_sink`` (H,) in the LSE's dtype is differentiable.
 
     With nothing to differentiate (grad mode off, or no input requiring grad) eager calls skip the
     autograd.Function, whose bookkeeping costs ~10 µs a call and would be thrown away."""
     args = (
         q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods, learnable_sink,
     )  # fmt: skip
     inputs_need_grad = q.requires_grad or k.requires_grad or v.requires_grad
-    if alibi_slopes is not None:
-        inputs_need_grad = inputs_need_grad or alibi_slopes.requires_grad
+    for option in (alibi_slopes, learnable_sink):
+        inputs_need_grad = inputs_need_grad or (option is not None and option.requires_grad)
     if not (inputs_need_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling():
-        return _ops.run_attn_fwd(*args)
+        # run_attn_fwd takes the sink before mods (the custom op's schema ends with its tensors).
+        return _ops.run_attn_fwd(*args[:-2], learnable_sink, mods)
     return FlashAttnFunction.apply(*args)

@@ -52,6 +52,12 @@ return_attn_probs: bool, default False. Also return softmax_lse and S_dmask. S_d
     sequence in bf16 at seqlen 32k with 16 heads; for testing), computed by the PyTorch reference from
     q and k with the forward's dropout mask. With dropout_p = 0 it is an empty tensor and costs
     nothing, so the flag is the way to get softmax_lse.
+learnable_sink: tensor (nheads,) on q's device, or None (default). Beyond flash_attn 2.8 (named as in
+    FlashAttention-4): GPT-OSS's attention sinks, one logit per query head that joins each row's
+    softmax denominator and takes no value: lse_i = log(Σ_j exp(s_ij) + exp(sink_h)), with the sink in
+    the domain of the scaled score (not multiplied by softmax_scale, not softcapped, no ALiBi). Any
+    floating dtype (computed in float32); differentiable. A row that sees no key gives out = 0 and
+    softmax_lse = sink. Dropout acts on the probabilities after the sink joined (transformers' GPT-OSS).
 causal, deterministic and return_attn_probs take Python or NumPy bools and 0-d bool tensors."""
 
 # The programmable options, after flash_attn's (flash_attn_func and flash_attn_varlen_func).
@@ -152,6 +158,7 @@ def _s_dmask(
     rng_state: torch.Tensor | None,
     backend: str,
     varlen: tuple[torch.Tensor, torch.Tensor, int, int] | None,
+    learnable_sink: torch.Tensor | None,
 ) -> torch.Tensor:
     """flash_attn's S_dmask: empty without dropout; under dropout the probabilities, negated where dropped.
 
@@ -168,6 +175,7 @@ def _s_dmask(
         window_size=options.window_size,
         softcap=options.softcap,
         dropout_p=options.dropout_p,
+        learnable_sink=learnable_sink,
     )
     with torch.no_grad():
         if varlen is None:
@@ -204,6 +212,7 @@ def _attention(
     return_attn_probs: bool,
     varlen: _Varlen | None = None,
     mods: dict[str, object] | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """Validate, resolve the backend and run attention; shared by the public functions.
 
@@ -225,7 +234,10 @@ def _attention(
         batch, seqlen_k = varlen.cu_seqlens_q.shape[0] - 1, max_k
         boundaries = (varlen.cu_seqlens_q, varlen.cu_seqlens_k, max_q, max_k)
     seqlen_q = q.shape[1] if varlen is None else max_q
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    sink = validation.check_learnable_sink(learnable_sink, q.shape[-2], q.device, _ops.lse_dtype(q.dtype))
+    # The sink's gradient runs the backward too: score_mod then needs score_mod_bwd.
+    leaves = (q, k, v) if sink is None else (q, k, v, sink)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in leaves)
     checked_mods = check_mods(
         **(mods or {}), batch=batch, nheads=q.shape[-2], seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         varlen=varlen is not None, device=q.device, needs_grad=needs_grad,
@@ -243,10 +255,11 @@ def _attention(
         window_size=options.window_size, softcap=options.softcap, alibi_slopes=options.alibi_slopes,
         dropout_p=options.dropout_p, rng_state=rng_state, cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mods=checked_mods,
+        learnable_sink=sink,
     )  # fmt: skip
     if not options.return_attn_probs:
         return out
-    return out, lse, _s_dmask(q, k, v, scale, options, rng_state, backend, boundaries)
+    return out, lse, _s_dmask(q, k, v, scale, options, rng_state, backend, boundaries, sink)
 
 
 @_document
@@ -268,6 +281,7 @@ def flash_attn_func(
     score_mod: object = None,
     score_mod_bwd: object = None,
     aux_tensors: tuple[torch.Tensor, ...] | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """Exact attention ``softmax(q kᵀ · softmax_scale) v``, computed tile by tile without materialising it.
 
@@ -301,19 +315,20 @@ def flash_attn_func(
     Arguments:
         q: (batch_size, seqlen_q, nheads, headdim).
         k: (batch_size, seqlen_k, nheads_k, headdim).
-        v: (batch_size, seqlen_k, nheads_k, headdim).
+        v: (batch_size, seqlen_k, nheads_k, headdim_v).
             q, k and v share one device and one dtype: float16 or bfloat16 for the Triton kernels on CUDA
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
-            reference. headdim is 1 to 256 and nheads % nheads_k == 0. Any strides are accepted; a tensor
+            reference. headdim is 1 to 576 and headdim_v 1 to 512 (V's head dim may differ from Q's and
+            K's, e.g. 192/128 or 576/512), and nheads % nheads_k == 0. Any strides are accepted; a tensor
             whose last dimension is not contiguous (stride(-1) ≠ 1) is copied first.
         {options}
         {mods}
 
     Returns:
-        out: (batch_size, seqlen_q, nheads, headdim), q's dtype, contiguous.
+        out: (batch_size, seqlen_q, nheads, headdim_v), q's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (batch_size, nheads, seqlen_q), float32 (float64 for
-            float64 inputs). The natural-log logsumexp of each row of QKᵀ · softmax_scale after masking; −inf
-            for fully masked rows. Not differentiable.
+            float64 inputs). The natural-log logsumexp of each row of QKᵀ · softmax_scale after masking
+            (the sink included); −inf for fully masked rows (the sink with one). Not differentiable.
         S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, seqlen_q,
             seqlen_k) in q's dtype: the softmax probabilities, negated where dropout dropped the entry;
             without dropout an empty tensor (0 elements), as flash_attn returns.
@@ -353,6 +368,7 @@ def flash_attn_func(
             score_mod_bwd=score_mod_bwd,
             aux_tensors=aux_tensors,
         ),
+        learnable_sink=learnable_sink,
     )
 
 
@@ -367,6 +383,8 @@ def flash_attn_qkvpacked_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """:func:`flash_attn_func` on q, k and v stacked in one tensor, as a fused QKV projection produces them.
 
@@ -379,7 +397,7 @@ def flash_attn_qkvpacked_func(
     Arguments:
         qkv: (batch_size, seqlen, 3, nheads, headdim). float16 or bfloat16 for the Triton kernels on CUDA
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
-            reference. headdim is 1 to 256. Any strides; a non-contiguous last dimension is copied first.
+            reference. headdim is 1 to 512. Any strides; a non-contiguous last dimension is copied first.
         {options}
 
     Returns:
@@ -411,6 +429,7 @@ def flash_attn_qkvpacked_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
+        learnable_sink=learnable_sink,
     )
 
 
@@ -426,6 +445,8 @@ def flash_attn_kvpacked_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """:func:`flash_attn_func` with k and v stacked in one tensor, as a fused KV projection produces them.
 
@@ -454,7 +475,7 @@ def flash_attn_kvpacked_func(
         kv: (batch_size, seqlen_k, 2, nheads_k, headdim).
             q and kv share one device and one dtype: float16 or bfloat16 for the Triton kernels on CUDA
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 for the
-            reference. headdim is 1 to 256. Any strides; a non-contiguous last dimension is copied first.
+            reference. headdim is 1 to 512. Any strides; a non-contiguous last dimension is copied first.
         {options}
 
     Returns:
@@ -485,6 +506,7 @@ def flash_attn_kvpacked_func(
         alibi_slopes,
         deterministic,
         return_attn_probs,
+        learnable_sink=learnable_sink,
     )
 
 
@@ -512,6 +534,7 @@ def flash_attn_varlen_func(
     score_mod: object = None,
     score_mod_bwd: object = None,
     aux_tensors: tuple[torch.Tensor, ...] | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """:func:`flash_attn_func` on a packed batch of sequences of different lengths, with no padding.
 
@@ -526,8 +549,8 @@ def flash_attn_varlen_func(
     Arguments:
         q: (total_q, nheads, headdim), the query tokens of every sequence, one after the other.
         k: (total_k, nheads_k, headdim).
-        v: (total_k, nheads_k, headdim).
-            dtypes, devices, headdim and strides as in :func:`flash_attn_func`.
+        v: (total_k, nheads_k, headdim_v).
+            dtypes, devices, head dims and strides as in :func:`flash_attn_func`.
         cu_seqlens_q: (batch_size + 1,) torch.int32, contiguous, on q's device: cumulative query lengths,
             starting at 0, non-decreasing, ending at total_q.
         cu_seqlens_k: (batch_size + 1,) torch.int32, the same for the keys, ending at total_k.
@@ -543,9 +566,10 @@ def flash_attn_varlen_func(
         {mods}
 
     Returns:
-        out: (total_q, nheads, headdim), q's dtype, contiguous.
+        out: (total_q, nheads, headdim_v), q's dtype, contiguous.
         softmax_lse [only if return_attn_probs=True]: (nheads, total_q), float32 (float64 for float64
-            inputs), natural log; −inf for fully masked rows and empty key sequences. Not differentiable.
+            inputs), natural log; −inf for fully masked rows and empty key sequences (the sink with one).
+            Not differentiable.
         S_dmask [only if return_attn_probs=True]: with dropout_p > 0, (batch_size, nheads, max_seqlen_q,
             max_seqlen_k) in q's dtype, sequence b in ``[b, :, :seqlen_q, :seqlen_k]`` (zeros beyond):
             the softmax probabilities, negated where dropped; without dropout an empty tensor.
@@ -582,6 +606,7 @@ def flash_attn_varlen_func(
             score_mod_bwd=score_mod_bwd,
             aux_tensors=aux_tensors,
         ),
+        learnable_sink=learnable_sink,
     )
 
 
@@ -598,6 +623,8 @@ def flash_attn_varlen_qkvpacked_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """:func:`flash_attn_varlen_func` on q, k and v stacked in one packed tensor (self-attention).
 
@@ -639,6 +666,7 @@ def flash_attn_varlen_qkvpacked_func(
         deterministic,
         return_attn_probs,
         _Varlen(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, names),
+        learnable_sink=learnable_sink,
     )
 
 
@@ -658,6 +686,8 @@ def flash_attn_varlen_kvpacked_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    learnable_sink: torch.Tensor | None = None,
 ) -> AttentionResult:
     """:func:`flash_attn_varlen_func` with k and v stacked in one packed tensor.
 
@@ -700,4 +730,5 @@ def flash_attn_varlen_kvpacked_func(
         deterministic,
         return_attn_probs,
         _Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+        learnable_sink=learnable_sink,
     )

@@ -6,13 +6,16 @@ Each dispatches by its ``backend`` argument (``"hopper"``, ``"triton"`` or ``"re
 backend table, :func:`flashtile.backend.launcher`. Inputs are assumed validated and the
 options normalised (docs/design/options.md): every option travels as a flat argument, ``window_left`` and
 ``window_right`` with −1 = unlimited, ``softcap`` 0 = off, ``rng_state`` an int64 ``(seed, offset)``
-tensor when ``dropout_p > 0``, and ``cu_seqlens_q`` given for a packed (varlen) batch, whose q is
-``(total_q, H, D)`` and lse ``(H, total_q)``. The ops are what torch.compile traces; eager autograd
-(:mod:`flashtile.autograd`) calls the plain functions, which skips the op dispatcher's per-call cost.
+tensor when ``dropout_p > 0``, ``cu_seqlens_q`` given for a packed (varlen) batch, whose q is
+``(total_q, H, D)`` and lse ``(H, total_q)``, and ``learnable_sink`` a float32 ``(H,)`` tensor or None.
+V's head dim may differ from Q's and K's: ``out`` and ``dv`` have V's. The ops are what torch.compile
+traces; eager autograd (:mod:`flashtile.autograd`) calls the plain functions, which skips the op
+dispatcher's per-call cost.
 
 Empty problems never reach a backend: with no batch, no queries or no heads the outputs are empty (and
-``dk``, ``dv`` are zeros), and with no keys every row is fully masked, so ``out = 0``, ``lse = −inf`` and
-``dq = 0``.
+``dk``, ``dv`` are zeros), and with no keys every row is fully masked, so ``out = 0``, ``lse = −inf``
+(the sink's logit with a learnable sink) and ``dq = 0``. ``attn_bwd`` also returns the sink's gradient,
+float32 ``(H,)``, or an empty tensor without a sink (a custom op returns a fixed number of tensors).
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ def _is_empty(q: torch.Tensor, k: torch.Tensor, varlen: bool) -> bool:
     """No query row or no key to attend to: the outputs follow without a backend."""
     dims = (q.shape[0], q.shape[1]) if varlen else (q.shape[0], q.shape[1], q.shape[2])
     return 0 in dims or k.shape[0 if varlen else 1] == 0
+
+
+def _out_shape(q: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def _empty_lse(q: torch.Tensor, varlen: bool, learnable_sink: torch.Tensor | None) -> torch.Tensor:
+    """The LSE of rows that see no key: −inf, or the sink's logit (the sink is all their softmax)."""
+    lse = torch.full(_lse_shape(q, varlen), float("-inf"), dtype=lse_dtype(q.dtype), device=q.device)
+    if learnable_sink is not None:
+        # (H, 1) broadcasts over (B, H, N_q) and (H, total_q).
+        lse.copy_(learnable_sink.view(-1, 1).expand_as(lse))
+    return lse
 
 
 def _lse_shape(q: torch.Tensor, varlen: bool) -> tuple[int, ...]:
@@ -76,6 +92,7 @@ def _options(
     cu_seqlens_k: torch.Tensor | None,
     max_seqlen_q: int,
     max_seqlen_k: int,
+    learnable_sink: torch.Tensor | None,
     mods: Mods | None,
 ) -> dict[str, object]:
     """The launchers' keywords (the same for the Triton kernels and the tiled reference)."""
@@ -90,6 +107,7 @@ def _options(
         cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None,
         max_seqlen_k=max_seqlen_k if cu_seqlens_q is not None else None,
+        learnable_sink=learnable_sink,
     )
 
 
@@ -110,20 +128,20 @@ def run_attn_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)``: ``out`` like ``q``; ``lse`` (B, H, N_q), or (H, total_q) for varlen, in
-    :func:`lse_dtype`, natural log. ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is not part
-    of the custom op: its functions are compile-time arguments of the kernels."""
+    """``(out, lse)``: ``out`` like ``q`` with V's head dim; ``lse`` (B, H, N_q), or (H, total_q) for
+    varlen, in :func:`lse_dtype`, natural log. ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is
+    not part of the custom op: its functions are compile-time arguments of the kernels."""
     _check_backend(backend)
     varlen = cu_seqlens_q is not None
     if _is_empty(q, k, varlen):
-        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.full(_lse_shape(q, varlen), float("-inf"), dtype=lse_dtype(q.dtype), device=q.device)
-        return out, lse
+        out = torch.zeros(_out_shape(q, v), dtype=q.dtype, device=q.device)
+        return out, _empty_lse(q, varlen, learnable_sink)
     options = _options(
         window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, mods,
     )  # fmt: skip
     out, lse = launcher(backend, "attn_fwd", q, k, v, options)(q, k, v, softmax_scale, causal, **options)
     return _as(out, q.dtype), _as(lse, lse_dtype(q.dtype))
@@ -166,8 +184,9 @@ def _attn_fwd_fake(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    learnable_sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    out = q.new_empty(q.shape)
+    out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None), dtype=lse_dtype(q.dtype))
     return out, lse
 
@@ -192,23 +211,33 @@ def run_attn_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)``, each contiguous with the shape and dtype of ``q``, ``k``, ``v``; the options and
-    ``rng_state`` must be the forward's (the dropout mask is regenerated from it)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dsink)``: the first three contiguous with the shape and dtype of ``q``, ``k``, ``v``;
+    ``dsink`` the learnable sink's gradient in :func:`lse_dtype` ``(H,)``, or an empty tensor without a
+    sink. The options and ``rng_state`` must be the forward's (the dropout mask is regenerated from it)."""
     _check_backend(backend)
+    if learnable_sink is None:
+        dsink = q.new_empty((0,), dtype=lse_dtype(q.dtype))
+    else:
+        # No row with a key means out = 0, Δ = 0: the sink gets no gradient (kept for the empty paths).
+        dsink = torch.zeros(learnable_sink.shape, dtype=lse_dtype(q.dtype), device=q.device)
     if _is_empty(q, k, cu_seqlens_q is not None):
         dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
         dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-        return dq, dk, dv
+        return dq, dk, dv, dsink
     options = _options(
         window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, mods,
     )  # fmt: skip
     launch = launcher(backend, "attn_bwd", q, k, v, options)
-    dq, dk, dv = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
-    return _as(dq, q.dtype), _as(dk, k.dtype), _as(dv, v.dtype)
+    grads = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
+    if learnable_sink is not None:
+        dsink = grads[3].to(dsink.dtype)
+    dq, dk, dv = grads[:3]
+    return _as(dq, q.dtype), _as(dk, k.dtype), _as(dv, v.dtype), dsink
 
 
 attn_bwd = torch.library.custom_op("flashtile::attn_bwd", _without_mods(run_attn_bwd), mutates_args=())
@@ -235,8 +264,11 @@ def _attn_bwd_fake(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    learnable_sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    sink_shape = (0,) if learnable_sink is None else learnable_sink.shape
+    dsink = q.new_empty(sink_shape, dtype=lse_dtype(q.dtype))
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
 def run_dropout_keep_mask(

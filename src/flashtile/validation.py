@@ -26,7 +26,10 @@ import torch
 
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 
-MAX_HEAD_DIM = 256
+# Q/K head dims up to 576 (DeepSeek's MLA with the latent absorbed: 512 + 64 rotary) and V head dims up to
+# 512; docs/design/kernels.md, "Head dims past 256", says how the kernels tile them.
+MAX_HEAD_DIM = 576
+MAX_HEAD_DIM_V = 512
 DEBUG_ENV_VAR = "FLASHTILE_DEBUG"
 
 _REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -111,7 +114,8 @@ def check_qkv_shapes(
     packed: tuple[str, torch.Tensor] | None = None,
     varlen: bool = False,
 ) -> None:
-    """``q`` is (B, N_q, H, D); ``k`` and ``v`` are (B, N_k, H_KV, D) with ``H % H_KV == 0`` and 1 ≤ D ≤ 256.
+    """``q`` is (B, N_q, H, D); ``k`` is (B, N_k, H_KV, D) and ``v`` (B, N_k, H_KV, D_v) with
+    ``H % H_KV == 0``, 1 ≤ D ≤ 576 and 1 ≤ D_v ≤ 512 (V's head dim may differ from Q's and K's).
 
     With ``varlen`` the batch and sequence dimensions are one: q (total_q, H, D), k and v
     (total_k, H_KV, D). ``packed`` names the packed tensor (``("qkv", qkv)`` or ``("kv", kv)``) that some
@@ -140,11 +144,11 @@ def check_qkv_shapes(
         raise fail("q, k and v must have the same batch_size (dim 0)")
     if ks[-3] != vs[-3]:
         raise fail(f"k and v must have the same {'total_k (dim 0)' if varlen else 'seqlen_k (dim 1)'}")
-    if not qs[dim] == ks[dim] == vs[dim]:
-        raise fail(f"q, k and v must have the same headdim (dim {q.dim() - 1})")
+    if qs[dim] != ks[dim]:
+        raise fail(f"q and k must have the same headdim (dim {q.dim() - 1}); v's may differ")
     if ks[heads] != vs[heads]:
         raise fail(f"k and v must have the same nheads_k (dim {q.dim() - 2})")
-    nheads, nheads_k, head_dim = qs[heads], ks[heads], qs[dim]
+    nheads, nheads_k, head_dim, head_dim_v = qs[heads], ks[heads], qs[dim], vs[dim]
     if nheads < 1 or nheads_k < 1:
         raise fail(f"nheads (q dim {q.dim() - 2}) and nheads_k (k, v dim {q.dim() - 2}) must be at least 1")
     if nheads % nheads_k != 0:
@@ -152,7 +156,9 @@ def check_qkv_shapes(
             f"nheads of q ({nheads}) must be a multiple of nheads_k of k and v ({nheads_k}) for MQA/GQA"
         )
     if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise fail(f"headdim (dim {q.dim() - 1} of q, k, v) must be in [1, {MAX_HEAD_DIM}], not {head_dim}")
+        raise fail(f"headdim (dim {q.dim() - 1} of q and k) must be in [1, {MAX_HEAD_DIM}], not {head_dim}")
+    if not 1 <= head_dim_v <= MAX_HEAD_DIM_V:
+        raise fail(f"headdim of v (dim {q.dim() - 1}) must be in [1, {MAX_HEAD_DIM_V}], not {head_dim_v}")
 
 
 # The packed tensors: how many of q, k, v each holds at the packing dim, and its layout (dense, varlen).
@@ -283,6 +289,33 @@ def check_alibi_slopes(
     if alibi_slopes.device != torch.device(device):
         raise FlashtileValueError(f"alibi_slopes must be {accepted}; got a tensor on {alibi_slopes.device}")
     return alibi_slopes.contiguous()
+
+
+_SINK_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_learnable_sink(
+    learnable_sink: object, nheads: int, device: torch.device, lse_dtype: torch.dtype
+) -> torch.Tensor | None:
+    """None, or the sink logits as a contiguous ``(nheads,)`` tensor in ``lse_dtype`` (float32, float64 for
+    float64 inputs) on ``device``. Any floating dtype is accepted (transformers hands the model's) and
+    converted differentiably, so the gradient comes back in the caller's dtype."""
+    if learnable_sink is None:
+        return None
+    accepted = f"a floating-point tensor of shape ({nheads},) (one logit per query head) on {device}, or None"
+    if not isinstance(learnable_sink, torch.Tensor) or learnable_sink.layout != torch.strided:
+        raise FlashtileTypeError(f"learnable_sink must be {accepted}; got {describe(learnable_sink)}")
+    if learnable_sink.dtype not in _SINK_DTYPES:
+        raise FlashtileTypeError(
+            f"learnable_sink must be {accepted} ({_names(_SINK_DTYPES)}); got dtype {learnable_sink.dtype}"
+        )
+    if _shape(learnable_sink) != (nheads,):
+        raise FlashtileValueError(f"learnable_sink must be {accepted}; got shape {_shape(learnable_sink)}")
+    if learnable_sink.device != torch.device(device):
+        raise FlashtileValueError(
+            f"learnable_sink must be {accepted}; got a tensor on {learnable_sink.device}"
+        )
+    return learnable_sink.to(lse_dtype).contiguous()
 
 
 def _numpy_bool(value: object) -> bool:

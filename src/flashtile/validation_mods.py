@@ -118,8 +118,8 @@ def check_mods(
         raise FlashtileValueError("score_mod_bwd was given without score_mod; pass both or neither")
     if score_mod is not None and score_mod_bwd is None and needs_grad:
         raise FlashtileValueError(
-            "score_mod needs score_mod_bwd (d score_mod / d score, same arguments) for the backward: q, k or "
-            "v requires grad. For a bias added to the score it returns 1.0"
+            "score_mod needs score_mod_bwd (d score_mod / d score, same arguments) for the backward: q, k, "
+            "v or learnable_sink requires grad. For a bias added to the score it returns 1.0"
         )
     for name, fn, arity in (
         ("mask_mod", mask_mod, 4),

@@ -13,9 +13,10 @@ transformers does for its flash-attention paths, and the attention mirrors trans
 ``_flash_attention_forward``: padded batches are unpadded into :func:`flashtile.flash_attn_varlen_func`,
 packed batches (``position_ids`` restarting inside one row, or ``cu_seq_lens_q/k`` passed by
 ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``) run as varlen sequences, and everything
-else runs :func:`flashtile.flash_attn_func`. Sliding windows, softcap, dropout (in training) and KV-cache
-generation (causal masks are bottom-right aligned, so a query attends to the whole cache) are supported.
-Attention sinks (``s_aux``, GPT-OSS), chunked attention (Llama 4), custom 4-D masks and paged caches raise
+else runs :func:`flashtile.flash_attn_func`. Sliding windows, softcap, dropout (in training), attention
+sinks (GPT-OSS's ``s_aux``, passed as ``learnable_sink`` and trained through it), value head dims that differ
+from the query's, and KV-cache generation (causal masks are bottom-right aligned, so a query attends to the
+whole cache) are supported. Chunked attention (Llama 4), custom 4-D masks and paged caches raise
 NotImplementedError when the first layer runs.
 """
 
@@ -124,10 +125,8 @@ def _unsupported(module: torch.nn.Module, what: str) -> NotImplementedError:
 
 
 def _check_supported(
-    module: torch.nn.Module, attention_mask: torch.Tensor | None, s_aux: Any, key_length: int, kwargs: dict
+    module: torch.nn.Module, attention_mask: torch.Tensor | None, key_length: int, kwargs: dict
 ) -> None:
-    if s_aux is not None:
-        raise _unsupported(module, "attention sinks (s_aux)")
     chunk = getattr(getattr(module, "config", None), "attention_chunk_size", None)
     if chunk is not None and key_length > chunk:
         raise _unsupported(module, f"chunked attention (attention_chunk_size={chunk} < {key_length} keys)")
@@ -214,20 +213,19 @@ def attention_forward(
 
     Args:
         module: the attention layer (its ``is_causal`` applies unless ``is_causal`` is given).
-        query: ``(batch, nheads, seqlen_q, headdim)``; key, value: ``(batch, nheads_kv, seqlen_k, headdim)``
-            (value's head dim may be smaller; it is zero-padded and the output cropped).
+        query: ``(batch, nheads, seqlen_q, headdim)``; key: ``(batch, nheads_kv, seqlen_k, headdim)``;
+            value: ``(batch, nheads_kv, seqlen_k, headdim_v)`` (V's head dim may differ).
         attention_mask: ``(batch, seqlen_k)`` bool padding mask from :func:`padding_mask`, or None.
         dropout, scaling, sliding_window, softcap: the layer's options; ``sliding_window = w`` lets a
             query see ``w`` keys including itself (``window_size = (w − 1, w − 1)``, as transformers).
+        s_aux: GPT-OSS's attention sinks ``(nheads,)``, one logit per head joining the softmax
+            denominator (flashtile's ``learnable_sink``), or None; gradients reach the parameter.
         kwargs: ``position_ids``, ``cu_seq_lens_q/k`` and ``max_length_q/k`` select packed sequences.
 
     Returns:
-        ``(out, None)`` with ``out`` ``(batch, seqlen_q, nheads, headdim)`` in query's dtype.
+        ``(out, None)`` with ``out`` ``(batch, seqlen_q, nheads, headdim_v)`` in query's dtype.
     """
-    _check_supported(module, attention_mask, s_aux, key.shape[2], kwargs)
-    head_dim, v_head_dim = query.shape[-1], value.shape[-1]
-    if v_head_dim != head_dim:
-        value = torch.nn.functional.pad(value, [0, head_dim - v_head_dim])
+    _check_supported(module, attention_mask, key.shape[2], kwargs)
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     # Under autocast, upcasting layers (RoPE) hand fp32 here; run in the autocast dtype, as transformers does.
     if q.dtype == torch.float32 and torch.is_autocast_enabled(q.device.type):
@@ -240,6 +238,7 @@ def attention_forward(
         "causal": bool(module.is_causal if is_causal is None else is_causal),
         "window_size": (window, window),
         "softcap": 0.0 if softcap is None else softcap,
+        "learnable_sink": s_aux,
     }
     varlen = [kwargs.get(n) for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")]
     if attention_mask is not None:
@@ -251,6 +250,4 @@ def attention_forward(
         out = _varlen_packed(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, options)
     else:
         out = flash_attn_func(q, k, v, **options)
-    if v_head_dim != head_dim:
-        out = out[..., :v_head_dim]
     return out, None

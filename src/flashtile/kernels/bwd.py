@@ -25,6 +25,7 @@ from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
+from flashtile.kernels._sink import store_sink_grad_rows
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
 from flashtile.kernels.fwd import (
     LOG2_E,
@@ -148,7 +149,7 @@ def _attn_bwd_dkdv_steps(
     for it in tl.range(start_m, end_m, BLOCK_M):
         m0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
-        do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
+        do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_DV]
         offs_m = m0 + tl.arange(0, BLOCK_M)
         lse, delta = _load_row_stats(lse_ptr, delta_ptr, offs_m, seqlen_q)
         s_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
@@ -194,6 +195,7 @@ def attn_bwd_dkdv_kernel(
     HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
     MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
     SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     n_block = pid % num_n_blocks
@@ -216,19 +218,19 @@ def attn_bwd_dkdv_kernel(
         k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     v_desc = head_desc(
-        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     dk_desc = head_desc(
         dk_ptr, k_base, h_kv, stride_dkb, stride_dkh, stride_dkn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     dv_desc = head_desc(
-        dv_ptr, k_base, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+        dv_ptr, k_base, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     offs_n = n0 + tl.arange(0, BLOCK_N)
     k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
-    v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+    v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_DV]
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     diag_offset = seqlen_k_b - seqlen_q_b
     lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
     hi_diag = diag_offset + window_right
@@ -252,7 +254,7 @@ def attn_bwd_dkdv_kernel(
             q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
         )
         do_desc = head_desc(
-            do_ptr, q_base, h, stride_dob, stride_doh, stride_don, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
+            do_ptr, q_base, h, stride_dob, stride_doh, stride_don, q_rows, HEAD_DIM_V, BLOCK_M, BLOCK_DV
         )
         bh = b * H + h
         row_stats = h * stride_lse_h + q_base if IS_VARLEN else bh * seqlen_q
@@ -324,20 +326,22 @@ def attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_steps(
-    dq, q, do, lse, delta, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
+    dq, pdp, q, do, lse, delta, k_desc, v_desc, start_n, end_n, offs_m, qk_scale, seqlen_k, lo_diag, hi_diag,
     softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, dropout_scale,
     bh, MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, HAS_SINK: tl.constexpr,
     seqlen_q, b, h, aux, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr, MASK_MOD: tl.constexpr,
     MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
     SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
 ):  # fmt: skip
-    """Accumulate into dQ the contributions of keys [start_n, end_n). SPARSE: over the listed ``blocks``."""
+    """Accumulate into dQ the contributions of keys [start_n, end_n), and with a sink into ``pdp`` the
+    rows' Σ P∘dP (Δ in fp32, free of O's rounding; the sink's gradient needs it: docs/design/sinks.md).
+    SPARSE: over the listed ``blocks``."""
     for it in tl.range(start_n, end_n, BLOCK_N):
         n0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
-        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_DV]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if HAS_SOFTCAP or HAS_ALIBI or MASKED or SCORE_MOD is not None:
@@ -356,15 +360,17 @@ def _attn_bwd_dq_steps(
         if HAS_DROPOUT:
             keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
             dp = tl.where(keep, dp * dropout_scale, 0.0)
+        if HAS_SINK:
+            pdp += tl.sum(p * dp, 1)
         ds = _score_grad(p, dp, delta[:, None], t, g, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq)
-    return dq
+    return dq, pdp
 
 
 @triton.jit(do_not_specialize=WINDOW_ARGS)
 def attn_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, sink_ptr, dsink_ptr,
     stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
     stride_dob, stride_don, stride_doh, stride_dqb, stride_dqn, stride_dqh,
     stride_lse_h, stride_alibi_b,
@@ -377,6 +383,7 @@ def attn_bwd_dq_kernel(
     HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
     MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
     SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINK: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
@@ -393,7 +400,7 @@ def attn_bwd_dq_kernel(
         q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
     )
     do_desc = head_desc(
-        do_ptr, q_base, h, stride_dob, stride_doh, stride_don, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
+        do_ptr, q_base, h, stride_dob, stride_doh, stride_don, seqlen_q_b, HEAD_DIM_V, BLOCK_M, BLOCK_DV
     )
     dq_desc = head_desc(
         dq_ptr, q_base, h, stride_dqb, stride_dqh, stride_dqn, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
@@ -402,7 +409,7 @@ def attn_bwd_dq_kernel(
         k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     v_desc = head_desc(
-        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -417,9 +424,10 @@ def attn_bwd_dq_kernel(
         seed, rng_offset = load_rng_state(rng_state_ptr)
 
     q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
-    do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
+    do = dot_operand(do_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_DV]
     lse, delta = _load_row_stats(lse_ptr + row_stats, delta_ptr + row_stats, offs_m, seqlen_q_b)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    pdp = tl.zeros([BLOCK_M], tl.float32) if HAS_SINK else 0.0
     if HAS_BLOCK_MASK:
         # As the forward: full blocks unmasked (but for the window and a block crossing the end), then
         # the partial ones with MASK_MOD.
@@ -431,27 +439,26 @@ def attn_bwd_dq_kernel(
         partial, n_partial = block_list(
             count_ptr, index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
         )
-        dq = _attn_bwd_dq_steps(
-            dq, q, do, lse, delta, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
-            lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+        dq, pdp = _attn_bwd_dq_steps(
+            dq, pdp, q, do, lse, delta, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale,
+            seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
             dropout_threshold, dropout_scale, bh, IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-            HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False,
-            SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
-        )  # fmt: skip
-        dq = _attn_bwd_dq_steps(
-            dq, q, do, lse, delta, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N, offs_m,
-            qk_scale, seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
-            rng_offset, dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
-            HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N,
-            None,
+            HAS_DROPOUT, BLOCK_N, DOT_FP32, HAS_SINK, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None,
             False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
         )  # fmt: skip
-        dq = _attn_bwd_dq_steps(
-            dq, q, do, lse, delta, k_desc, v_desc, 0, n_partial * SPARSE_BLOCK_N, offs_m, qk_scale,
+        dq, pdp = _attn_bwd_dq_steps(
+            dq, pdp, q, do, lse, delta, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N,
+            offs_m, qk_scale, seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset,
+            seed, rng_offset, dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
+            HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, HAS_SINK, seqlen_q_b, b, h, aux, full, True,
+            SPARSE_BLOCK_N, None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+        )  # fmt: skip
+        dq, pdp = _attn_bwd_dq_steps(
+            dq, pdp, q, do, lse, delta, k_desc, v_desc, 0, n_partial * SPARSE_BLOCK_N, offs_m, qk_scale,
             seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
             dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-            HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, partial, True, SPARSE_BLOCK_N, MASK_MOD,
-            MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+            HAS_DROPOUT, BLOCK_N, DOT_FP32, HAS_SINK, seqlen_q_b, b, h, aux, partial, True, SPARSE_BLOCK_N,
+            MASK_MOD, MASK_MOD_AUX, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
         )  # fmt: skip
         # The dense loops below then have nothing to visit.
         unmasked_start, unmasked_end, end = 0, 0, 0
@@ -460,32 +467,34 @@ def attn_bwd_dq_kernel(
             m0, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag, BLOCK_M, BLOCK_N
         )
         if HAS_WINDOW_LEFT:
-            dq = _attn_bwd_dq_steps(
-                dq, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
-                lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
-                dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-                HAS_DROPOUT, BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
-                SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+            dq, pdp = _attn_bwd_dq_steps(
+                dq, pdp, q, do, lse, delta, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale,
+                seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
+                rng_offset, dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH,
+                HAS_ALIBI, HAS_DROPOUT, BLOCK_N, DOT_FP32, HAS_SINK, seqlen_q_b, b, h, aux, None, False, 1,
+                None, False, SCORE_MOD, SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
             )  # fmt: skip
     else:
         unmasked_start = 0
         unmasked_end = seqlen_k_b // BLOCK_N * BLOCK_N
         end = seqlen_k_b
-    dq = _attn_bwd_dq_steps(
-        dq, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
-        lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
+    dq, pdp = _attn_bwd_dq_steps(
+        dq, pdp, q, do, lse, delta, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale,
+        seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, dropout_scale, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-        BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
-        SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+        BLOCK_N, DOT_FP32, HAS_SINK, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
+        SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
     )  # fmt: skip
-    dq = _attn_bwd_dq_steps(
-        dq, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
+    dq, pdp = _attn_bwd_dq_steps(
+        dq, pdp, q, do, lse, delta, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, dropout_scale, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-        BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
-        SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
+        BLOCK_N, DOT_FP32, HAS_SINK, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
+        SCORE_MOD_AUX, SCORE_MOD_BWD, SCORE_MOD_BWD_AUX,
     )  # fmt: skip
     dq_desc.store([m0, 0], (dq * softmax_scale).to(dq_desc.dtype))
+    if HAS_SINK:
+        store_sink_grad_rows(dsink_ptr + row_stats, sink_ptr, h, lse, pdp, offs_m, seqlen_q_b)
 
 
 attn_bwd_dkdv_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_bwd_dkdv_kernel.fn)
@@ -511,16 +520,19 @@ def attn_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     config: configs.BwdConfig | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """Launch the backward. Shapes and keywords as in ``fwd.attn_fwd``; ``lse`` float32 from it
     ((B, H, N_q), or (H, total_q) for varlen) and the same ``rng_state``, whose mask is regenerated.
 
-    Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v.
+    Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v; with a
+    ``learnable_sink`` also its gradient, float32 (H,) (docs/design/sinks.md). The sink enters P only
+    through the LSE, so the dQ, dK and dV kernels do not read it.
     """
     varlen = cu_seqlens_q is not None
-    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads, head_dim, head_dim_v = q.shape[-2], q.shape[-1], v.shape[-1]
     heads_kv = k.shape[-2]
     if varlen:
         batch = cu_seqlens_q.shape[0] - 1
@@ -534,18 +546,23 @@ def attn_bwd(
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     if dq.numel() == 0 or dk.numel() == 0 or batch == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
+        grads = (dq.zero_(), dk.zero_(), dv.zero_())
+        # Every row's output is 0, so Δ = 0 and the sink gets no gradient.
+        if learnable_sink is None:
+            return grads
+        return (*grads, torch.zeros_like(learnable_sink, dtype=torch.float32))
 
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, total_q, total_k,
+        cu_seqlens_q, cu_seqlens_k, total_q, total_k, learnable_sink,
     )  # fmt: skip
-    d_pad = padded_head_dim(head_dim)
-    q, k, v, dout, out = (as_descriptor_operand(t, d_pad) for t in (q, k, v, dout, out))
+    d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
+    q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
+    v, dout, out = (as_descriptor_operand(t, dv_pad) for t in (v, dout, out))
     lse = lse.contiguous()
-    grads = [g if d_pad == head_dim else torch.empty(*g.shape[:-1], d_pad, dtype=g.dtype, device=g.device)
-             for g in (dq, dk, dv)]  # fmt: skip
-    cfg = config or configs.bwd_config(head_dim, causal, q.device)
+    grads = [g if pad == g.shape[-1] else torch.empty(*g.shape[:-1], pad, dtype=g.dtype, device=g.device)
+             for g, pad in ((dq, d_pad), (dk, d_pad), (dv, dv_pad))]  # fmt: skip
+    cfg = config or configs.bwd_config(head_dim, causal, q.device, head_dim_v)
     km = kernel_mods(mods)
     block_m1, block_n1, block_m2, block_n2 = (
         km.tile(cfg.BLOCK_M1, 0),
@@ -553,11 +570,16 @@ def attn_bwd(
         km.tile(cfg.BLOCK_M2, 0),
         km.tile(cfg.BLOCK_N2, 1),
     )
-    bd = configs.block_d(d_pad)
-    common = dict(HEAD_DIM=d_pad, BLOCK_D=bd, **opts.switches, **km.switches, **dot_options(q.dtype))
+    bd, bdv = configs.block_d(d_pad), configs.block_d(dv_pad)
+    common = dict(
+        HEAD_DIM=d_pad, BLOCK_D=bd, HEAD_DIM_V=dv_pad, BLOCK_DV=bdv, **opts.switches, **km.switches,
+        **dot_options(q.dtype),
+    )  # fmt: skip
     qk_scale = softmax_scale * LOG2_E
     option_args = (lse.stride(0), opts.stride_alibi_b, total_q, total_k)
     pointers = (opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k)
+    # Each row's term of the sink's gradient, laid out like the LSE and summed per head at the end.
+    dsink_rows = None if opts.learnable_sink is None else torch.zeros_like(lse)
     runtime = (
         qk_scale,
         softmax_scale,
@@ -578,7 +600,7 @@ def attn_bwd(
     launch(
         attn_bwd_preprocess_kernel, (num_pre_blocks * pre_batch * heads,), q.device,
         pre_out, pre_dout, delta, *pre_out.stride()[:3], *pre_dout.stride()[:3], total_q, num_pre_blocks,
-        H=heads, HEAD_DIM=d_pad, BLOCK_M=pre_block, BLOCK_D=bd,
+        H=heads, HEAD_DIM=dv_pad, BLOCK_M=pre_block, BLOCK_D=bdv,
     )  # fmt: skip
 
     num_n_blocks = triton.cdiv(seqlen_k, block_n1)
@@ -599,14 +621,17 @@ def attn_bwd(
     if num_m_blocks > 0:
         launch(
             dq_kernel, (num_m_blocks * batch * heads,), q.device,
-            q, k, v, dout, lse, delta, grads[0], *pointers,
+            q, k, v, dout, lse, delta, grads[0], *pointers, opts.learnable_sink, dsink_rows,
             *(s for t in (q, k, v, dout, grads[0]) for s in dense_strides(t, varlen)),
             *option_args, num_m_blocks, *runtime, *group,
             *km.list_args("kv", False), *km.list_args("kv", True), *km.strides("kv"), km.aux,
             BLOCK_M=block_m2, BLOCK_N=block_n2, num_warps=cfg.num_warps2,
-            num_stages=cfg.num_stages2, **common,
+            num_stages=cfg.num_stages2, HAS_SINK=dsink_rows is not None, **common,
         )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:
-            grad.copy_(padded[..., :head_dim])
-    return dq, dk, dv
+            grad.copy_(padded[..., : grad.shape[-1]])
+    if dsink_rows is None:
+        return dq, dk, dv
+    # (B, H, N_q) or (H, total_q): sum all but the head dimension.
+    return dq, dk, dv, dsink_rows.sum(dim=[d for d in range(lse.dim()) if d != lse.dim() - 2])

@@ -54,10 +54,14 @@ def _is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
-def fwd_config(head_dim: int, device: torch.device) -> FwdConfig:
+def fwd_config(head_dim: int, device: torch.device, head_dim_v: int | None = None) -> FwdConfig:
+    """The forward's tiling for Q/K head dim ``head_dim`` and V head dim ``head_dim_v`` (default the same)."""
     bd = block_d(head_dim)
+    bdv = bd if head_dim_v is None else block_d(head_dim_v)
     if is_interpreter() or device.type != "cuda":
         return FwdConfig(32, 32, 4, 1)
+    if max(bd, bdv) > 256:
+        return _wide_fwd_config(bd, _is_hopper(device))
     if _is_hopper(device):
         if bd <= 64:
             return FwdConfig(128, 128, 4, 3)
@@ -71,10 +75,14 @@ def fwd_config(head_dim: int, device: torch.device) -> FwdConfig:
     return FwdConfig(64, 32, 4, 2)
 
 
-def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
+def bwd_config(head_dim: int, causal: bool, device: torch.device, head_dim_v: int | None = None) -> BwdConfig:
+    """The backward's tiling for Q/K head dim ``head_dim``, V head dim ``head_dim_v`` (default the same)."""
     bd = block_d(head_dim)
+    bdv = bd if head_dim_v is None else block_d(head_dim_v)
     if is_interpreter() or device.type != "cuda":
         return BwdConfig(32, 32, 4, 1, 32, 32, 4, 1)
+    if max(bd, bdv) > 256:
+        return _WIDE_BWD_CONFIG
     if _is_hopper(device):
         # Head dims 64 and 256: benchmarks/results/kernel_sweep_d{64,256}*_h100_2026-11-23.csv.
         if bd <= 64 and causal:
@@ -87,6 +95,21 @@ def bwd_config(head_dim: int, causal: bool, device: torch.device) -> BwdConfig:
     if bd <= 64:
         return BwdConfig(32, 64, 4, 2, 64, 32, 4, 2)
     return BwdConfig(16, 64, 4, 2, 64, 16, 4, 2)
+
+
+def _wide_fwd_config(bd: int, hopper: bool) -> FwdConfig:
+    """Head dims past 256 (Q/K up to 576 in a 1024-wide tile, V up to 512): the Q tile and the fp32
+    output accumulator dominate, so few query rows and narrow K/V steps keep shared memory under sm_90's
+    227 KB (docs/design/kernels.md, "Head dims past 256")."""
+    if hopper:
+        return FwdConfig(64, 32, 8, 2) if bd <= 512 else FwdConfig(64, 16, 8, 1)
+    return FwdConfig(32, 16, 4, 1)
+
+
+# Head dims past 256: the dK/dV program holds K, V and their fp32 gradients for its keys, the dQ program Q,
+# dO and dQ for its queries, so both own 16 rows. On sm_90 every config tried still spills at D = 512
+# (docs/design/kernels.md, "Head dims past 256"); this one spills least.
+_WIDE_BWD_CONFIG = BwdConfig(16, 16, 4, 1, 16, 16, 4, 1)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng
 from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
+from flashtile.kernels._sink import fold_sink
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
 from flashtile.mods import Mods
 
@@ -63,7 +64,7 @@ def _attn_fwd_steps(
     for it in tl.range(start_n, end_n, BLOCK_N):
         n0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
-        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
+        v = dot_operand(v_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_DV]
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if HAS_SOFTCAP or HAS_ALIBI:
@@ -109,7 +110,7 @@ def _attn_fwd_steps(
 @triton.jit(do_not_specialize=WINDOW_ARGS)
 def attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+    sink_ptr, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
     stride_lse_h, stride_alibi_b,
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, window_left, window_right,
@@ -121,6 +122,7 @@ def attn_fwd_kernel(
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
     HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
     MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINK: tl.constexpr,
 ):  # fmt: skip
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
@@ -143,10 +145,10 @@ def attn_fwd_kernel(
         k_ptr, k_base, h_kv, stride_kb, stride_kh, stride_kn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     v_desc = head_desc(
-        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM, BLOCK_N, BLOCK_D
+        v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, kv_rows, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     o_desc = head_desc(
-        o_ptr, q_base, h, stride_ob, stride_oh, stride_on, seqlen_q_b, HEAD_DIM, BLOCK_M, BLOCK_D
+        o_ptr, q_base, h, stride_ob, stride_oh, stride_on, seqlen_q_b, HEAD_DIM_V, BLOCK_M, BLOCK_DV
     )
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -163,7 +165,7 @@ def attn_fwd_kernel(
     q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
 
     if HAS_BLOCK_MASK:
         # Full blocks first (unmasked, but for the window and a block crossing the end), then partial ones.
@@ -229,7 +231,9 @@ def attn_fwd_kernel(
         DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
     )  # fmt: skip
 
-    # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
+    if HAS_SINK:
+        acc, l_i, m_i = fold_sink(acc, l_i, m_i, tl.load(sink_ptr + h) * LOG2_E_C)
+    # Rows that saw no key (and no sink) have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     if HAS_DROPOUT:
         out = out * dropout_scale
@@ -276,6 +280,8 @@ class Options:
     cu_seqlens_q: torch.Tensor | None
     cu_seqlens_k: torch.Tensor | None
     switches: dict[str, bool]
+    # Only the forward kernel reads it (its switch is HAS_SINK): the backward's P uses the LSE, sink included.
+    learnable_sink: torch.Tensor | None = None
 
     @property
     def stride_alibi_b(self) -> int:
@@ -296,6 +302,7 @@ def kernel_options(
     cu_seqlens_k: torch.Tensor | None,
     total_q: int,
     total_k: int,
+    learnable_sink: torch.Tensor | None = None,
 ) -> Options:
     """Translate the launcher keywords (validated, window normalised) into what the kernels take.
 
@@ -329,6 +336,7 @@ def kernel_options(
             HAS_DROPOUT=dropout_p > 0,
             IS_VARLEN=cu_seqlens_q is not None,
         ),
+        learnable_sink=None if learnable_sink is None else learnable_sink.to(torch.float32).contiguous(),
     )
 
 
@@ -356,19 +364,22 @@ def attn_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     config: configs.FwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward on validated inputs (docs/design/options.md: the window arrives normalised,
     rng_state is int64 (2,) on q's device when dropout_p > 0).
 
-    Dense: q (B, N_q, H, D), k/v (B, N_k, H_KV, D); returns ``out`` (B, N_q, H, D) in q's dtype and
-    ``lse`` (B, H, N_q) float32. Varlen (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k): q (total_q, H, D),
-    k/v (total_k, H_KV, D); returns ``out`` (total_q, H, D) and ``lse`` (H, total_q). Both contiguous.
+    Dense: q (B, N_q, H, D), k (B, N_k, H_KV, D), v (B, N_k, H_KV, D_v); returns ``out`` (B, N_q, H, D_v)
+    in q's dtype and ``lse`` (B, H, N_q) float32. Varlen (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k):
+    q (total_q, H, D), k/v (total_k, H_KV, D / D_v); returns ``out`` (total_q, H, D_v) and ``lse``
+    (H, total_q). Both contiguous. ``learnable_sink`` (H,) float32 joins each row's softmax denominator
+    (docs/design/sinks.md): the LSE includes it, and a row that sees no key gives out 0 and lse = sink.
     ``mods``: block mask, mask_mod, score_mod and aux_tensors, validated (docs/design/block_sparse.md).
     """
     varlen = cu_seqlens_q is not None
-    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads, head_dim, head_dim_v = q.shape[-2], q.shape[-1], v.shape[-1]
     heads_kv = k.shape[-2]
     if varlen:
         batch = cu_seqlens_q.shape[0] - 1
@@ -380,21 +391,27 @@ def attn_fwd(
         total_k = k.shape[1]
         total_q = seqlen_q
         lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = torch.empty((*q.shape[:-1], head_dim_v), dtype=q.dtype, device=q.device)
     if out.numel() == 0 or batch == 0 or seqlen_q == 0:
         return out, lse
     if total_k == 0:
-        return out.zero_(), lse.fill_(-math.inf)
+        if learnable_sink is None:
+            return out.zero_(), lse.fill_(-math.inf)
+        # (H, 1) broadcasts over (B, H, N_q) and (H, total_q): only the sink is in each row's softmax.
+        return out.zero_(), lse.copy_(learnable_sink.to(lse.dtype).view(-1, 1).expand_as(lse))
 
     q, softmax_scale = positive_scale(q, softmax_scale)
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, total_q, total_k,
+        cu_seqlens_q, cu_seqlens_k, total_q, total_k, learnable_sink,
     )  # fmt: skip
-    d_pad = padded_head_dim(head_dim)
-    q, k, v = (as_descriptor_operand(t, d_pad) for t in (q, k, v))
-    o = out if d_pad == head_dim else torch.empty_like(q)
-    cfg = config or configs.fwd_config(head_dim, q.device)
+    d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
+    q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
+    v = as_descriptor_operand(v, dv_pad)
+    o = out
+    if dv_pad != head_dim_v:
+        o = torch.empty((*out.shape[:-1], dv_pad), dtype=q.dtype, device=q.device)
+    cfg = config or configs.fwd_config(head_dim, q.device, head_dim_v)
     km = kernel_mods(mods)
     block_m, block_n = km.tile(cfg.BLOCK_M, 0), km.tile(cfg.BLOCK_N, 1)
     num_m_blocks = triton.cdiv(seqlen_q, block_m)
@@ -402,7 +419,7 @@ def attn_fwd(
     launch(
         kernel, (num_m_blocks * batch * heads,), q.device,
         q, k, v, o, lse, opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k,
-        *(s for t in (q, k, v, o) for s in dense_strides(t, varlen)),
+        opts.learnable_sink, *(s for t in (q, k, v, o) for s in dense_strides(t, varlen)),
         lse.stride(0), opts.stride_alibi_b,
         total_q, total_k, num_m_blocks, softmax_scale * LOG2_E, opts.window_left, opts.window_right,
         opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale, heads,
@@ -411,7 +428,8 @@ def attn_fwd(
         HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
         BLOCK_M=block_m, BLOCK_N=block_n, **opts.switches, **km.fwd_switches(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
+        HEAD_DIM_V=dv_pad, BLOCK_DV=configs.block_d(dv_pad), HAS_SINK=opts.learnable_sink is not None,
     )  # fmt: skip
     if o is not out:
-        out.copy_(o[..., :head_dim])
+        out.copy_(o[..., :head_dim_v])
     return out, lse

@@ -6,6 +6,7 @@ Run a compile in a subprocess: a compiler abort ends the whole process.
 
     python -m flashtile.kernels.sm90_compile fwd 128 causal
     python -m flashtile.kernels.sm90_compile bwd 128 local+softcap+alibi+dropout+varlen
+    python -m flashtile.kernels.sm90_compile fwd 192/128 causal+sink   # Q/K head dim 192, V's 128
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _POINTER_TYPES = {
     "rng_state_ptr": "*i64",
     "cu_seqlens_q_ptr": "*i32",
     "cu_seqlens_k_ptr": "*i32",
+    "sink_ptr": "*fp32",
+    "dsink_ptr": "*fp32",
     **{
         f"{full}{side}{kind}_ptr": "*i32"
         for full in ("", "full_")
@@ -39,10 +42,12 @@ _OPTION_POINTERS = {
     "rng_state_ptr": "HAS_DROPOUT",
     "cu_seqlens_q_ptr": "IS_VARLEN",
     "cu_seqlens_k_ptr": "IS_VARLEN",
+    "sink_ptr": "HAS_SINK",
+    "dsink_ptr": "HAS_SINK",
     **{name: "HAS_BLOCK_MASK" for name in _POINTER_TYPES if "count" in name or "index" in name},
 }
 # Variant words: "full" or "causal" (the window (-1, 0)), plus any of these joined with "+".
-OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen", "blocksparse")
+OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen", "blocksparse", "sink")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class CompileReport:
     registers: int
     local_bytes: int
     shared_bytes: int
+    # Spilled registers land on the stack frame (ptxas reports STACK, not LOCAL, for them).
+    stack_bytes: int
     has_wgmma: bool
     has_tma: bool
 
@@ -81,6 +88,7 @@ def _switches(variant: str) -> dict[str, bool]:
         HAS_ALIBI="alibi" in words,
         HAS_DROPOUT="dropout" in words,
         IS_VARLEN="varlen" in words,
+        HAS_SINK="sink" in words,
         **_block_sparse_switches("blocksparse" in words),
     )
 
@@ -112,7 +120,13 @@ def _with_absent_pointers(fn, constexprs: dict) -> dict:
     return {**constexprs, **absent, "aux": None}
 
 
-def _kernels_for(kind: str, head_dim: int, variant: str):
+def parse_head_dims(text: str) -> tuple[int, int]:
+    """``"128"`` → (128, 128); ``"192/128"`` → Q/K head dim 192, V head dim 128."""
+    qk, _, v = text.partition("/")
+    return int(qk), int(v or qk)
+
+
+def _kernels_for(kind: str, head_dims: str, variant: str):
     import torch
 
     from flashtile.kernels import bwd, configs, fwd
@@ -120,15 +134,19 @@ def _kernels_for(kind: str, head_dim: int, variant: str):
     # Hopper configs are chosen for a CUDA device of capability 9.x; name it without needing one.
     configs._is_hopper = lambda device: True
     device = torch.device("cuda")
+    head_dim, head_dim_v = parse_head_dims(head_dims)
     bd = configs.block_d(head_dim)
     switches = _switches(variant)
     causal = "causal" in variant.split("+")
-    common = dict(HEAD_DIM=head_dim, BLOCK_D=bd, DOT_FP32=False, **switches)
+    common = dict(
+        HEAD_DIM=head_dim, BLOCK_D=bd, HEAD_DIM_V=head_dim_v, BLOCK_DV=configs.block_d(head_dim_v),
+        DOT_FP32=False, **switches,
+    )  # fmt: skip
     if kind == "fwd":
-        cfg = configs.fwd_config(head_dim, device)
+        cfg = configs.fwd_config(head_dim, device, head_dim_v)
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
-    cfg = configs.bwd_config(head_dim, causal, device)
+    cfg = configs.bwd_config(head_dim, causal, device, head_dim_v)
     return [
         (
             bwd.attn_bwd_dkdv_kernel,
@@ -146,8 +164,8 @@ def _kernels_for(kind: str, head_dim: int, variant: str):
 
 
 def report(kernel: str, compiled) -> CompileReport:
-    """What the compiler made of ``kernel``: registers and local memory (spills) from the cubin, shared
-    memory, and whether the PTX holds wgmma and TMA bulk tensor copies."""
+    """What the compiler made of ``kernel``: registers, local memory and stack (spills) from the cubin,
+    shared memory, and whether the PTX holds wgmma and TMA bulk tensor copies."""
     import triton
 
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -163,24 +181,26 @@ def report(kernel: str, compiled) -> CompileReport:
         ).stdout
     regs = re.search(r"REG:(\d+)", usage)
     local = re.search(r"LOCAL:(\d+)", usage)
+    stack = re.search(r"STACK:(\d+)", usage)
     return CompileReport(
         kernel=kernel,
         registers=int(regs.group(1)) if regs else -1,
         local_bytes=int(local.group(1)) if local else -1,
+        stack_bytes=int(stack.group(1)) if stack else -1,
         shared_bytes=int(compiled.metadata.shared),
         has_wgmma="wgmma" in ptx,
         has_tma="cp.async.bulk.tensor" in ptx,
     )
 
 
-def compile_here(kind: str, head_dim: int, variant: str, dtype: str = "bf16"):
+def compile_here(kind: str, head_dim: int | str, variant: str, dtype: str = "bf16"):
     """Compile in this process (use ``compile_in_subprocess`` from tests)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     reports = []
-    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, head_dim, variant):
+    for fn, constexprs, num_warps, num_stages in _kernels_for(kind, str(head_dim), variant):
         constexprs = _with_absent_pointers(fn, constexprs)
         src = ASTSource(fn=fn, signature=_signature(fn, constexprs, dtype), constexprs=constexprs)
         compiled = triton.compile(
@@ -199,26 +219,29 @@ def compile_in_subprocess(
     dtype: str = "bf16",
     timeout: float = 600,
     options: tuple[str, ...] = (),
+    head_dim_v: int | None = None,
 ):
     """Compile in a fresh interpreter without TRITON_INTERPRET; return the reports or raise its stderr.
 
-    ``options`` are words of OPTION_WORDS (each switches its kernel option on)."""
+    ``options`` are words of OPTION_WORDS (each switches its kernel option on); ``head_dim_v`` is V's
+    head dim (default ``head_dim``)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     variant = "+".join(("causal" if causal else "full", *options))
+    dims = f"{head_dim}/{head_dim if head_dim_v is None else head_dim_v}"
     proc = subprocess.run(
-        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, str(head_dim), variant, dtype],
+        [sys.executable, "-m", "flashtile.kernels.sm90_compile", kind, dims, variant, dtype],
         capture_output=True,
         text=True,
         env=env,
         timeout=timeout,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"sm_90 compile of {kind} D={head_dim} {variant} failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"sm_90 compile of {kind} D={dims} {variant} failed:\n{proc.stderr[-3000:]}")
     return [CompileReport(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
 
 
 if __name__ == "__main__":
     kind_arg, dim_arg, mask_arg = sys.argv[1:4]
     dtype_arg = sys.argv[4] if len(sys.argv) > 4 else "bf16"
-    out = compile_here(kind_arg, int(dim_arg), mask_arg, dtype_arg)
+    out = compile_here(kind_arg, dim_arg, mask_arg, dtype_arg)
     print(json.dumps([asdict(r) for r in out]))

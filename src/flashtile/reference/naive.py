@@ -14,13 +14,17 @@ For query ``i`` and key ``j`` of one head, with ``off = N_k − N_q`` (bottom-ri
     s_ij ← −∞ unless the block mask shows (i, j)            when mods.block_mask is given (mask_mod
                                                             in its partial tiles)
     s_ij ← −∞ unless key j is visible from query i          causal / window_size
-    lse_i = log Σ_j exp(s_ij),   P_ij = exp(s_ij − lse_i)
+    lse_i = log(Σ_j exp(s_ij) + exp(sink_h))                 sink_h = learnable_sink[h], else −∞
+    P_ij = exp(s_ij − lse_i)
     out_i = Σ_j P_ij · keep_ij / (1 − dropout_p) · v_j      keep = dropout_mask (all True without dropout)
 
-A row with no visible key gives ``out_i = 0`` and ``lse_i = −∞``. ``window_size`` is taken literally:
-flash_attn's normalisation (a bound ≥ ``N_k`` becomes −1, which differs from the literal window when
-``N_q > N_k``) is the caller's (``flashtile.validation``). :func:`dropout_mask` draws the keep mask the
-kernels draw from an ``rng_state``; :func:`attention_varlen` runs a packed batch sequence by sequence.
+The sink is GPT-OSS's: a logit in the scaled-score domain (neither scaled, capped nor biased) that joins
+the softmax as one more column and is then dropped, so it takes probability mass but no value. A row
+with no visible key gives ``out_i = 0`` and ``lse_i = −∞`` (``lse_i = sink_h`` with a sink).
+``window_size`` is taken literally: flash_attn's normalisation (a bound ≥ ``N_k`` becomes −1, which
+differs from the literal window when ``N_q > N_k``) is the caller's (``flashtile.validation``).
+:func:`dropout_mask` draws the keep mask the kernels draw from an ``rng_state``; :func:`attention_varlen`
+runs a packed batch sequence by sequence.
 """
 
 from __future__ import annotations
@@ -130,11 +134,19 @@ def _scores(
     return s
 
 
-def _softmax_with_lse(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row softmax and log-sum-exp of ``s`` that give ``P = 0`` and ``lse = −∞`` on all-masked rows.
+def _softmax_with_lse(
+    s: torch.Tensor, learnable_sink: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row softmax and log-sum-exp of ``s`` ``(B, H, N_q, N_k)`` that give ``P = 0`` and ``lse = −∞`` on
+    all-masked rows. A ``learnable_sink`` ``(H,)`` is one more column of every row of head h, dropped
+    from P after the softmax (GPT-OSS's definition); autograd reaches it through that column.
 
     Written out rather than ``torch.softmax`` so that autograd through a fully masked row stays finite.
     """
+    if learnable_sink is not None:
+        column = learnable_sink.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+        p, lse = _softmax_with_lse(torch.cat([s, column], dim=-1))
+        return p[..., :-1], lse
     # Shifting by the row max changes neither P nor lse, so it needs no gradient.
     row_max = s.amax(dim=-1, keepdim=True).detach() if s.shape[-1] else s.new_zeros(*s.shape[:-1], 1)
     row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
@@ -154,11 +166,12 @@ def _probs_and_lse(
     window_size: tuple[int, int],
     softcap: float,
     alibi_slopes: torch.Tensor | None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     batch_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     s = _scores(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, mods, batch_ids)
-    return _softmax_with_lse(s)
+    return _softmax_with_lse(s, learnable_sink)
 
 
 def _check_dropout(dropout_p: float, dropout_mask: torch.Tensor | None) -> None:
@@ -183,13 +196,15 @@ def attention(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_mask: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     batch_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with every option of flash_attn's ``flash_attn_func``, computed by definition.
 
     Args:
-        q: ``(B, N_q, H, D)``; k, v: ``(B, N_k, H_KV, D)`` with ``H % H_KV == 0``; one float dtype.
+        q: ``(B, N_q, H, D)``; k: ``(B, N_k, H_KV, D)``, v: ``(B, N_k, H_KV, D_v)`` with
+            ``H % H_KV == 0``; one float dtype.
         softmax_scale: multiplies ``q·kᵀ``; None → ``1/√D``.
         causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j ≤ i + N_k − N_q``.
         window_size: ``(left, right)``; query ``i`` sees keys in
@@ -201,13 +216,17 @@ def attention(
         dropout_mask: bool ``(B, H, N_q, N_k)``, True = keep; kept entries of P are scaled by
             ``1/(1 − dropout_p)``. The lse is that of the softmax before dropout. :func:`dropout_mask`
             gives the mask the kernels draw for an ``rng_state``.
+        learnable_sink: ``(H,)`` logits, one per query head, that join each row's softmax denominator
+            and take no value (GPT-OSS's sinks); differentiable. Dropout acts on P after the sink
+            joined, as in transformers' GPT-OSS.
         mods: block mask, mask_mod, score_mod and aux_tensors (:class:`flashtile.mods.Mods`); the mods'
             ``.fn`` run on index tensors (autograd differentiates score_mod itself).
         batch_ids: the batch index ``b`` the mods see for each batch element (default ``0 … B − 1``).
 
     Returns:
-        ``out`` ``(B, N_q, H, D)`` in the input dtype; ``lse`` ``(B, H, N_q)`` natural log, float32
-        (float64 for float64 inputs). Rows with no visible key give ``out = 0``, ``lse = −∞``.
+        ``out`` ``(B, N_q, H, D_v)`` in the input dtype; ``lse`` ``(B, H, N_q)`` natural log, float32
+        (float64 for float64 inputs). Rows with no visible key give ``out = 0``, ``lse = −∞``
+        (``lse = sink`` with a learnable sink).
 
     >>> q = k = v = torch.ones(1, 2, 1, 4, dtype=torch.float64)
     >>> out, lse = attention(q, k, v, causal=True)
@@ -215,7 +234,9 @@ def attention(
     ([1.0, 1.0], [2.0, 2.6931471805599454])
     """
     _check_dropout(dropout_p, dropout_mask)
-    p, lse = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, mods, batch_ids)
+    p, lse = _probs_and_lse(
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, learnable_sink, mods, batch_ids
+    )
     if dropout_mask is not None:
         p = p * dropout_mask.to(p.dtype) / (1.0 - dropout_p)
     v = v.repeat_interleave(q.shape[2] // v.shape[2], dim=2)
@@ -235,20 +256,22 @@ def attention_probs(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_mask: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The softmax probabilities P, ``(B, H, N_q, N_k)`` in the input dtype, for ``return_attn_probs``.
 
     Same arguments as :func:`attention`. P is the softmax before dropout (masked entries and fully
-    masked rows are 0). As in flash_attn's ``S_dmask``, a ``dropout_mask`` is encoded in the sign:
-    dropped entries are negated, so ``P.abs()`` is the softmax and ``P >= 0`` recovers the keep mask
-    wherever ``P ≠ 0``. ``v`` is accepted for symmetry with :func:`attention` and not read.
+    masked rows are 0; with a learnable sink the rows sum to 1 − the sink's share). As in flash_attn's
+    ``S_dmask``, a ``dropout_mask`` is encoded in the sign: dropped entries are negated, so ``P.abs()``
+    is the softmax and ``P >= 0`` recovers the keep mask wherever ``P ≠ 0``. ``v`` is accepted for
+    symmetry with :func:`attention` and not read.
 
     >>> q = k = v = torch.ones(1, 2, 1, 4, dtype=torch.float64)
     >>> attention_probs(q, k, v, causal=True)[0, 0].tolist()
     [[1.0, 0.0], [0.5, 0.5]]
     """
     _check_dropout(dropout_p, dropout_mask)
-    p, _ = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    p, _ = _probs_and_lse(q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, learnable_sink)
     if dropout_mask is not None:
         p = torch.where(dropout_mask, p, -p)
     return p.to(q.dtype)
@@ -291,6 +314,7 @@ def attention_varlen(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_mask: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`attention` of a packed batch (flash_attn's ``flash_attn_varlen_func``), sequence by sequence.
@@ -300,7 +324,7 @@ def attention_varlen(
     be 0; causal and windows bottom-right aligned per sequence). Differentiable by autograd.
 
     Args:
-        q: ``(total_q, H, D)``; k, v: ``(total_k, H_KV, D)``.
+        q: ``(total_q, H, D)``; k: ``(total_k, H_KV, D)``; v: ``(total_k, H_KV, D_v)``.
         cu_seqlens_q, cu_seqlens_k: int ``(B + 1,)`` cumulative lengths, starting at 0.
         max_seqlen_q, max_seqlen_k: the longest sequence; they size ``dropout_mask``.
         alibi_slopes: float32 ``(H,)`` or ``(B, H)`` (row ``b`` for sequence ``b``).
@@ -341,6 +365,7 @@ def attention_varlen(
             alibi_slopes=slopes,
             dropout_p=dropout_p,
             dropout_mask=mask,
+            learnable_sink=learnable_sink,
             mods=mods,
             batch_ids=torch.tensor([b]),
         )

@@ -17,7 +17,8 @@ Every flash_attn option enters through the score of one tile (:meth:`_Problem.sc
     s ← softcap · tanh(s / softcap)         softcap > 0
     s ← s − slope · |i + N_k − N_q − j|     ALiBi
     s ← −∞ outside the window               causal / window_size (only on tiles the window cuts)
-    P = softmax(s);  out = (P ∘ Z / (1 − p)) · V   dropout keep mask Z (lse is that of P, before dropout)
+    P = softmax([s, sink])[:, :-1]          learnable_sink: one more logit per row, no value (fold_sink)
+    out = (P ∘ Z / (1 − p)) · V             dropout keep mask Z (lse is that of P, before dropout)
 
 ``window_size`` arrives normalised by the caller (``flashtile.validation``): each bound is −1
 (unlimited) or the raw flash_attn value, and ``causal`` forces ``right = 0`` here as in flash_attn.
@@ -75,6 +76,8 @@ class _Problem:
     rng_state: torch.Tensor | None
     # (B,) int64.
     batch_ids: torch.Tensor
+    # (H_KV, G, 1) in the accumulation dtype, or None.
+    sink: torch.Tensor | None = None
     mods: Mods | None = None
 
     @property
@@ -162,6 +165,25 @@ class _Problem:
             s = s.masked_fill(hidden, float("-inf"))
         return s, score_grad
 
+    def fold_sink(
+        self, m: torch.Tensor, ell: torch.Tensor, acc: torch.Tensor, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Fold the sink logit into a tile's finished ``(m, ℓ, O)`` as one more key with no value:
+        ``m ← max(m, sink)``, ``ℓ ← e^{m_old − m}·ℓ + e^{sink − m}``, ``O ← e^{m_old − m}·O``."""
+        sink = self.sink.repeat_interleave(rows, dim=1).squeeze(-1)  # [H_KV, G·bm]
+        m_new = torch.maximum(m, sink)
+        shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        alpha = torch.exp(m - shift)
+        return m_new, alpha * ell + torch.exp(sink - shift), alpha[..., None] * acc
+
+    def sink_grad(self, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """``d sink_h = −Σ_{b,i} P_sink · Δ`` with ``P_sink = e^{sink_h − lse}`` and ``Δ = Σ_j P∘dP``;
+        ``lse``, ``delta`` grouped ``[B, H_KV, G, N_q]``; returns ``(H,)``."""
+        p_sink = torch.exp(self.sink - lse)
+        # Rows with lse = −∞ (a sink of −∞ and no visible key) have Δ = 0 and no sink probability.
+        p_sink = torch.where(torch.isneginf(lse), torch.zeros_like(p_sink), p_sink)
+        return -(p_sink * delta).sum(dim=(0, 3)).flatten()
+
     def dropout_keep(self, row_start: int, row_stop: int, col_start: int, col_stop: int) -> torch.Tensor:
         """Dropout's keep mask ``Z`` of one tile, bool ``[B, H_KV, G·bm, bn]`` (``reference.dropout``)."""
         device = self.batch_ids.device
@@ -182,6 +204,7 @@ def _problem(
     dropout_p: float,
     rng_state: torch.Tensor | None,
     batch_ids: torch.Tensor,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
 ) -> _Problem:
     """The per-call constants of a dense problem; ``alibi_slopes`` already has one row per batch element."""
@@ -207,6 +230,9 @@ def _problem(
         dropout_p=dropout_p,
         rng_state=rng_state,
         batch_ids=batch_ids,
+        sink=None
+        if learnable_sink is None
+        else learnable_sink.to(device=q.device, dtype=_accumulate_dtype(q.dtype)).view(nheads_kv, group, 1),
         mods=mods,
     )
 
@@ -214,15 +240,15 @@ def _problem(
 def _forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, problem: _Problem, block_m: int, block_n: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, seqlen_q, _, head_dim = q.shape
-    nheads_kv, group = k.shape[2], problem.group
+    batch, seqlen_q = q.shape[:2]
+    nheads_kv, group, head_dim_v = k.shape[2], problem.group, v.shape[-1]
     acc_dtype = _accumulate_dtype(q.dtype)
     q_g = _grouped(q, nheads_kv, acc_dtype)
     k_t = k.to(acc_dtype).transpose(1, 2)
     v_t = v.to(acc_dtype).transpose(1, 2)
     # NaN-poisoned so that a row the loop forgot to write cannot pass for a result.
     out = torch.full(
-        (batch, seqlen_q, nheads_kv, group, head_dim), float("nan"), dtype=q.dtype, device=q.device
+        (batch, seqlen_q, nheads_kv, group, head_dim_v), float("nan"), dtype=q.dtype, device=q.device
     )
     lse = torch.full((batch, nheads_kv, group, seqlen_q), float("nan"), dtype=acc_dtype, device=q.device)
 
@@ -231,7 +257,7 @@ def _forward(
         q_tile = _rows(q_g, row_start, row_stop)  # [B, H_KV, G·block_m, D]
         m = torch.full(q_tile.shape[:-1], float("-inf"), dtype=acc_dtype, device=q.device)
         ell = torch.zeros_like(m)
-        acc = torch.zeros_like(q_tile)
+        acc = q_tile.new_zeros(*q_tile.shape[:-1], head_dim_v)
         for col_start in problem.key_tiles(row_start, row_stop, block_n):
             col_stop = min(col_start + block_n, problem.seqlen_k)
             s, _ = problem.scores(q_tile, k_t[:, :, col_start:col_stop], row_start, col_start)
@@ -247,6 +273,8 @@ def _forward(
                 p = p * keep.to(acc_dtype) / (1.0 - problem.dropout_p)
             acc = alpha[..., None] * acc + p @ v_t[:, :, col_start:col_stop]
             m = m_new
+        if problem.sink is not None:
+            m, ell, acc = problem.fold_sink(m, ell, acc, row_stop - row_start)
 
         seen = ell > 0
         safe_ell = torch.where(seen, ell, torch.ones_like(ell))
@@ -269,9 +297,9 @@ def _backward(
     problem: _Problem,
     block_m: int,
     block_n: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    batch, seqlen_q, _, head_dim = q.shape
-    seqlen_k, nheads_kv = k.shape[1], k.shape[2]
+) -> tuple[torch.Tensor, ...]:
+    """``(dq, dk, dv)``, and the sink's gradient ``(H,)`` when the problem has one."""
+    seqlen_q, seqlen_k, nheads_kv = q.shape[1], k.shape[1], k.shape[2]
     group, scale = problem.group, problem.softmax_scale
     acc_dtype = _accumulate_dtype(q.dtype)
     q_g = _grouped(q, nheads_kv, acc_dtype)
@@ -281,13 +309,17 @@ def _backward(
     # D = rowsum(dO ∘ O) = rowsum(P ∘ dP), with or without dropout (docs/design/backward.md).
     delta = (do_g * _grouped(out, nheads_kv, acc_dtype)).sum(dim=-1)  # [B, H_KV, G, N_q]
     lse_g = lse.to(acc_dtype).unflatten(1, (nheads_kv, group))
+    lse_with_sink = lse_g
+    # The sink's gradient takes Δ as Σ_j P∘dP accumulated over the tiles: the D above comes from O rounded
+    # to the input dtype, and the sink's gradient sums that rounding over every row of a head.
+    pdp = torch.zeros_like(delta) if problem.sink is not None else None
     # A fully masked row has lse = −∞ and only −∞ scores: shifting by 0 makes its P exactly 0.
     lse_g = torch.where(torch.isneginf(lse_g), torch.zeros_like(lse_g), lse_g)
 
     # dQ sums over K/V tiles, so it is an accumulator; dK and dV are written once per tile (NaN-poisoned).
     dq = torch.zeros_like(q_g)
-    dk = torch.full((batch, seqlen_k, nheads_kv, head_dim), float("nan"), dtype=k.dtype, device=k.device)
-    dv = torch.full((batch, seqlen_k, nheads_kv, head_dim), float("nan"), dtype=v.dtype, device=v.device)
+    dk = torch.full(k.shape, float("nan"), dtype=k.dtype, device=k.device)
+    dv = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
 
     for col_start in range(0, seqlen_k, block_n):
         col_stop = min(col_start + block_n, seqlen_k)
@@ -310,6 +342,8 @@ def _backward(
                 dp = dp * dropout_scale
             else:
                 dv_tile += p.transpose(-1, -2) @ do_tile
+            if pdp is not None:
+                pdp[:, :, :, row_start:row_stop] += (p * dp).sum(dim=-1).unflatten(2, (group, -1))
             ds = p * (dp - _rows(delta[..., None], row_start, row_stop))
             if score_grad is not None:
                 ds = ds * score_grad
@@ -318,7 +352,8 @@ def _backward(
         dk[:, col_start:col_stop] = dk_tile.transpose(1, 2).to(k.dtype)
         dv[:, col_start:col_stop] = dv_tile.transpose(1, 2).to(v.dtype)
 
-    return dq.flatten(1, 2).transpose(1, 2).to(q.dtype), dk, dv
+    grads = (dq.flatten(1, 2).transpose(1, 2).to(q.dtype), dk, dv)
+    return grads if pdp is None else (*grads, problem.sink_grad(lse_with_sink, pdp))
 
 
 Window = tuple[int, int]
@@ -340,6 +375,7 @@ def attention_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
@@ -361,16 +397,23 @@ def attention_fwd(
         ℓ_new = e^{m − m_new} · ℓ + rowsum(P̃)                         (P before dropout)
         O_new = e^{m − m_new} · O + (P̃ ∘ Z / (1 − dropout_p)) · Vⱼ    (Z: dropout's keep mask, 1 without)
 
+    After the last tile a ``learnable_sink`` (logit ``σ_h`` of the row's head, in the scaled-score domain)
+    joins as one more key that has no value row:
+
+        m_new = max(m, σ_h),   ℓ_new = e^{m − m_new} · ℓ + e^{σ_h − m_new},   O_new = e^{m − m_new} · O
+
     At the end ``out = O / ℓ`` and ``lse = m + log ℓ``: the lse and the normaliser are those of the
-    softmax before dropout, and dropout only thins the weighted sum. The window is ``[i + N_k − N_q −
-    left, i + N_k − N_q + right]`` (bottom-right aligned; −1 is unlimited; ``causal`` forces right = 0):
-    K/V tiles wholly outside it are never visited, tiles wholly inside are not masked. Where
+    softmax before dropout (sink included), and dropout only thins the weighted sum. The window is
+    ``[i + N_k − N_q − left, i + N_k − N_q + right]`` (bottom-right aligned; −1 is unlimited; ``causal``
+    forces right = 0): K/V tiles wholly outside it are never visited, tiles wholly inside are not
+    masked. Where
     ``m_new = −∞`` (nothing visible yet) the exponents use 0 in its place, so no ``−∞ − (−∞)`` arises; a
-    row that sees no key ends with ``ℓ = 0`` and gives ``out = 0``, ``lse = −∞``.
+    row that sees no key ends with ``ℓ = 0`` and gives ``out = 0``, ``lse = −∞`` (with a sink ``ℓ = 1``
+    at ``m = σ_h``: ``out = 0``, ``lse = σ_h``).
 
     Args:
-        q: ``(B, N_q, H, D)``; k, v: ``(B, N_k, H_KV, D)``, ``H % H_KV == 0``; fp16, bf16, fp32 or fp64,
-            any strides. With ``cu_seqlens_q`` given, the varlen layout of
+        q: ``(B, N_q, H, D)``; k: ``(B, N_k, H_KV, D)``; v: ``(B, N_k, H_KV, D_v)``; ``H % H_KV == 0``;
+            fp16, bf16, fp32 or fp64, any strides. With ``cu_seqlens_q`` given, the varlen layout of
             :func:`attention_varlen_fwd` instead.
         softmax_scale: multiplies ``q·kᵀ``.
         causal: bottom-right aligned causal mask.
@@ -380,12 +423,13 @@ def attention_fwd(
         dropout_p: in [0, 1); > 0 needs ``rng_state``.
         rng_state: int64 ``(2,)`` = ``(seed, offset)`` for :func:`flashtile.reference.dropout.dropout_keep`.
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: varlen, see :func:`attention_varlen_fwd`.
+        learnable_sink: ``(H,)`` sink logits (GPT-OSS), or None.
         mods: block mask, mask_mod, score_mod/score_mod_bwd and aux_tensors (:class:`flashtile.mods.Mods`):
             score_mod after ALiBi, then the block mask (mask_mod in its partial tiles) with the window.
         block_m, block_n: tile sizes (any positive integers).
 
     Returns:
-        ``out`` ``(B, N_q, H, D)`` in the input dtype and ``lse`` ``(B, H, N_q)`` natural log, float32
+        ``out`` ``(B, N_q, H, D_v)`` in the input dtype and ``lse`` ``(B, H, N_q)`` natural log, float32
         (float64 for float64 inputs); varlen: ``(total_q, H, D)`` and ``(H, total_q)``.
 
     >>> q = k = v = torch.ones(1, 3, 1, 2)
@@ -400,12 +444,13 @@ def attention_fwd(
         return attention_varlen_fwd(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
             window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-            rng_state=rng_state, mods=mods, block_m=block_m, block_n=block_n,
+            rng_state=rng_state, learnable_sink=learnable_sink, mods=mods, block_m=block_m, block_n=block_n,
         )  # fmt: skip
     batch_ids = torch.arange(q.shape[0], device=q.device)
     problem = _problem(
-        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids, mods
-    )
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids,
+        learnable_sink, mods,
+    )  # fmt: skip
     return _forward(q, k, v, problem, block_m, block_n)
 
 
@@ -428,10 +473,11 @@ def attention_bwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """Backward pass that recomputes P tile by tile from Q, K and the forward's LSE.
 
     First ``Dᵢ = rowsum(dO ∘ O)`` (equal to ``rowsum(P ∘ dP)``, dropout included). Then for each K/V tile
@@ -447,6 +493,10 @@ def attention_bwd(
         dQᵢ += scale · dS · Kⱼ
         dKⱼ += scale · dSᵀ · Qᵢ
 
+    A ``learnable_sink`` enters only through the lse (P is exact without it), and its own gradient is
+
+        dσ_h = −Σ_{b,i} e^{σ_h − lseᵢ} · Dᵢ       (the sink's probability times D; docs/design/sinks.md)
+
     ALiBi adds a constant to S, so it enters only through the recomputed P. With GQA the ``G`` query
     heads of a KV head are stacked along the rows of ``P`` and ``dS``, so ``Pᵀ·dO`` and ``dSᵀ·Q`` sum
     the group into ``dk``, ``dv`` of the KV head. A row with ``lse = −∞`` (no visible key) gets ``P = 0``
@@ -459,8 +509,9 @@ def attention_bwd(
         block_m, block_n: tile sizes (any positive integers).
 
     Returns:
-        ``dq`` ``(B, N_q, H, D)``, ``dk`` and ``dv`` ``(B, N_k, H_KV, D)``, in the input dtype (varlen:
-        ``(total_q, H, D)`` and ``(total_k, H_KV, D)``).
+        ``dq`` ``(B, N_q, H, D)``, ``dk`` ``(B, N_k, H_KV, D)`` and ``dv`` ``(B, N_k, H_KV, D_v)``, in the
+        input dtype (varlen: ``(total_q, H, D)`` and ``(total_k, H_KV, D / D_v)``); with a
+        ``learnable_sink`` a fourth, its gradient ``(H,)`` in the accumulation dtype.
 
     >>> q = k = v = torch.ones(1, 2, 1, 2)
     >>> out, lse = attention_fwd(q, k, v, 1.0, causal=True)
@@ -472,12 +523,14 @@ def attention_bwd(
         return attention_varlen_bwd(
             dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             softmax_scale, causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-            dropout_p=dropout_p, rng_state=rng_state, mods=mods, block_m=block_m, block_n=block_n,
+            dropout_p=dropout_p, rng_state=rng_state, learnable_sink=learnable_sink, mods=mods,
+            block_m=block_m, block_n=block_n,
         )  # fmt: skip
     batch_ids = torch.arange(q.shape[0], device=q.device)
     problem = _problem(
-        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids, mods
-    )
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids,
+        learnable_sink, mods,
+    )  # fmt: skip
     return _backward(dout, q, k, v, out, lse, problem, block_m, block_n)
 
 
@@ -498,6 +551,7 @@ def _sequence_problem(
     alibi_slopes: torch.Tensor | None,
     dropout_p: float,
     rng_state: torch.Tensor | None,
+    learnable_sink: torch.Tensor | None,
     mods: Mods | None,
 ) -> _Problem:
     """Sequence ``index`` (``q``, ``k`` a batch of 1): its ALiBi slopes, and ``b = index`` for dropout."""
@@ -505,8 +559,9 @@ def _sequence_problem(
         alibi_slopes = alibi_slopes[index]
     batch_ids = torch.tensor([index], device=q.device)
     return _problem(
-        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids, mods
-    )
+        q, k, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state, batch_ids,
+        learnable_sink, mods,
+    )  # fmt: skip
 
 
 def attention_varlen_fwd(
@@ -525,6 +580,7 @@ def attention_varlen_fwd(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     rng_state: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
@@ -555,13 +611,13 @@ def attention_varlen_fwd(
     [2.0, 2.0, 2.6931]
     """
     acc_dtype = _accumulate_dtype(q.dtype)
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    out = torch.full((*q.shape[:-1], v.shape[-1]), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((q.shape[1], q.shape[0]), float("nan"), dtype=acc_dtype, device=q.device)
     for index, (q_start, q_stop, k_start, k_stop) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k)):
         q_seq, k_seq, v_seq = q[None, q_start:q_stop], k[None, k_start:k_stop], v[None, k_start:k_stop]
         problem = _sequence_problem(
             q_seq, k_seq, index, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
-            rng_state, mods,
+            rng_state, learnable_sink, mods,
         )  # fmt: skip
         out_seq, lse_seq = _forward(q_seq, k_seq, v_seq, problem, block_m, block_n)
         out[q_start:q_stop] = out_seq[0]
@@ -588,17 +644,19 @@ def attention_varlen_bwd(
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     rng_state: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     block_m: int = 64,
     block_n: int = 64,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """:func:`attention_bwd` on a packed batch, one sequence at a time, as :func:`attention_varlen_fwd`.
 
     Args:
         dout, out: ``(total_q, H, D)``; lse: ``(H, total_q)``; the rest as in :func:`attention_varlen_fwd`.
 
     Returns:
-        ``dq`` ``(total_q, H, D)``, ``dk`` and ``dv`` ``(total_k, H_KV, D)``, in the input dtype.
+        ``dq`` ``(total_q, H, D)``, ``dk`` ``(total_k, H_KV, D)`` and ``dv`` ``(total_k, H_KV, D_v)``, in
+        the input dtype; with a ``learnable_sink`` also its gradient ``(H,)``, summed over the sequences.
 
     >>> q = k = v = torch.ones(3, 1, 2)
     >>> cu = torch.tensor([0, 1, 3], dtype=torch.int32)
@@ -610,15 +668,20 @@ def attention_varlen_bwd(
     dq = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
     dk = torch.full(k.shape, float("nan"), dtype=k.dtype, device=k.device)
     dv = torch.full(v.shape, float("nan"), dtype=v.dtype, device=v.device)
+    dsink = None
+    if learnable_sink is not None:
+        dsink = torch.zeros(q.shape[1], dtype=_accumulate_dtype(q.dtype), device=q.device)
     for index, (q_start, q_stop, k_start, k_stop) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k)):
         q_seq, k_seq, v_seq = q[None, q_start:q_stop], k[None, k_start:k_stop], v[None, k_start:k_stop]
         problem = _sequence_problem(
             q_seq, k_seq, index, softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p,
-            rng_state, mods,
+            rng_state, learnable_sink, mods,
         )  # fmt: skip
         grads = _backward(
             dout[None, q_start:q_stop], q_seq, k_seq, v_seq, out[None, q_start:q_stop],
             lse[None, :, q_start:q_stop], problem, block_m, block_n,
         )  # fmt: skip
-        dq[q_start:q_stop], dk[k_start:k_stop], dv[k_start:k_stop] = (g[0] for g in grads)
-    return dq, dk, dv
+        dq[q_start:q_stop], dk[k_start:k_stop], dv[k_start:k_stop] = (g[0] for g in grads[:3])
+        if dsink is not None:
+            dsink += grads[3]
+    return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)

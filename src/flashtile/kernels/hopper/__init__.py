@@ -46,9 +46,11 @@ def attn_bwd(
     softmax_scale: float,
     causal: bool,
     **options,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """The Gluon backward (:mod:`flashtile.kernels.hopper.bwd`) for the calls it covers, the portable Triton
-    backward for the others; both take the ``(out, lse)`` of either forward unchanged."""
+    backward for the others; both take the ``(out, lse)`` of either forward unchanged. Returns what the
+    portable launcher returns: ``(dq, dk, dv)``, and the sink's gradient with a ``learnable_sink`` (which
+    the Gluon backward declines)."""
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
     window = (-1, 0) if causal else tuple(options.get("window_size", (-1, -1)))

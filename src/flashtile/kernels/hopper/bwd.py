@@ -710,8 +710,10 @@ def bwd_unsupported_reason(
     if options.get("cu_seqlens_q") is not None or q.dim() != 4:
         return "variable-length (packed) batches"
     head_dim = q.shape[-1]
-    if head_dim not in SUPPORTED_HEAD_DIMS or k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+    if head_dim not in SUPPORTED_HEAD_DIMS:
         return f"head dim {head_dim}: the Gluon backward takes {SUPPORTED_HEAD_DIMS}"
+    if v.shape[-1] != head_dim:
+        return f"a V head dim ({v.shape[-1]}) other than Q/K's ({head_dim})"
     if tuple(options.get("window_size", (-1, -1))) not in ((-1, -1), (-1, 0)):
         return "sliding windows"
     if (
@@ -722,6 +724,8 @@ def bwd_unsupported_reason(
         return "softcap, ALiBi and dropout"
     if options.get("mods") is not None:
         return "block masks, mask_mod and score_mod"
+    if options.get("learnable_sink") is not None:
+        return "learnable_sink"
     if q.numel() == 0 or k.numel() == 0:
         return "empty tensors (nothing to launch)"
     batch, seqlen_q, heads, _ = q.shape

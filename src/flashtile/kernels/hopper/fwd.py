@@ -32,6 +32,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashtile.kernels import configs
 from flashtile.kernels.fwd import positive_scale
+from flashtile.mods import Mods
 
 LOG2_E = math.log2(math.e)
 LN_2 = gl.constexpr(math.log(2.0))
@@ -295,12 +296,15 @@ def attn_fwd(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
+    mods: Mods | None = None,
     config: configs.HopperFwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
     (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: dense, no window other than
-    causal's, no softcap, ALiBi or dropout): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1;
-    returns ``out`` (B, N_q, H, D) in q's dtype and ``lse`` (B, H, N_q) float32, natural log."""
+    causal's, no softcap, ALiBi, dropout, learnable_sink or mods, V's head dim Q's): q (B, N_q, H, D),
+    k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1; returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
+    (B, H, N_q) float32, natural log."""
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     q, softmax_scale = positive_scale(q, softmax_scale)

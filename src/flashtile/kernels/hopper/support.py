@@ -72,6 +72,8 @@ def fwd_unsupported_reason(
     if q.shape[-1] not in HOPPER_FWD_HEAD_DIMS:
         dims = ", ".join(map(str, HOPPER_FWD_HEAD_DIMS))
         return f"the Hopper forward is compiled for head dims {dims}, not {q.shape[-1]}"
+    if v.shape[-1] != q.shape[-1]:
+        return f"a V head dim ({v.shape[-1]}) other than Q/K's is not in the Hopper forward yet"
     if options.get("cu_seqlens_q") is not None:
         return "variable-length batches (cu_seqlens_q/k) are not in the Hopper forward yet"
     left, right = options.get("window_size", (-1, -1))
@@ -85,6 +87,8 @@ def fwd_unsupported_reason(
         return "dropout is not in the Hopper forward yet"
     if options.get("mods") is not None:
         return "block masks, mask_mod and score_mod are not in the Hopper forward yet"
+    if options.get("learnable_sink") is not None:
+        return "learnable_sink is not in the Hopper forward yet"
     for name, t in (("q", q), ("k", k), ("v", v)):
         reason = _tma_unreadable(name, t)
         if reason is not None:
