@@ -230,3 +230,28 @@ def test_hopper_backward_takes_only_gpu_checked_head_dims_by_default(monkeypatch
     assert not gluon_bwd.routed_by_default(256) and not gluon_bwd.routed_by_default(192)
     monkeypatch.setenv(gluon_bwd.VARIANT_ENV, "n64")
     assert gluon_bwd.routed_by_default(256) and gluon_bwd.routed_by_default(192)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_reaches_the_backward_launcher(monkeypatch, deterministic):
+    from flashtile import flash_attn_func
+
+    monkeypatch.setenv(backend.ENV_VAR, "reference")
+    seen = []
+    real = ops.launcher
+
+    def spy(name, entry, *args):
+        launch = real(name, entry, *args)
+        if entry != "attn_bwd":
+            return launch
+
+        def recorded(*a, **kw):
+            seen.append(kw["deterministic"])
+            return launch(*a, **kw)
+
+        return recorded
+
+    monkeypatch.setattr(ops, "launcher", spy)
+    q, k, v = _qkv(dtype=torch.float32, head_dim=16, requires_grad=True)
+    flash_attn_func(q, k, v, causal=True, deterministic=deterministic).sum().backward()
+    assert seen == [deterministic]

@@ -43,7 +43,7 @@ class _NoDoubleBackward(torch.autograd.Function):
 class FlashAttnFunction(torch.autograd.Function):
     """``(out, lse) = FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend, *options)`` on
     validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd` up to
-    ``max_seqlen_k``, then ``mods`` and ``learnable_sink``.
+    ``max_seqlen_k``, then ``deterministic`` (for the backward), ``mods`` and ``learnable_sink``.
 
     The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
     for the backward; nothing of size N_q × N_k is. ``learnable_sink``, the last option, is the one
@@ -69,6 +69,7 @@ class FlashAttnFunction(torch.autograd.Function):
         cu_seqlens_k: torch.Tensor | None,
         max_seqlen_q: int,
         max_seqlen_k: int,
+        deterministic: bool = False,
         mods: Mods | None = None,
         learnable_sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,6 +89,7 @@ class FlashAttnFunction(torch.autograd.Function):
         ctx.dropout_p = dropout_p
         ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
         ctx.with_mods = with_mods
+        ctx.deterministic = deterministic
         return out, lse
 
     @staticmethod
@@ -99,7 +101,8 @@ class FlashAttnFunction(torch.autograd.Function):
         with torch.no_grad() if create_graph else contextlib.nullcontext():
             dq, dk, dv, dsink = run(
                 dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
-                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, sink, **ctx.with_mods,
+                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, sink, deterministic=ctx.deterministic,
+            **ctx.with_mods,
             )  # fmt: skip
         if create_graph:
             graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
@@ -130,6 +133,7 @@ def attention(
     cu_seqlens_k: torch.Tensor | None = None,
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
+    deterministic: bool = False,
     mods: Mods | None = None,
     learnable_sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,12 +146,12 @@ def attention(
     autograd.Function, whose bookkeeping costs ~10 µs a call and would be thrown away."""
     args = (
         q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mods, learnable_sink,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, mods, learnable_sink,
     )  # fmt: skip
     inputs_need_grad = q.requires_grad or k.requires_grad or v.requires_grad
     for option in (alibi_slopes, learnable_sink):
         inputs_need_grad = inputs_need_grad or (option is not None and option.requires_grad)
     if not (inputs_need_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling():
         # run_attn_fwd takes the sink before mods (the custom op's schema ends with its tensors).
-        return _ops.run_attn_fwd(*args[:-2], learnable_sink, mods)
+        return _ops.run_attn_fwd(*args[:-3], learnable_sink, mods)
     return FlashAttnFunction.apply(*args)

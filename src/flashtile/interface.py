@@ -44,8 +44,9 @@ softcap: float, default 0.0. Softcapping: the scaled score s becomes ``softcap �
     (before ALiBi and masking); ≤ 0 disables it. Non-finite values raise ValueError.
 alibi_slopes: float32 tensor (nheads,) or (batch_size, nheads) on q's device, or None (default). Adds
     ``−slope · |i + seqlen_k − seqlen_q − j|`` to the score of query i and key j. Not differentiated.
-deterministic: bool, default False. Accepted for compatibility: the backward uses no atomics, so its
-    gradients are bitwise reproducible either way.
+deterministic: bool, default False. With True the gradients are bitwise reproducible run after run. The
+    portable Triton and reference backwards are so either way (no atomics); the Hopper backward adds dQ
+    with reduce-adds from its programs unless deterministic=True, which makes dQ in a kernel of its own.
 return_attn_probs: bool, default False. Also return softmax_lse and S_dmask. S_dmask holds the
     probabilities only under dropout (dropout_p > 0): the softmax before dropout, negated where
     dropout dropped the entry, batch · nheads · seqlen_q · seqlen_k elements of q's dtype (32 GiB per
@@ -254,8 +255,8 @@ def _attention(
         q, k, v, scale, options.causal, backend,
         window_size=options.window_size, softcap=options.softcap, alibi_slopes=options.alibi_slopes,
         dropout_p=options.dropout_p, rng_state=rng_state, cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mods=checked_mods,
-        learnable_sink=sink,
+        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        deterministic=options.deterministic, mods=checked_mods, learnable_sink=sink,
     )  # fmt: skip
     if not options.return_attn_probs:
         return out

@@ -212,6 +212,7 @@ def run_attn_bwd(
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
     learnable_sink: torch.Tensor | None = None,
+    deterministic: bool = False,
     mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsink)``: the first three contiguous with the shape and dtype of ``q``, ``k``, ``v``;
@@ -233,7 +234,7 @@ def run_attn_bwd(
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, mods,
     )  # fmt: skip
     launch = launcher(backend, "attn_bwd", q, k, v, options)
-    grads = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options)
+    grads = launch(dout, q, k, v, out, lse, softmax_scale, causal, **options, deterministic=deterministic)
     if learnable_sink is not None:
         dsink = grads[3].to(dsink.dtype)
     dq, dk, dv = grads[:3]
@@ -265,6 +266,7 @@ def _attn_bwd_fake(
     max_seqlen_q: int = 0,
     max_seqlen_k: int = 0,
     learnable_sink: torch.Tensor | None = None,
+    deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     sink_shape = (0,) if learnable_sink is None else learnable_sink.shape
     dsink = q.new_empty(sink_shape, dtype=lse_dtype(q.dtype))

@@ -343,6 +343,7 @@ class Options(NamedTuple):
     alibi_slopes: torch.Tensor | None
     dropout_p: float
     return_attn_probs: bool
+    deterministic: bool
 
 
 def check_options(
@@ -364,17 +365,17 @@ def check_options(
     normalised; ``batch`` and ``nheads`` size the ALiBi slopes. ``causal`` comes back true for every
     window whose right side is 0 (the causal constraint), ``window_size=(-1, 0)`` included.
 
-    ``deterministic`` is accepted either way: the backward uses no atomics, so it is deterministic by
-    construction.
+    ``deterministic`` reaches the backward: the Hopper backward then makes dQ without atomics; the portable
+    and reference backwards are deterministic either way.
     """
     causal = check_flag("causal", causal)
-    check_flag("deterministic", deterministic)
+    deterministic = check_flag("deterministic", deterministic)
     return_attn_probs = check_flag("return_attn_probs", return_attn_probs)
     p = check_dropout_p(dropout_p)
     window = normalize_window(window_size, causal, seqlen_k)
     cap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, batch, nheads, device)
-    return Options(window[1] == 0, window, cap, slopes, p, return_attn_probs)
+    return Options(window[1] == 0, window, cap, slopes, p, return_attn_probs, deterministic)
 
 
 def _debug() -> bool:

@@ -15,6 +15,6 @@ def attn_fwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     return fwd.attn_fwd(*args, **kwargs)
 
 
-def attn_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`flashtile.kernels.bwd.attn_bwd`."""
+def attn_bwd(*args, deterministic: bool = False, **kwargs) -> tuple[torch.Tensor, ...]:
+    """:func:`flashtile.kernels.bwd.attn_bwd`; deterministic either way (each program owns what it writes)."""
     return bwd.attn_bwd(*args, **kwargs)

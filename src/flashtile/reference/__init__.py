@@ -16,8 +16,8 @@ def attn_fwd(*args, **kwargs):
     return tiled.attention_fwd(*args, **kwargs)
 
 
-def attn_bwd(*args, **kwargs):
-    """:func:`flashtile.reference.tiled.attention_bwd`."""
+def attn_bwd(*args, deterministic: bool = False, **kwargs):
+    """:func:`flashtile.reference.tiled.attention_bwd`; deterministic either way."""
     return tiled.attention_bwd(*args, **kwargs)
 
 
