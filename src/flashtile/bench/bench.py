@@ -8,10 +8,12 @@ KV heads with them), as many as fit the budgets of ``check_slice``: all of them 
 head's group of query heads at N = 16k. The last ones, because an index that overflows shows there first.
 Rows go to the CSV after each configuration; tables and plots come at the end.
 
-``--options`` measures each flash_attn option (window, softcap, ALiBi, dropout, a packed batch) beside
-flashtile's plain kernel at the same shape and beside the peers that implement the option; the oracle checks
-every option but dropout, whose mask each implementation draws from its own generator. ``--decode`` and
-``--masks`` are presets of their own (:mod:`flashtile.bench.decode`, :mod:`flashtile.bench.masks`).
+``--options`` measures each flash_attn option (window, softcap, ALiBi, dropout, a learnable sink, a packed
+batch) beside flashtile's plain kernel at the same shape and beside the peers that implement the option; the
+oracle checks every option but dropout, whose mask each implementation draws from its own generator.
+``--head-dims`` measures (D, D_v) pairs up to 576/512 and each one's TFLOP/s against the equal-dim 128 and
+256 cells. ``--decode`` and ``--masks`` are presets of their own (:mod:`flashtile.bench.decode`,
+:mod:`flashtile.bench.masks`).
 """
 
 from __future__ import annotations
@@ -109,8 +111,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--options",
         action="store_true",
         help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k; a "
-        "packed batch of mixed lengths) beside the plain kernel and FlexAttention / SDPA flash, about 4 "
-        "minutes on an H100; --seqlen replaces every option's lengths",
+        "learnable sink (one N(0, 1) logit per head, causal) at 4k and 16k; a packed batch of mixed lengths) "
+        "beside the plain kernel and FlexAttention / SDPA flash, about 4 minutes on an H100; --seqlen "
+        "replaces every option's lengths",
     )
     parser.add_argument(
         "--decode",
@@ -126,6 +129,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "call of a new mask (compile included) in a fresh process with empty caches; about 4 minutes on "
         "an H100 with empty compile caches (with --quick, no prefix-LM: about 2); --seqlen replaces 16k; "
         "CUDA only",
+    )
+    parser.add_argument(
+        "--head-dims",
+        action="store_true",
+        help="head dims (D, D_v) = 128/128, 192/128, 256/256, 512/512, 576/512, bf16, causal and not, N 4k "
+        "and 16k (with --quick: 4k), B·N = 16k, H = floor(2048 / D), fwd and bwd, TFLOP/s beside the "
+        "equal-dim 128 and 256 cells and the peers that take each shape; up to 7 minutes on an H100; CUDA "
+        "only",
     )
     axes = parser.add_argument_group("axes (each overrides the preset)")
     axes.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -154,7 +165,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     run.add_argument("--seed", type=int, default=0)
     results.add_output_arguments(
-        run, "bench", name_note="; bench_options, bench_decode, bench_masks with --options, --decode, --masks"
+        run,
+        "bench",
+        name_note="; bench_options, bench_head_dims, bench_decode, bench_masks with --options, --head-dims, "
+        "--decode, --masks",
     )
     run.add_argument("--no-plot", action="store_true")
     run.add_argument(
@@ -175,7 +189,19 @@ def _device(choice: str) -> torch.device:
 
 def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
     """The preset the flags name, for this device, with every axis flag applied."""
-    name = "paper" if args.paper else "quick" if args.quick else "options" if args.options else "default"
+    if args.head_dims:
+        if args.paper or args.options:
+            raise ValueError("--head-dims takes --quick, not --paper or --options")
+        if args.head_dim:
+            raise ValueError("--head-dims measures its own (D, D_v) pairs: leave out --head-dim")
+        if device.type != "cuda":
+            raise ValueError(
+                "--head-dims needs a CUDA device (the head dims past 256 are the GPU kernels'; "
+                f"this run is on {device.type})"
+            )
+        name = "head-dims-quick" if args.quick else "head-dims"
+    else:
+        name = "paper" if args.paper else "quick" if args.quick else "options" if args.options else "default"
     base = grid.preset(name, device.type)
     if base.options and args.seqlen:
         lengths = tuple(dict.fromkeys(args.seqlen))
@@ -245,7 +271,7 @@ def check_slice(config: Config, device: torch.device) -> Config:
             1,
             min(
                 score_budget // sum(n * n for n in config.lengths),
-                _TOKEN_BUDGET // (config.tokens * config.head_dim),
+                _TOKEN_BUDGET // (config.tokens * max(config.head_dim, config.dim_v)),
             ),
         )
         if heads >= config.heads:
@@ -255,7 +281,7 @@ def check_slice(config: Config, device: torch.device) -> Config:
         1,
         min(
             score_budget // (config.seqlen_q * config.seqlen_k),
-            _TOKEN_BUDGET // (config.seqlen_q * config.head_dim),
+            _TOKEN_BUDGET // (config.seqlen_q * max(config.head_dim, config.dim_v)),
         ),
     )
     if config.batch * config.heads <= rows:
@@ -274,7 +300,8 @@ def _select(part: Config, config: Config, *, kv: bool = False) -> tuple[slice, s
 
 def call_options(config: Config, device: torch.device) -> dict[str, object]:
     """The keywords a peer receives for ``config``'s options (see ``flashtile.bench.peers``); empty for a
-    plain cell. ALiBi's slopes are ``2^(−8(h+1)/H)``."""
+    plain cell. ALiBi's slopes are ``2^(−8(h+1)/H)``; a learnable sink is ``grid.sink_logits`` and requires
+    grad, so that the backward computes its gradient as training does."""
     options: dict[str, object] = {}
     if config.window != (-1, -1):
         options["window_size"] = config.window
@@ -284,6 +311,8 @@ def call_options(config: Config, device: torch.device) -> dict[str, object]:
         options["alibi_slopes"] = grid.alibi_slopes(config.heads).to(device)
     if config.dropout_p > 0:
         options["dropout_p"] = config.dropout_p
+    if config.sink:
+        options["learnable_sink"] = grid.sink_logits(config.heads).to(device).requires_grad_(True)
     if config.layout == "varlen":
         bounds = torch.tensor((0, *config.lengths)).cumsum(0)
         options["cu_seqlens"] = bounds.to(device=device, dtype=torch.int32)
@@ -298,8 +327,10 @@ def _oracle(
     k: torch.Tensor,
     v: torch.Tensor,
     options: dict[str, object],
+    learnable_sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Naive attention of the part ``part`` of ``config`` with the cell's options (dropout excepted)."""
+    """Naive attention of the part ``part`` of ``config`` with the cell's options (dropout excepted) and
+    ``learnable_sink``, the part's heads of the cell's sink."""
     from flashtile.reference.naive import attention, attention_varlen
 
     keywords: dict[str, object] = {
@@ -310,10 +341,18 @@ def _oracle(
     }
     if config.alibi:
         keywords["alibi_slopes"] = options["alibi_slopes"][config.heads - part.heads :]
+    if learnable_sink is not None:
+        keywords["learnable_sink"] = learnable_sink
     if config.layout == "varlen":
         cu, longest = options["cu_seqlens"], options["max_seqlen"]
         return attention_varlen(q[0], k[0], v[0], cu, cu, longest, longest, **keywords)[0][None]
     return attention(q, k, v, **keywords)[0]
+
+
+def _checks_sink_grad(ref_config: Config, part: Config, need_grads: bool) -> bool:
+    """Whether the sink's gradient is checked: it sums over the batch, so only where the oracle covers every
+    sequence."""
+    return ref_config.sink and need_grads and part.batch == ref_config.batch
 
 
 def _reference(
@@ -322,17 +361,23 @@ def _reference(
     part = check_slice(config, device)
     q = torch.randn(config.q_shape(), device=device)
     k = torch.randn(config.kv_shape(), device=device)
-    v = torch.randn_like(k)
-    dout = torch.randn_like(q).to(config.torch_dtype)
+    v = torch.randn(config.v_shape(), device=device)
+    dout = torch.randn(config.out_shape(), device=device).to(config.torch_dtype)
     inputs = tuple(t.to(config.torch_dtype) for t in (q, k, v))
     del q, k, v
     rows, kv_rows = _select(part, config), _select(part, config, kv=True)
     sub = (inputs[0][rows], inputs[1][kv_rows], inputs[2][kv_rows])
+    sink = options.get("learnable_sink")
+    sink_grad = _checks_sink_grad(config, part, need_grads)
 
     def naive(dtype: torch.dtype) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         leaves = [t.detach().to(dtype).requires_grad_(need_grads) for t in sub]
-        out = _oracle(config, part, *leaves, options)
-        grads = torch.autograd.grad(out, leaves, dout[rows].to(dtype)) if need_grads else None
+        part_sink = None
+        if sink is not None:
+            part_sink = sink.detach()[rows[2]].to(dtype).requires_grad_(sink_grad)
+        out = _oracle(config, part, *leaves, options, part_sink)
+        wrt = [*leaves, part_sink] if sink_grad else leaves
+        grads = torch.autograd.grad(out, wrt, dout[rows].to(dtype)) if need_grads else None
         return out.detach(), grads
 
     out64, grads64 = naive(torch.float64)
@@ -379,6 +424,10 @@ def _check_peer(
     config, part = ref.config, ref.part
     rows, kv_rows = _select(part, config), _select(part, config, kv=True)
     leaves = [t.detach().clone().requires_grad_(True) for t in ref.inputs]
+    sink = options.get("learnable_sink")
+    if sink is not None:
+        sink = sink.detach().clone().requires_grad_(True)
+        options = {**options, "learnable_sink": sink}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -391,16 +440,23 @@ def _check_peer(
         return fwd, None
     if fwd.status != "ok":
         return fwd, fwd
+    sink_grad = _checks_sink_grad(config, part, need_grads)
     try:
-        grads = torch.autograd.grad(out, leaves, ref.dout)
+        grads = torch.autograd.grad(out, [*leaves, sink] if sink_grad else leaves, ref.dout)
     except Exception as exc:
         return fwd, _failure(exc)
-    ours = (grads[0][rows], grads[1][kv_rows], grads[2][kv_rows])
+    ours = (grads[0][rows], grads[1][kv_rows], grads[2][kv_rows], *(g[rows[2]] for g in grads[3:]))
     comparisons = [
         compare(n, g, g64, g_low, GRAD_FACTOR)
-        for n, g, g64, g_low in zip(("dq", "dk", "dv"), ours, ref.grads64, ref.grads_low, strict=True)
+        for n, g, g64, g_low in zip(
+            ("dq", "dk", "dv", "dsink"), ours, ref.grads64, ref.grads_low, strict=False
+        )
     ]
-    return fwd, _judge(comparisons, config, part)
+    bwd = _judge(comparisons, config, part)
+    if config.sink and not sink_grad and bwd.status == "ok":
+        why = f"; dsink not checked: it sums over {config.batch} sequences, the oracle covers {part.batch}"
+        bwd = dataclasses.replace(bwd, detail=bwd.detail + why)
+    return fwd, bwd
 
 
 def _make_inputs(config: Config, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
@@ -411,8 +467,8 @@ def _make_inputs(config: Config, device: torch.device) -> list[tuple[torch.Tenso
     for _ in range(copies):
         q = torch.randn(config.q_shape(), device=device)
         k = torch.randn(config.kv_shape(), device=device)
-        v = torch.randn_like(k)
-        dout = torch.randn_like(q)
+        v = torch.randn(config.v_shape(), device=device)
+        dout = torch.randn(config.out_shape(), device=device)
         q, k, v = (t.to(config.torch_dtype).requires_grad_(True) for t in (q, k, v))
         made.append((q, k, v, dout.to(config.torch_dtype)))
     return made
@@ -596,13 +652,14 @@ def _format_tflops(value: float) -> str:
 def render_tables(found: list[Result], env: Environment, order: list[str], console: Console) -> None:
     """One table per (options, dtype, mode, causal, head dim): TFLOP/s per implementation and N, and
     flashtile/best."""
-    tables: dict[tuple[str, str, str, bool, int], list[Result]] = defaultdict(list)
+    tables: dict[tuple[str, str, str, bool, tuple[int, int]], list[Result]] = defaultdict(list)
     for r in found:
         c = r.config
-        tables[(c.option_label(), c.dtype, c.mode, c.causal, c.head_dim)].append(r)
+        tables[(c.option_label(), c.dtype, c.mode, c.causal, (c.head_dim, c.dim_v))].append(r)
     cpu = env.device == "cpu"
     for key in sorted(tables, key=lambda k: (k[0], k[1], MODES.index(k[2]), k[3], k[4])):
-        option, dtype, mode, causal, head_dim = key
+        option, dtype, mode, causal, _ = key
+        head_dim = tables[key][0].config.head_dim_label
         option = f" · {option}" if option else ""
         cells = {(r.impl, r.config.seqlen_q): r for r in tables[key]}
         seqlens = sorted({n for _, n in cells})
@@ -784,6 +841,86 @@ def render_option_summary(found: list[Result], console: Console) -> None:
     console.print(table)
 
 
+@dataclass(frozen=True)
+class HeadDimComparison:
+    """flashtile on one (D, D_v) cell against its own equal-dim 128 and 256 cells of the same dtype, mode,
+    causal flag and N, and against the fastest peer on the same cell."""
+
+    head_dims: str
+    mode: str
+    causal: bool
+    seqlen: int
+    tflops: float
+    vs_128: float | None
+    vs_256: float | None
+    peer: str | None
+    peer_tflops: float | None
+
+    @property
+    def peer_ratio(self) -> float | None:
+        return self.tflops / self.peer_tflops if self.peer_tflops else None
+
+
+def head_dim_comparisons(found: list[Result]) -> list[HeadDimComparison]:
+    """flashtile's cells of a run with several (D, D_v) pairs, in the order measured; empty when every cell
+    has V's head dim equal to Q/K's (a plain run)."""
+    if not any(r.config.head_dim_v for r in found):
+        return []
+    ours = [r for r in found if r.impl == "flashtile" and r.tflops]
+
+    def shape(c: Config) -> tuple[object, ...]:
+        return (c.dtype, c.mode, c.causal, c.seqlen_q)
+
+    equal = {(shape(r.config), r.config.head_dim): r.tflops for r in ours if not r.config.head_dim_v}
+    compared = []
+    for r in ours:
+        c = r.config
+        peers = [p for p in found if p.config == c and p.impl != "flashtile" and p.tflops]
+        best = max(peers, key=lambda p: p.tflops, default=None)
+        base_128, base_256 = equal.get((shape(c), 128)), equal.get((shape(c), 256))
+        compared.append(
+            HeadDimComparison(
+                c.head_dim_label if c.head_dim_v else f"{c.head_dim}/{c.head_dim}",
+                c.mode,
+                c.causal,
+                c.seqlen_q,
+                r.tflops,
+                r.tflops / base_128 if base_128 else None,
+                r.tflops / base_256 if base_256 else None,
+                best.impl if best else None,
+                best.tflops if best else None,
+            )
+        )
+    return compared
+
+
+def render_head_dim_summary(found: list[Result], console: Console) -> None:
+    """The head-dims table: flashtile's TFLOP/s per (D, D_v), the ratio to its 128/128 and 256/256 cells at
+    the same mode, causal flag and N, and the fastest peer that ran the shape."""
+    compared = head_dim_comparisons(found)
+    if not compared:
+        return
+    table = Table(
+        title="head dims · flashtile TFLOP/s against its equal-dim 128 and 256 cells and the peers",
+        title_justify="left",
+    )
+    for name in ("D/D_v", "mode", "causal", "N", "TFLOP/s", "/ 128/128", "/ 256/256", "peer", "vs peer"):
+        table.add_column(name, justify="left" if name in ("D/D_v", "mode", "causal", "peer") else "right")
+    for c in compared:
+        table.add_row(
+            c.head_dims,
+            c.mode,
+            "causal" if c.causal else "non-causal",
+            grid.seqlen_label(c.seqlen),
+            _format_tflops(c.tflops),
+            f"{c.vs_128:.2f}×" if c.vs_128 else "–",
+            f"{c.vs_256:.2f}×" if c.vs_256 else "–",
+            f"{c.peer} {_format_tflops(c.peer_tflops)}" if c.peer else "–",
+            _signal(c.peer_ratio, 1.0),
+        )
+    console.print(table)
+
+
 def _signal(ratio: float | None, target: float) -> str:
     if ratio is None:
         return "–"
@@ -839,6 +976,7 @@ def _report(csv_path: Path, console: Console) -> int:
         render_tables(found, env, list(dict.fromkeys(r.impl for r in found)), console)
         summarise(found, console)
         render_option_summary(found, console)
+        render_head_dim_summary(found, console)
     return _plot(csv_path, console, date=date)
 
 
@@ -846,6 +984,9 @@ def main(args: argparse.Namespace) -> int:
     """The ``flashtile bench`` command; returns the exit status."""
     # Off a terminal (CI, a remote run's captured log) rich assumes 80 columns, which wraps the tables.
     console = Console() if Console().is_terminal else Console(width=_LOG_WIDTH)
+    if args.head_dims and (args.masks or args.decode):
+        print("flashtile bench: --head-dims, --masks and --decode are separate runs", file=sys.stderr)
+        return 2
     if args.masks:
         from flashtile.bench import masks
 
@@ -855,7 +996,7 @@ def main(args: argparse.Namespace) -> int:
 
         return decode.main(args)
     if args.name is None:
-        args.name = "bench_options" if args.options else "bench"
+        args.name = "bench_options" if args.options else "bench_head_dims" if args.head_dims else "bench"
     csv_path = results.output_csv(args)
     if args.plot_only:
         return _report(csv_path, console)
@@ -896,12 +1037,19 @@ def main(args: argparse.Namespace) -> int:
                 console.print(f"[red]flashtile bench: CUDA context lost, stopping: {exc}[/red]")
                 status = 1
                 break
-            columns = results.OPTION_COLUMNS if preset.options else results.COLUMNS
+            columns = (
+                results.OPTION_COLUMNS
+                if preset.options
+                else results.HEAD_DIM_COLUMNS
+                if preset.head_dim_pairs
+                else results.COLUMNS
+            )
             results.append_rows(csv_path, [r.row(env) for r in rows], columns)
             found.extend(rows)
     render_tables(found, env, [p.name for p in peers], console)
     summarise(found, console)
     render_option_summary(found, console)
+    render_head_dim_summary(found, console)
     seconds = ", ".join(
         f"{name} {s:.0f} s" for name, s in sorted(runner.peer_seconds.items(), key=lambda kv: -kv[1])
     )

@@ -1,12 +1,18 @@
-"""The FlashAttention papers' benchmark grid and the options preset: presets, axes, and the FLOP and byte
-counts of one call.
+"""The FlashAttention papers' benchmark grid, the options preset and the head-dims preset: presets, axes,
+and the FLOP and byte counts of one call.
 
 Conventions (the papers', described in benchmarks/README.md): total tokens B·N and hidden size H·D are fixed
-(16384 and 2048), so B = 16384 / N and H = 2048 / D; forward FLOPs = 4·B·H·N_q·N_k·D, halved when causal;
+(16384 and 2048), so B = 16384 / N and H = ⌊2048 / D⌋; forward FLOPs = 4·B·H·N_q·N_k·D, halved when causal;
 backward = 2.5 × forward, forward+backward = 3.5 × forward. A cell with an option (window, softcap, ALiBi,
-dropout, a packed or padded batch of mixed lengths) counts 4·H·D per visible (query, key) pair instead, of
-real tokens only (:func:`visible_pairs`). Bytes moved count each tensor read or written once: q, k, v read
-and o written forward; the backward adds dO read and dq, dk, dv written (and reads o again for rowsum(o·dO)).
+dropout, a learnable sink, a packed or padded batch of mixed lengths) counts 4·H·D per visible (query, key)
+pair instead, of real tokens only (:func:`visible_pairs`). Bytes moved count each tensor read or written once:
+q, k, v read and o written forward; the backward adds dO read and dq, dk, dv written (and reads o again for
+rowsum(o·dO)).
+
+With V's head dim D_v different from Q/K's D, each GEMM is counted with its own contraction or output width:
+forward S = Q·Kᵀ (D) and O = P·V (D_v), 2·(D + D_v) per pair; backward S = Q·Kᵀ again (D), dP = dO·Vᵀ (D_v),
+dV = Pᵀ·dO (D_v), dK = dSᵀ·Q (D) and dQ = dS·K (D), 2·(3·D + 2·D_v) per pair. With D_v = D these are 4·D and
+10·D, the papers' 1 and 2.5.
 """
 
 from __future__ import annotations
@@ -21,16 +27,20 @@ from flashtile.bench.timing import TimingBudget
 
 MODES = ("fwd", "bwd", "fwd_bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
 
 PAPER_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 PAPER_HEAD_DIMS = (64, 128, 256)
 PAPER_TOKENS = 16384
 PAPER_HIDDEN = 2048
-# The options a cell can carry, as the peers declare them (``Peer.options``). "varlen" is a packed batch
-# (flash_attn_varlen_func); "padded" is the same sequences padded to the longest and run dense.
-OPTIONS = ("window", "softcap", "alibi", "dropout", "varlen", "padded")
+# The options a cell can carry, as the peers declare them (``Peer.options``). "sink" is a learnable sink
+# (``learnable_sink``); "varlen" is a packed batch (flash_attn_varlen_func); "padded" is the same sequences
+# padded to the longest and run dense.
+OPTIONS = ("window", "softcap", "alibi", "dropout", "sink", "varlen", "padded")
 LAYOUTS = ("dense", "varlen", "padded")
+# The head-dims preset's (D, D_v) pairs: the equal-dim yardsticks, DeepSeek's MLA prefill (192/128),
+# Gemma-like 256 and 512, and MLA's 576/512.
+HEAD_DIM_PAIRS = ((128, 128), (192, 128), (256, 256), (512, 512), (576, 512))
+SINK_SEED = 0
 
 
 def visible_pairs(
@@ -61,6 +71,12 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     [0.0625, 0.00390625]
     """
     return torch.exp2(-8.0 * torch.arange(1, heads + 1, dtype=torch.float64) / heads).float()
+
+
+def sink_logits(heads: int) -> torch.Tensor:
+    """The learnable sink of an option cell: one standard-normal logit per head from a generator seeded with
+    :data:`SINK_SEED`, float32 ``(H,)`` on the CPU."""
+    return torch.randn(heads, generator=torch.Generator().manual_seed(SINK_SEED))
 
 
 def packed_lengths(tokens: int, shortest: int, longest: int, seed: int = 0) -> tuple[int, ...]:
@@ -96,14 +112,32 @@ class Config:
     seqlen_q: int
     seqlen_k: int
     head_dim: int
+    # V's head dim; 0 (the value an equal one is stored as) when it is head_dim.
+    head_dim_v: int = 0
     window: tuple[int, int] = (-1, -1)
     softcap: float = 0.0
     alibi: bool = False
     dropout_p: float = 0.0
+    sink: bool = False
     # "varlen": ``lengths`` packed into one (1, Σ n_i, H, D) batch, seqlen_q/k their upper bound; "padded":
     # ``lengths`` padded to seqlen_q = max(lengths), batch = len(lengths).
     layout: str = "dense"
     lengths: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        # One spelling of "V's head dim is Q/K's": a cell read back from a CSV equals the one measured.
+        if self.head_dim_v == self.head_dim:
+            object.__setattr__(self, "head_dim_v", 0)
+
+    @property
+    def dim_v(self) -> int:
+        """V's (and the output's) head dim."""
+        return self.head_dim_v or self.head_dim
+
+    @property
+    def head_dim_label(self) -> str:
+        """ "128", or "192/128" when V's head dim differs."""
+        return f"{self.head_dim}/{self.dim_v}" if self.head_dim_v else str(self.head_dim)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -132,6 +166,7 @@ class Config:
             "softcap": self.softcap > 0,
             "alibi": self.alibi,
             "dropout": self.dropout_p > 0,
+            "sink": self.sink,
             "varlen": self.layout == "varlen",
             "padded": self.layout == "padded",
         }
@@ -151,9 +186,17 @@ class Config:
         )
 
     def kv_shape(self) -> tuple[int, int, int, int]:
+        """k's shape; v's is :meth:`v_shape`."""
         if self.layout == "varlen":
             return (1, self.tokens, self.heads_kv, self.head_dim)
         return (self.batch, self.seqlen_k, self.heads_kv, self.head_dim)
+
+    def v_shape(self) -> tuple[int, int, int, int]:
+        return (*self.kv_shape()[:3], self.dim_v)
+
+    def out_shape(self) -> tuple[int, int, int, int]:
+        """out's and dout's shape: q's with V's head dim."""
+        return (*self.q_shape()[:3], self.dim_v)
 
     def pairs(self) -> int:
         """Visible (query, key) pairs per head over the batch, of real tokens only."""
@@ -161,22 +204,31 @@ class Config:
             return sum(visible_pairs(n, n, self.causal, self.window) for n in self.lengths)
         return self.batch * visible_pairs(self.seqlen_q, self.seqlen_k, self.causal, self.window)
 
-    def forward_flops(self) -> float:
+    def _scores(self) -> float:
+        """(query, key) pairs over all heads: visible ones with an option, else B·H·N_q·N_k, halved when
+        causal."""
         if self.options:
-            return 4.0 * self.heads * self.head_dim * self.pairs()
-        flops = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.head_dim
-        return flops / 2 if self.causal else flops
+            return float(self.heads * self.pairs())
+        scores = float(self.batch * self.heads * self.seqlen_q * self.seqlen_k)
+        return scores / 2 if self.causal else scores
+
+    def forward_flops(self) -> float:
+        """2·(D + D_v) per pair: S = Q·Kᵀ and O = P·V."""
+        return 2.0 * (self.head_dim + self.dim_v) * self._scores()
 
     def flops(self) -> float:
-        return MODE_FLOP_FACTOR[self.mode] * self.forward_flops()
+        """The mode's FLOPs; the backward's 2·(3·D + 2·D_v) per pair is 2.5 × the forward when D_v = D."""
+        forward = self.forward_flops()
+        backward = 2.0 * (3 * self.head_dim + 2 * self.dim_v) * self._scores()
+        return {"fwd": forward, "bwd": backward, "fwd_bwd": forward + backward}[self.mode]
 
     def bytes_moved(self) -> float:
         """Fewest bytes one call must move through device memory (the B·H·N_q log-sum-exp left out)."""
         size = self.torch_dtype.itemsize
-        q_like = math.prod(self.q_shape()) * size
-        kv_like = math.prod(self.kv_shape()) * size
-        forward = 2 * q_like + 2 * kv_like
-        backward = 4 * q_like + 4 * kv_like
+        shapes = (self.q_shape(), self.kv_shape(), self.v_shape(), self.out_shape())
+        forward = sum(math.prod(shape) for shape in shapes) * size
+        # Each of q, k, v and o (as dO) read again and its gradient written.
+        backward = 2 * forward
         return {"fwd": forward, "bwd": backward, "fwd_bwd": forward + backward}[self.mode]
 
     def option_label(self) -> str:
@@ -186,6 +238,7 @@ class Config:
             "softcap": f"softcap {self.softcap:g}",
             "alibi": "ALiBi",
             "dropout": f"dropout {self.dropout_p:g}",
+            "sink": "learnable sink",
             "varlen": f"varlen {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
             "padded": f"padded {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
         }
@@ -197,13 +250,20 @@ class Config:
         A packed or padded batch has no plain twin of its own; the summary pairs it by ``seqlen_q``.
         """
         return dataclasses.replace(
-            self, window=(-1, -1), softcap=0.0, alibi=False, dropout_p=0.0, layout="dense", lengths=()
+            self,
+            window=(-1, -1),
+            softcap=0.0,
+            alibi=False,
+            dropout_p=0.0,
+            sink=False,
+            layout="dense",
+            lengths=(),
         )
 
     def label(self) -> str:
         options = f" {self.option_label()}" if self.options else ""
         return (
-            f"{self.mode} {'causal' if self.causal else 'non-causal'}{options} D={self.head_dim} "
+            f"{self.mode} {'causal' if self.causal else 'non-causal'}{options} D={self.head_dim_label} "
             f"N={self.seqlen_q} B={self.batch} H={self.heads}/{self.heads_kv} {self.dtype}"
         )
 
@@ -256,6 +316,8 @@ class Preset:
     softcap: float = 30.0
     dropout_p: float = 0.1
     varlen_shortest: int = 256
+    # The head-dims preset: (D, D_v) pairs measured in place of ``head_dims`` (``configs``).
+    head_dim_pairs: tuple[tuple[int, int], ...] = ()
 
     def with_overrides(self, **overrides: object) -> Preset:
         """This preset with every override that is not None applied."""
@@ -268,9 +330,20 @@ class Preset:
 
     def configs(self) -> list[Config]:
         """Every cell, ordered dtype, head dim, causal, sequence length, mode (the order of the tables); in
-        the options preset, each option's cells after the plain cell they are compared with."""
+        the options preset, each option's cells after the plain cell they are compared with; in the head-dims
+        preset, dtype, sequence length, causal, (D, D_v), mode, so that a spent time budget costs the longest
+        sequences rather than the widest heads."""
         if self.options:
             return self._option_configs()
+        if self.head_dim_pairs:
+            return [
+                self._config(dtype, head_dim, causal, seqlen, mode, head_dim_v)
+                for dtype in self.dtypes
+                for seqlen in self.seqlens
+                for causal in self.causal
+                for head_dim, head_dim_v in self.head_dim_pairs
+                for mode in self.modes
+            ]
         cells = []
         for dtype in self.dtypes:
             for head_dim in self.head_dims:
@@ -294,10 +367,11 @@ class Preset:
     def _option_cells(self, option: str, dtype: str, head_dim: int, seqlen: int, mode: str) -> list[Config]:
         """The plain cell and the option's cells at one sequence length.
 
-        The window (left, 0) and the packed batch are causal, as in local and packed training, and compared
-        with dense causal; softcap, ALiBi and dropout with dense non-causal attention.
+        The window (left, 0), the learnable sink and the packed batch are causal, as in local, GPT-OSS and
+        packed training, and compared with dense causal; softcap, ALiBi and dropout with dense non-causal
+        attention.
         """
-        causal = option in ("window", "varlen")
+        causal = option in ("window", "sink", "varlen")
         plain = self._config(dtype, head_dim, causal, seqlen, mode)
         if option == "window":
             return [plain, dataclasses.replace(plain, window=self.window)]
@@ -307,15 +381,19 @@ class Preset:
             return [plain, dataclasses.replace(plain, alibi=True)]
         if option == "dropout":
             return [plain, dataclasses.replace(plain, dropout_p=self.dropout_p)]
+        if option == "sink":
+            return [plain, dataclasses.replace(plain, sink=True)]
         if option != "varlen":
-            raise ValueError(f"unknown option {option!r}; the options preset knows {', '.join(OPTIONS[:5])}")
+            raise ValueError(f"unknown option {option!r}; the options preset knows {', '.join(OPTIONS[:6])}")
         lengths = packed_lengths(self.tokens, min(self.varlen_shortest, seqlen), seqlen)
         packed = dataclasses.replace(plain, layout="varlen", batch=len(lengths), lengths=lengths)
         longest = max(lengths)
         padded = dataclasses.replace(packed, layout="padded", seqlen_q=longest, seqlen_k=longest)
         return [plain, packed, padded]
 
-    def _config(self, dtype: str, head_dim: int, causal: bool, seqlen: int, mode: str) -> Config:
+    def _config(
+        self, dtype: str, head_dim: int, causal: bool, seqlen: int, mode: str, head_dim_v: int = 0
+    ) -> Config:
         batch = self.batch if self.batch is not None else max(1, self.tokens // seqlen)
         heads = self.heads if self.heads is not None else self.hidden // head_dim
         if heads < 1:
@@ -335,6 +413,7 @@ class Preset:
             seqlen_q=seqlen,
             seqlen_k=seqlen,
             head_dim=head_dim,
+            head_dim_v=head_dim_v,
         )
 
 
@@ -355,11 +434,19 @@ _OPTIONS_SKIPS = (
         "skipped by --options' 4-minute budget: SDPA math materialises the B·H·N² scores",
     ),
 )
+_HEAD_DIM_SKIPS = (
+    Skip(
+        "sdpa-math",
+        4096,
+        "skipped by --head-dims' budget: SDPA math materialises the B·H·N² scores",
+    ),
+)
 _OPTIONS_CUDA = (
     OptionCells("window", (8192,)),
     OptionCells("softcap", (4096, 16384)),
     OptionCells("alibi", (4096, 16384)),
     OptionCells("dropout", (4096, 16384)),
+    OptionCells("sink", (4096, 16384)),
     OptionCells("varlen", (8192,)),
 )
 _OPTIONS_CPU = (
@@ -367,6 +454,7 @@ _OPTIONS_CPU = (
     OptionCells("softcap", (32,)),
     OptionCells("alibi", (32,)),
     OptionCells("dropout", (32,)),
+    OptionCells("sink", (32,)),
     OptionCells("varlen", (64,)),
 )
 
@@ -416,6 +504,33 @@ PRESETS: dict[tuple[str, str], Preset] = {
         time_budget_s=210.0,
         skips=_OPTIONS_SKIPS,
         options=_OPTIONS_CUDA,
+    ),
+    # H = ⌊2048 / D⌋: 16, 10, 8, 4 and 3 heads (H·D = 2048, 1920, 2048, 2048, 1728), B = 16384 / N.
+    ("head-dims", "cuda"): Preset(
+        name="head-dims",
+        device="cuda",
+        seqlens=(4096, 16384),
+        head_dims=(),
+        causal=(False, True),
+        modes=("fwd", "bwd"),
+        dtypes=("bf16",),
+        timing=TimingBudget(warmup_ms=10, rep_ms=30, min_reps=5, max_reps=40),
+        time_budget_s=420.0,
+        skips=_HEAD_DIM_SKIPS,
+        head_dim_pairs=HEAD_DIM_PAIRS,
+    ),
+    ("head-dims-quick", "cuda"): Preset(
+        name="head-dims-quick",
+        device="cuda",
+        seqlens=(4096,),
+        head_dims=(),
+        causal=(False, True),
+        modes=("fwd", "bwd"),
+        dtypes=("bf16",),
+        timing=TimingBudget(warmup_ms=5, rep_ms=15, min_reps=3, max_reps=20),
+        time_budget_s=240.0,
+        skips=_HEAD_DIM_SKIPS,
+        head_dim_pairs=HEAD_DIM_PAIRS,
     ),
     ("options", "cpu"): Preset(
         name="options",

@@ -1,9 +1,10 @@
 """The implementations measured beside flashtile, each behind one calling convention.
 
 Every peer is called as ``fn(q, k, v, causal, softmax_scale, **options) -> out`` on flash_attn's layout:
-q ``(B, N_q, H, D)``, k and v ``(B, N_k, H_KV, D)``, out ``(B, N_q, H, D)``, differentiable. ``options``
-is empty on a plain cell; on an option cell it holds flash_attn's keywords for the options present
-(``window_size``, ``softcap``, ``alibi_slopes``, ``dropout_p``) and, for a packed batch (q of shape
+q ``(B, N_q, H, D)``, k ``(B, N_k, H_KV, D)``, v ``(B, N_k, H_KV, D_v)``, out ``(B, N_q, H, D_v)``,
+differentiable. ``options`` is empty on a plain cell; on an option cell it holds flash_attn's keywords for the
+options present (``window_size``, ``softcap``, ``alibi_slopes``, ``dropout_p``), FlashAttention-4's
+``learnable_sink`` (float32 ``(H,)``, requiring grad) and, for a packed batch (q of shape
 ``(1, Σ n_i, H, D)``), ``cu_seqlens`` and ``max_seqlen``. A peer runs only the options it names in
 ``options``; ``supports(config)`` returns None when the peer can run a cell, else the reason the table shows.
 A peer whose import fails is still listed, with ``unavailable`` set to the reason.
@@ -182,6 +183,15 @@ def _score_mod(softcap: float, slopes: torch.Tensor | None, offset: int) -> Call
     return score_mod
 
 
+def _with_sink(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
+    """A learnable sink applied after the fact, as transformers' FlexAttention path for GPT-OSS does (a
+    ``score_mod`` cannot add a column to the softmax): out ``(B, H, N, D_v)`` times
+    ``exp(lse − log(exp(lse) + exp(sink_h))) = sigmoid(lse − sink_h)``, in fp32; differentiable through
+    out, lse and the sink."""
+    factor = torch.sigmoid(lse.float() - sink.float().view(1, -1, 1))
+    return (out.float() * factor[..., None]).to(out.dtype)
+
+
 def _raise_recompile_limits() -> None:
     """Each benchmark shape is a new graph: lift Dynamo's limit (8) and fail loudly instead of falling back to
     eager execution, which would time uncompiled FlexAttention under the compiled peer's name."""
@@ -199,16 +209,21 @@ def _raise_recompile_limits() -> None:
 
 def flex_peer(compile_mode: str = "static") -> Peer:
     """``torch.compile(flex_attention)``; the causal or window block mask is built once per (N_q, N_k,
-    device, window), cached; softcap and ALiBi are a ``score_mod``, one per (softcap, slopes, offset).
+    device, window), cached; softcap and ALiBi are a ``score_mod``, one per (softcap, slopes, offset); a
+    learnable sink rescales the output by Flex's log-sum-exp (:func:`_with_sink`).
 
     ``compile_mode`` "static" compiles each shape; "dynamic" lets B and N vary, which costs about three
     graphs per (head dim, mask): the first shape, the dynamic one, and batch 1. FlexAttention specialises
     the head count either way.
     """
     try:
+        from torch.nn.attention import flex_attention as flex_module
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError as exc:
         return _unavailable("flex", exc)
+    # torch ≥ 2.9 asks for the log-sum-exp with return_aux; older releases with return_lse.
+    aux_request = getattr(flex_module, "AuxRequest", None)
+    lse_keywords = {"return_aux": aux_request(lse=True)} if aux_request else {"return_lse": True}
 
     compiled: list[Callable[..., torch.Tensor]] = []
     # One mask_mod / score_mod per key: Dynamo guards on their identity, so a fresh closure would recompile.
@@ -238,6 +253,7 @@ def flex_peer(compile_mode: str = "static") -> Peer:
         window_size: tuple[int, int] = (-1, -1),
         softcap: float = 0.0,
         alibi_slopes: torch.Tensor | None = None,
+        learnable_sink: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if not compiled:
             _raise_recompile_limits()
@@ -256,7 +272,11 @@ def flex_peer(compile_mode: str = "static") -> Peer:
             block_mask=mask,
             scale=scale,
             enable_gqa=q.shape[2] != k.shape[2],
+            **(lse_keywords if learnable_sink is not None else {}),
         )
+        if learnable_sink is not None:
+            out, aux = out
+            out = _with_sink(out, aux if isinstance(aux, torch.Tensor) else aux.lse, learnable_sink)
         return out.transpose(1, 2)
 
     def supports(config: Config) -> str | None:
@@ -267,7 +287,7 @@ def flex_peer(compile_mode: str = "static") -> Peer:
         fn,
         supports,
         note=f"torch.compile(flex_attention, dynamic={compile_mode == 'dynamic'})",
-        options=frozenset({"window", "softcap", "alibi"}),
+        options=frozenset({"window", "softcap", "alibi", "sink"}),
     )
 
 
@@ -300,6 +320,8 @@ def _fa2_limit(config: Config, capability: tuple[int, int]) -> str | None:
         return "FlashAttention-2 needs sm_80 or newer"
     if config.head_dim > 256 or config.head_dim % 8:
         return f"head dim {config.head_dim} not supported (multiples of 8 up to 256)"
+    if config.head_dim_v:
+        return f"head dims {config.head_dim_label} not supported (V's head dim must equal Q/K's)"
     return None
 
 
@@ -340,7 +362,9 @@ def naive_peer(default: bool = True) -> Peer:
     ) -> torch.Tensor:
         return attention(q, k, v, softmax_scale=scale, causal=causal, **options)[0]
 
-    return Peer("naive", fn, _anything, default=default, options=frozenset({"window", "softcap", "alibi"}))
+    return Peer(
+        "naive", fn, _anything, default=default, options=frozenset({"window", "softcap", "alibi", "sink"})
+    )
 
 
 def available_peers(device: str, *, flex_compile: str = "static") -> list[Peer]:

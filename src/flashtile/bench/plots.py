@@ -3,7 +3,9 @@
 One PNG per (dtype, mode) of a run, one panel per (causal, head dim), one line per implementation. Only rows
 whose status is "ok" are drawn; a missing point means the implementation had no valid number there. A run of
 the options preset draws one PNG per (option, dtype, mode) instead: the option's lines beside flashtile's
-plain kernel at the same lengths (dashed), a packed batch beside the same sequences padded.
+plain kernel at the same lengths (dashed), a packed batch beside the same sequences padded. A run of the
+head-dims preset (its CSV has ``head_dim_v``) draws one PNG per (dtype, mode) with one panel per (causal, N)
+and a group of bars per (D, D_v), one bar per implementation.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ def plot_results(csv_path: Path, out_dir: Path, date: str | None = None) -> list
     ok = [r for r in run if r["status"] == "ok" and r["tflops"]]
     if not ok:
         return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if "head_dim_v" in ok[0]:
+        return _head_dim_figures(csv_path, out_dir, ok, run[0])
     by_figure: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
     for r in _with_series(ok):
         by_figure[(r["option"], r["dtype"], r["mode"])].append(r)
     if any(option for option, _, _ in by_figure):
         by_figure = _options_beside_plain(by_figure)
     impls = list(dict.fromkeys(r["series"] for rs in by_figure.values() for r in rs))
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     order = sorted(by_figure, key=lambda k: (k[0], k[1], MODES.index(k[2]) if k[2] in MODES else len(MODES)))
     for option, dtype, mode in order:
@@ -129,3 +133,53 @@ def _figure(
         fontsize=10,
     )
     return fig
+
+
+def _head_dim_figures(
+    csv_path: Path, out_dir: Path, ok: list[dict[str, str]], meta: dict[str, str]
+) -> list[Path]:
+    """The head-dims run: per (dtype, mode), panels (causal × N) of bars per (D, D_v) and implementation."""
+    impls = list(dict.fromkeys(r["impl"] for r in ok))
+    colors = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
+    written = []
+    figures = sorted({(r["dtype"], r["mode"]) for r in ok}, key=lambda k: (k[0], MODES.index(k[1])))
+    for dtype, mode in figures:
+        rows = [r for r in ok if (r["dtype"], r["mode"]) == (dtype, mode)]
+        causals = sorted({r["causal"] for r in rows}, key=lambda c: c == "true")
+        seqlens = sorted({int(r["seqlen_q"]) for r in rows})
+        pairs = sorted({(int(r["head_dim"]), int(r["head_dim_v"])) for r in rows})
+        fig = Figure(figsize=(4.5 * len(seqlens) + 1, 1.2 + 3.2 * len(causals)), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(len(causals), len(seqlens), squeeze=False)
+        width = 0.8 / len(impls)
+        for i, causal in enumerate(causals):
+            for j, seqlen in enumerate(seqlens):
+                ax = axes[i][j]
+                panel = [r for r in rows if r["causal"] == causal and int(r["seqlen_q"]) == seqlen]
+                for k, impl in enumerate(impls):
+                    bars = [
+                        (pairs.index((int(r["head_dim"]), int(r["head_dim_v"]))), float(r["tflops"]))
+                        for r in panel
+                        if r["impl"] == impl
+                    ]
+                    if bars:
+                        xs, ys = zip(*bars, strict=True)
+                        ax.bar([x + k * width for x in xs], ys, width, label=impl, color=colors[impl])
+                middle = (len(impls) - 1) * width / 2
+                ax.set_xticks([x + middle for x in range(len(pairs))], [f"{d}/{dv}" for d, dv in pairs])
+                ax.set_xlabel("head dim D/D_v")
+                ax.set_ylabel("TFLOP/s")
+                ax.grid(True, axis="y", alpha=0.3)
+                ax.set_title(
+                    f"{'causal' if causal == 'true' else 'non-causal'}, N={seqlen_label(seqlen)}", fontsize=10
+                )
+                ax.legend(fontsize=7)
+        fig.suptitle(
+            f"Attention by head dim, {_MODE_TITLES.get(mode, mode)}, {dtype}: {meta['gpu']}\n"
+            f"torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}",
+            fontsize=10,
+        )
+        path = out_dir / f"{csv_path.stem}_{mode}_{dtype}.png"
+        fig.savefig(path, dpi=120)
+        written.append(path)
+    return written

@@ -55,9 +55,16 @@ OPTION_COLUMNS = (
     "softcap",
     "alibi",
     "dropout_p",
+    "sink",
     "layout",
     "lengths",
     "pairs",
+    *COLUMNS[COLUMNS.index("head_dim") + 1 :],
+)
+# The head-dims preset's CSV adds V's head dim.
+HEAD_DIM_COLUMNS = (
+    *COLUMNS[: COLUMNS.index("head_dim") + 1],
+    "head_dim_v",
     *COLUMNS[COLUMNS.index("head_dim") + 1 :],
 )
 STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "skipped")
@@ -102,7 +109,8 @@ class Result:
     @classmethod
     def from_row(cls, row: dict[str, str]) -> Result:
         """The result a CSV row records; ``error`` is read back from a "wrong" row's detail. A row of a CSV
-        without the option columns is a plain cell."""
+        without the option columns is a plain cell; one without ``head_dim_v`` has V's head dim equal to
+        Q/K's."""
         config = Config(
             device=row["device"],
             dtype=row["dtype"],
@@ -112,10 +120,12 @@ class Result:
                 name: int(row[name])
                 for name in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")
             },
+            head_dim_v=int(row.get("head_dim_v") or 0),
             window=(int(row.get("window_left") or -1), int(row.get("window_right") or -1)),
             softcap=float(row.get("softcap") or 0.0),
             alibi=row.get("alibi") == "true",
             dropout_p=float(row.get("dropout_p") or 0.0),
+            sink=row.get("sink") == "true",
             layout=row.get("layout") or "dense",
             lengths=tuple(int(n) for n in (row.get("lengths") or "").split()),
         )
@@ -132,8 +142,9 @@ class Result:
         )
 
     def row(self, env: Environment) -> dict[str, str]:
+        """Every column any results CSV has; ``append_rows`` keeps those of the file written."""
         c, t = self.config, self.timing
-        values = {
+        return {
             **{
                 name: getattr(env, name)
                 for name in ("commit", "gpu", "driver", "torch", "triton", "cudnn", "date")
@@ -149,11 +160,13 @@ class Result:
             "seqlen_q": str(c.seqlen_q),
             "seqlen_k": str(c.seqlen_k),
             "head_dim": str(c.head_dim),
+            "head_dim_v": str(c.dim_v),
             "window_left": str(c.window[0]),
             "window_right": str(c.window[1]),
             "softcap": f"{c.softcap:g}",
             "alibi": "true" if c.alibi else "false",
             "dropout_p": f"{c.dropout_p:g}",
+            "sink": "true" if c.sink else "false",
             "layout": c.layout,
             "lengths": " ".join(str(n) for n in c.lengths),
             "pairs": str(c.heads * c.pairs()),
@@ -165,7 +178,6 @@ class Result:
             "status": self.status,
             "detail": self.detail,
         }
-        return {name: values[name] for name in OPTION_COLUMNS}
 
 
 def _git(*args: str) -> str | None:
