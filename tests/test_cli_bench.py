@@ -430,6 +430,188 @@ def test_flash_attn_peers_call_their_build_and_state_their_limits(
     assert "fp32 not supported" in peer.supports(dataclasses.replace(cell, dtype="fp32"))
     if peer.name == "fa2" and reason is None:
         assert "head dim 60" in peer.supports(dataclasses.replace(cell, head_dim=60))
+        mla = dataclasses.replace(cell, head_dim=192, head_dim_v=128)
+        assert "head dims 192/128 not supported" in peer.supports(mla)
+
+
+def test_head_dims_preset_covers_the_targets() -> None:
+    assert grid.HEAD_DIM_PAIRS == ((128, 128), (192, 128), (256, 256), (512, 512), (576, 512))
+    full = grid.preset("head-dims", "cuda").configs()
+    assert len(full) == 2 * 2 * 5 * 2, "N 4k and 16k, causal and not, five pairs, fwd and bwd"
+    assert {(c.head_dim, c.dim_v) for c in full} == set(grid.HEAD_DIM_PAIRS)
+    assert {(c.seqlen_q, c.causal, c.mode, c.dtype) for c in full} == {
+        (n, causal, mode, "bf16")
+        for n in (4096, 16384)
+        for causal in (False, True)
+        for mode in ("fwd", "bwd")
+    }
+    assert {c.batch * c.seqlen_q for c in full} == {16384}
+    heads = {(c.head_dim, c.dim_v): c.heads for c in full}
+    assert heads == {(128, 128): 16, (192, 128): 10, (256, 256): 8, (512, 512): 4, (576, 512): 3}
+    assert all(c.heads_kv == c.heads and not c.options for c in full)
+    assert [c.seqlen_q for c in full] == sorted(c.seqlen_q for c in full), "16k last: a spent budget costs it"
+    mla = next(c for c in full if c.head_dim == 576)
+    assert mla.v_shape()[-1] == mla.out_shape()[-1] == 512 and mla.kv_shape()[-1] == 576
+    assert mla.softmax_scale == 576**-0.5 and mla.head_dim_label == "576/512"
+    quick = grid.preset("head-dims-quick", "cuda").configs()
+    assert {c.seqlen_q for c in quick} == {4096} and {(c.head_dim, c.dim_v) for c in quick} == set(
+        grid.HEAD_DIM_PAIRS
+    )
+    assert {(c.causal, c.mode) for c in quick} == {(a, m) for a in (False, True) for m in ("fwd", "bwd")}
+    with pytest.raises(ValueError, match="needs a device of kind cuda"):
+        grid.preset("head-dims", "cpu")
+
+
+@pytest.mark.parametrize(("head_dim", "head_dim_v"), [(192, 128), (576, 512), (128, 128)], ids=str)
+def test_flops_and_bytes_count_each_gemm_at_its_own_head_dim(head_dim: int, head_dim_v: int) -> None:
+    b, h, n = 2, 3, 1024
+    config = Config("cuda", "bf16", "fwd", False, b, h, h, n, n, head_dim, head_dim_v=head_dim_v)
+    # Forward: S = QKᵀ over D, O = PV over D_v. Backward: S again, dK, dQ over D; dP, dV over D_v.
+    assert config.flops() == 2 * b * h * n * n * (head_dim + head_dim_v)
+    assert config.with_mode("bwd").flops() == 2 * b * h * n * n * (3 * head_dim + 2 * head_dim_v)
+    assert config.with_mode("fwd_bwd").flops() == 2 * b * h * n * n * (4 * head_dim + 3 * head_dim_v)
+    causal = dataclasses.replace(config, causal=True)
+    assert causal.flops() == config.flops() / 2
+    assert causal.with_mode("bwd").flops() == config.with_mode("bwd").flops() / 2
+    if head_dim == head_dim_v:
+        assert config.with_mode("bwd").flops() == 2.5 * config.flops(), "the papers' 2.5"
+        assert config.head_dim_v == 0 and config.head_dim_label == "128"
+    tokens = b * n * h * 2
+    assert config.bytes_moved() == tokens * (2 * head_dim + 2 * head_dim_v), "q, k read over D; v, o over D_v"
+    assert config.with_mode("bwd").bytes_moved() == 2 * config.bytes_moved()
+    sink = dataclasses.replace(causal, sink=True)
+    assert sink.options == ("sink",) and sink.option_label() == "learnable sink"
+    assert sink.flops() == 2 * h * (head_dim + head_dim_v) * b * n * (n + 1) // 2, "visible pairs"
+    assert sink.without_options() == causal
+
+
+def test_head_dims_cli_parses_and_needs_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    from flashtile.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--head-dims", "--quick", "--seqlen", "1k"])
+    assert args.head_dims and args.quick and args.seqlen == [1024] and args.head_dim is None
+    assert main(["bench", "--help"]) == 0
+    assert "--head-dims" in capsys.readouterr().out
+    refusals = {
+        ("--quick", "--device", "cpu"): "--head-dims needs a CUDA device",
+        ("--head-dim", "64"): "leave out --head-dim",
+        ("--options",): "--head-dims takes --quick",
+        ("--masks",): "separate runs",
+    }
+    for extra, message in refusals.items():
+        assert main(["bench", "--head-dims", *extra, "--no-plot"]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+
+
+def test_rows_keep_v_head_dim_and_sink() -> None:
+    from flashtile.bench.timing import Timing
+
+    env = results.Environment("abc", "NVIDIA H100", "", "2.x", "3.6", "", "2026-01-01T00:00:00", "cuda")
+    for config in (
+        Config("cuda", "bf16", "bwd", True, 1, 3, 3, 16384, 16384, 576, head_dim_v=512),
+        Config("cuda", "bf16", "bwd", True, 4, 16, 16, 4096, 4096, 128, sink=True),
+        Config("cuda", "bf16", "fwd", False, 4, 16, 16, 4096, 4096, 128, head_dim_v=128),
+    ):
+        row = results.Result(config, "flashtile", "ok", timing=Timing(1.0, 1.0, 1.0, reps=1)).row(env)
+        assert results.Result.from_row(row).config == config
+    assert row["head_dim_v"] == "128" and row["sink"] == "false"
+    old_row = {k: v for k, v in row.items() if k not in ("head_dim_v", "sink")}
+    assert results.Result.from_row(old_row).config == config, "CSVs without the new columns read back"
+
+
+def _checked(config: Config, peer: Peer) -> tuple[bench._Verdict, bench._Verdict]:
+    options = bench.call_options(config, torch.device("cpu"))
+    ref = bench._reference(config, True, torch.device("cpu"), options)
+    fwd, bwd = bench._check_peer(peer, ref, True, options)
+    assert bwd is not None
+    return fwd, bwd
+
+
+def test_oracle_checks_unequal_head_dims_and_the_sink_gradient(seed: int) -> None:
+    ours = registry.flashtile_peer("cpu")
+    mla = Config("cpu", "fp32", "bwd", True, 2, 2, 1, 40, 40, 24, head_dim_v=16)
+    fwd, bwd = _checked(mla, ours)
+    assert (fwd.status, bwd.status) == ("ok", "ok"), (fwd, bwd, seed)
+    assert "dv" in bwd.detail
+
+    def v_dims_swapped(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+    ) -> object:
+        return ours.fn(q, k, v.flip(-1), causal, scale)
+
+    fwd, bwd = _checked(mla, Peer("swapped", v_dims_swapped, lambda c: None))
+    assert fwd.status == bwd.status == "wrong" and "max|err|" in fwd.detail
+    sink = Config("cpu", "fp32", "bwd", True, 2, 2, 2, 40, 40, 16, sink=True)
+    fwd, bwd = _checked(sink, ours)
+    assert (fwd.status, bwd.status) == ("ok", "ok") and "dsink" in bwd.detail, (fwd, bwd, seed)
+
+    def sink_ignored(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, learnable_sink: object
+    ) -> object:
+        return ours.fn(q, k, v, causal, scale)
+
+    fwd, _ = _checked(sink, Peer("no-sink", sink_ignored, lambda c: None, options=frozenset({"sink"})))
+    assert fwd.status == "wrong"
+
+
+def test_flex_sink_equals_the_naive_sink() -> None:
+    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+
+    from flashtile.reference.naive import attention
+
+    q, k = torch.randn(2, 1, 24, 2, 16, dtype=torch.float64)
+    v = torch.randn(1, 24, 2, 8, dtype=torch.float64)
+    sink = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    mask = create_block_mask(registry._mask_mod(0, -1, 0), None, None, 24, 24, device="cpu")
+    with warnings.catch_warnings():
+        # Eager FlexAttention (no torch.compile) warns that it materialises the scores: fine at this size.
+        warnings.simplefilter("ignore", UserWarning)
+        out, aux = flex_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)),
+            block_mask=mask,
+            scale=0.3,
+            return_aux=AuxRequest(lse=True),
+        )
+    ours = registry._with_sink(out, aux.lse, sink).transpose(1, 2)
+    expected, _ = attention(q, k, v, softmax_scale=0.3, causal=True, learnable_sink=sink)
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-12)
+    dout = torch.randn_like(expected)
+    (d_ours,) = torch.autograd.grad(ours, sink, dout)
+    (d_expected,) = torch.autograd.grad(expected, sink, dout)
+    torch.testing.assert_close(d_ours, d_expected, rtol=0, atol=1e-12)
+
+
+def test_head_dim_ratios_table_and_plot_from_the_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flashtile.bench.timing import Timing
+
+    def timed(d: int, d_v: int, impl: str, tflops: float) -> results.Result:
+        config = Config("cuda", "bf16", "bwd", True, 1, 2048 // d, 2048 // d, 16384, 16384, d, head_dim_v=d_v)
+        ms = config.flops() / (tflops * 1e9)
+        return results.Result(config, impl, "ok", "", Timing(ms, ms, ms, reps=1))
+
+    found = [
+        timed(128, 128, "flashtile", 400.0),
+        timed(192, 128, "flashtile", 360.0),
+        timed(192, 128, "flex", 300.0),
+        timed(256, 256, "flashtile", 300.0),
+        timed(512, 512, "flashtile", 150.0),
+    ]
+    compared = {c.head_dims: c for c in bench.head_dim_comparisons(found)}
+    mla = compared["192/128"]
+    assert mla.vs_128 == pytest.approx(0.9) and mla.vs_256 == pytest.approx(1.2)
+    assert mla.peer == "flex" and mla.peer_ratio == pytest.approx(1.2)
+    assert compared["512/512"].vs_256 == pytest.approx(0.5) and compared["512/512"].peer is None
+    assert bench.head_dim_comparisons([r for r in found if not r.config.head_dim_v]) == []
+    env = results.Environment("abc", "NVIDIA H100", "", "2.x", "3.6", "", "2026-01-01T00:00:00", "cuda")
+    csv_path = tmp_path / "bench_head_dims.csv"
+    results.append_rows(csv_path, [r.row(env) for r in found], results.HEAD_DIM_COLUMNS)
+    assert main(["bench", "--head-dims", "--plot-only", "--out-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "head dims · flashtile TFLOP/s against its equal-dim 128 and 256 cells" in printed
+    assert "bwd · causal · D=192/128 · bf16" in printed and "0.90×" in printed
+    assert {p.name for p in tmp_path.glob("*.png")} == {"bench_head_dims_bwd_bf16.png"}
 
 
 def test_options_preset_is_the_issue_8_grid() -> None:
@@ -442,7 +624,10 @@ def test_options_preset_is_the_issue_8_grid() -> None:
     assert by_option[("window",)] == {(8192, True)}
     for option in ("softcap", "alibi", "dropout"):
         assert by_option[(option,)] == {(4096, False), (16384, False)}
-    assert by_option[()] == {(8192, True), (4096, False), (16384, False)}, "each option's plain yardstick"
+    assert by_option[("sink",)] == {(4096, True), (16384, True)}
+    assert by_option[()] == {(8192, True), (4096, False), (16384, False), (4096, True), (16384, True)}, (
+        "each option's plain yardstick"
+    )
     window = next(c for c in cells if c.options == ("window",))
     assert window.window == (256, 0) and window.batch * window.seqlen_q == 16384
     assert {c.softcap for c in cells if c.options == ("softcap",)} == {30.0}
@@ -517,23 +702,26 @@ def test_options_run_writes_option_rows_and_prints_the_ratios(
     header, rows = _rows(tmp_path / "bench_options.csv")
     assert tuple(header) == results.OPTION_COLUMNS
     ours = {
-        (r["mode"], r["layout"], r["window_right"], r["softcap"], r["alibi"], r["dropout_p"]): r
+        (r["mode"], r["layout"], r["window_right"], r["softcap"], r["alibi"], r["dropout_p"], r["sink"]): r
         for r in rows
         if r["impl"] == "flashtile"
     }
     assert all(r["status"] == "ok" for r in ours.values()), [r["detail"] for r in ours.values()]
     assert all("backend reference" in r["detail"] for r in ours.values())
     for mode in ("fwd", "bwd"):
-        window = ours[(mode, "dense", "0", "0", "false", "0")]
+        window = ours[(mode, "dense", "0", "0", "false", "0", "false")]
         assert (window["window_left"], window["causal"]) == ("16", "true")
         assert int(window["pairs"]) == 2 * 2 * grid.visible_pairs(64, 64, True, (16, 0))
-        assert "checked on the last" in ours[(mode, "dense", "-1", "30", "false", "0")]["detail"]
-        assert "checked on the last" in ours[(mode, "dense", "-1", "0", "true", "0")]["detail"]
-        assert "not checked: dropout" in ours[(mode, "dense", "-1", "0", "false", "0.1")]["detail"]
-        packed = ours[(mode, "varlen", "-1", "0", "false", "0")]
+        assert "checked on the last" in ours[(mode, "dense", "-1", "30", "false", "0", "false")]["detail"]
+        assert "checked on the last" in ours[(mode, "dense", "-1", "0", "true", "0", "false")]["detail"]
+        assert "not checked: dropout" in ours[(mode, "dense", "-1", "0", "false", "0.1", "false")]["detail"]
+        sink = ours[(mode, "dense", "-1", "0", "false", "0", "true")]
+        assert sink["causal"] == "true" and "checked on the last 4/4 sequences" in sink["detail"]
+        assert ("dsink" in sink["detail"]) == (mode == "bwd"), "the sink's gradient checked in full"
+        packed = ours[(mode, "varlen", "-1", "0", "false", "0", "false")]
         assert "checked on the last" in packed["detail"]
         assert sum(int(n) for n in packed["lengths"].split()) == 128
-        assert ours[(mode, "padded", "-1", "0", "false", "0")]["lengths"] == packed["lengths"]
+        assert ours[(mode, "padded", "-1", "0", "false", "0", "false")]["lengths"] == packed["lengths"]
     plain = [
         r
         for r in rows
@@ -542,17 +730,21 @@ def test_options_run_writes_option_rows_and_prints_the_ratios(
         and r["softcap"] == "0"
         and r["alibi"] == "false"
         and r["dropout_p"] == "0"
+        and r["sink"] == "false"
     ]
     assert {r["impl"] for r in plain} == {"flashtile"}, "the plain yardsticks are flashtile's alone"
     peers = {(r["impl"], r["status"]) for r in rows if r["impl"] != "flashtile"}
     assert ("naive", "ok") in peers and ("sdpa-math", "ok") in peers
+    sink_peers = {(r["impl"], r["status"], r["detail"]) for r in rows if r["sink"] == "true"}
+    assert ("sdpa-math", "unsupported", "sdpa-math does not implement sink") in sink_peers
+    assert {(i, s) for i, s, _ in sink_peers if i == "naive"} == {("naive", "ok")}
     printed = capsys.readouterr().out
     assert "options · flashtile TFLOP/s on visible pairs" in printed
     assert "padded to longest" in printed and "dense causal" in printed
     pngs = {p.name for p in tmp_path.glob("*.png")}
     assert {
         f"bench_options_{o}_{m}_fp32.png"
-        for o in ("window", "softcap", "alibi", "dropout", "varlen")
+        for o in ("window", "softcap", "alibi", "dropout", "sink", "varlen")
         for m in ("fwd", "bwd")
     } == pngs
 
@@ -603,3 +795,22 @@ def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) 
             assert flex["status"] == "ok", flex["detail"]
         dropout = status[("sdpa-flash", mode, "dense", "-1", "0", "false", "0.1")]
         assert dropout["status"] == "ok" and "not checked: dropout" in dropout["detail"]
+
+
+@pytest.mark.gpu
+def test_head_dims_preset_on_the_gpu_runs_every_pair(tmp_path: Path) -> None:
+    fast = ["--warmup-ms", "1", "--rep-ms", "3", "--min-reps", "2", "--out-dir", str(tmp_path)]
+    peers = ["--peers", "flashtile", "flex", "sdpa-efficient"]
+    assert main(["bench", "--head-dims", "--quick", "--seqlen", "1k", *peers, *fast]) == 0
+    header, rows = _rows(tmp_path / "bench_head_dims.csv")
+    assert tuple(header) == results.HEAD_DIM_COLUMNS
+    ours = {
+        (r["head_dim"], r["head_dim_v"], r["causal"], r["mode"]): r for r in rows if r["impl"] == "flashtile"
+    }
+    assert len(ours) == 5 * 2 * 2
+    for r in ours.values():
+        assert r["status"] == "ok" and float(r["tflops"]) > 0, r["detail"]
+    flex = [r for r in rows if r["impl"] == "flex" and (r["head_dim"], r["head_dim_v"]) == ("192", "128")]
+    assert flex and all(r["status"] == "ok" for r in flex), [r["detail"] for r in flex]
+    pngs = {p.name for p in tmp_path.glob("*.png")}
+    assert pngs == {"bench_head_dims_fwd_bf16.png", "bench_head_dims_bwd_bf16.png"}

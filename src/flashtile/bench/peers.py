@@ -186,10 +186,11 @@ def _score_mod(softcap: float, slopes: torch.Tensor | None, offset: int) -> Call
 def _with_sink(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
     """A learnable sink applied after the fact, as transformers' FlexAttention path for GPT-OSS does (a
     ``score_mod`` cannot add a column to the softmax): out ``(B, H, N, D_v)`` times
-    ``exp(lse − log(exp(lse) + exp(sink_h))) = sigmoid(lse − sink_h)``, in fp32; differentiable through
-    out, lse and the sink."""
-    factor = torch.sigmoid(lse.float() - sink.float().view(1, -1, 1))
-    return (out.float() * factor[..., None]).to(out.dtype)
+    ``exp(lse − log(exp(lse) + exp(sink_h))) = sigmoid(lse − sink_h)``, in fp32 at least; differentiable
+    through out, lse and the sink."""
+    dtype = torch.promote_types(out.dtype, torch.float32)
+    factor = torch.sigmoid(lse.to(dtype) - sink.to(dtype).view(1, -1, 1))
+    return (out.to(dtype) * factor[..., None]).to(out.dtype)
 
 
 def _raise_recompile_limits() -> None:
