@@ -787,12 +787,14 @@ def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) 
     }
     assert {r["seqlen_q"] for r in rows if r["layout"] == "dense"} == {"1024"}
     ours = [r for r in rows if r["impl"] == "flashtile"]
-    assert len(ours) == 2 * 8 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
+    assert len(ours) == 2 * 9 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
     assert all("backend triton" in r["detail"] for r in ours)
     for mode in ("fwd", "bwd"):
         for option in (("256", "0", "false", "0"), ("-1", "30", "false", "0"), ("-1", "0", "true", "0")):
             flex = status[("flex", mode, "dense", *option)]
             assert flex["status"] == "ok", flex["detail"]
+        flex_sink = [r for r in rows if (r["impl"], r["mode"], r["sink"]) == ("flex", mode, "true")]
+        assert [r["status"] for r in flex_sink] == ["ok"], [r["detail"] for r in flex_sink]
         dropout = status[("sdpa-flash", mode, "dense", "-1", "0", "false", "0.1")]
         assert dropout["status"] == "ok" and "not checked: dropout" in dropout["detail"]
 

@@ -112,7 +112,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k; a "
         "learnable sink (one N(0, 1) logit per head, causal) at 4k and 16k; a packed batch of mixed lengths) "
-        "beside the plain kernel and FlexAttention / SDPA flash, about 4 minutes on an H100; --seqlen "
+        "beside the plain kernel and FlexAttention / SDPA flash, about 5 minutes on an H100; --seqlen "
         "replaces every option's lengths",
     )
     parser.add_argument(
