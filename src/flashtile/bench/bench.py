@@ -349,10 +349,10 @@ def _oracle(
     return attention(q, k, v, **keywords)[0]
 
 
-def _checks_sink_grad(ref_config: Config, part: Config, need_grads: bool) -> bool:
+def _checks_sink_grad(config: Config, part: Config, need_grads: bool) -> bool:
     """Whether the sink's gradient is checked: it sums over the batch, so only where the oracle covers every
     sequence."""
-    return ref_config.sink and need_grads and part.batch == ref_config.batch
+    return config.sink and need_grads and part.batch == config.batch
 
 
 def _reference(
