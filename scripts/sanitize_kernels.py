@@ -1,18 +1,48 @@
-"""A small grid of odd shapes for `compute-sanitizer --tool memcheck`: every kernel, boundary tiles included,
-dense and with each option (window, softcap, ALiBi, dropout, varlen with empty sequences).
+"""Small grids of odd shapes for compute-sanitizer: every kernel, boundary tiles included, forward and
+backward, each case printed before it runs so that a sanitizer report names it.
 
-compute-sanitizer --tool memcheck --error-exitcode 1 python scripts/sanitize_kernels.py
+Groups (``--only`` takes a comma-separated subset):
+
+- ``hopper``: the Gluon forward (D 64/128/256) and backward (D 64/128, reduce and deterministic) called
+  directly, causal or not, GQA/MQA, odd lengths; skipped unless the GPU has compute capability 9.x;
+- ``decode``: ``flash_attn_with_kvcache`` (KV append, rotary, split-KV decode and combine with num_splits 1
+  and 3, contiguous and paged caches, leftpad, batch index, an empty sequence, the long-query paged path)
+  and ``apply_rotary_emb`` (offsets, varlen, in place, its backward);
+- ``mods``: block-sparse masks (from a ``mask_mod``, and from random tiles with an empty query block) with a
+  ``score_mod`` and its ``score_mod_bwd``, ``learnable_sink`` (with a window, varlen, a block mask), V head
+  dims other than Q/K's (192/128, 576/512, 64/24);
+- ``portable``: the portable Triton forward and backward at 7 odd shapes (seqlens 1 to 300, head dims 32 to
+  256, GQA/MQA), dense and with four option mixes (windows, softcap, ALiBi, dropout), three varlen batches
+  with empty sequences, a batch with bad ``cu_seqlens`` (clamped), and the dropout-mask kernel.
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
+        python scripts/sanitize_kernels.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python scripts/sanitize_kernels.py --only hopper
+    python scripts/sanitize_kernels.py --dry-run      # no GPU needed
+
+``FLASHTILE_SANITIZE_SHARD=i/n`` runs every n-th case from the i-th: n processes fill Triton's disk cache
+in parallel before the sanitized run, which would otherwise spend its time compiling the grid's kernels.
+``--dry-run`` builds every case's inputs on the CPU and runs it on the reference backend
+(``FLASHTILE_BACKEND=reference``), the direct kernel calls replaced by the reference entry points after
+their arguments are bound to the kernel's signature: the grid and its arguments checked without CUDA.
 """
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
+import triton
+import triton.language as tl
 
-from flashtile.kernels._dropout import dropout_mask
-from flashtile.kernels.bwd import attn_bwd
-from flashtile.kernels.fwd import attn_fwd
+# The newest kernels first: a memcheck run cut short by its time box has checked them.
+GROUPS = ("hopper", "decode", "mods", "portable")
 
 SHAPES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
@@ -35,65 +65,522 @@ OPTIONS = [
 VARLEN = [[(1, 1)], [(17, 0), (0, 33), (129, 255), (255, 129)], [(300, 300), (1, 77), (64, 64)]]
 # cu_seqlens the kernels must clamp: decreasing, negative, past the total.
 BAD_CU_SEQLENS = ([0, 50, 30, 1000], [-5, 20, 10, 99])
+# Hopper: (batch, seqlen_q, seqlen_k, heads, heads_kv, causal); N_q > N_k causal gives fully masked rows.
+HOPPER_SHAPES = [
+    (1, 1, 1, 2, 2, False),
+    (2, 17, 17, 4, 2, True),
+    (1, 113, 203, 4, 1, True),
+    (1, 203, 113, 2, 2, True),
+    (2, 129, 255, 4, 2, False),
+]
+HOPPER_FWD_DIMS = (64, 128, 256)
+HOPPER_BWD_DIMS = (64, 128)
+DTYPES = (torch.bfloat16, torch.float16)
 
 
-# FLASHTILE_SANITIZE_SHARD="i/n" runs every n-th case from the i-th: n processes fill Triton's disk cache in
-# parallel before the sanitized run, which would otherwise spend its time compiling ~500 kernel variants.
-SHARD, SHARDS = (int(x) for x in os.environ.get("FLASHTILE_SANITIZE_SHARD", "0/1").split("/"))
-cases = 0
+@triton.jit
+def relative_bias(score, b, h, q_idx, kv_idx, aux):
+    return score + tl.load(aux[1] + (q_idx - kv_idx + 4096))
 
 
-def check(q, k, v, causal, **kw) -> None:
-    global cases
-    cases += 1
-    if (cases - 1) % SHARDS != SHARD:
-        return
-    out, lse = attn_fwd(q, k, v, q.shape[-1] ** -0.5, causal, **kw)
-    grads = attn_bwd(torch.randn_like(q), q, k, v, out, lse, q.shape[-1] ** -0.5, causal, **kw)
-    torch.cuda.synchronize()
-    assert all(torch.isfinite(t).all() for t in (out, *grads)), (q.shape, k.shape, causal, kw)
+@triton.jit
+def relative_bias_bwd(score, b, h, q_idx, kv_idx, aux):
+    return score * 0.0 + 1.0
+
+
+@triton.jit
+def tanh_softcap(score, b, h, q_idx, kv_idx):
+    return 8.0 * (1.0 - 2.0 / (tl.exp(score * 0.25) + 1.0))
+
+
+@triton.jit
+def tanh_softcap_bwd(score, b, h, q_idx, kv_idx):
+    t = 1.0 - 2.0 / (tl.exp(score * 0.25) + 1.0)
+    return 1.0 - t * t
+
+
+@triton.jit
+def odd_heads_window(b, h, q_idx, kv_idx):
+    return ((kv_idx <= q_idx) & (kv_idx >= q_idx - 40)) | (h % 2 == 1)
+
+
+@dataclass(frozen=True)
+class Case:
+    group: str
+    label: str
+    run: Callable[[], None]
+
+
+@dataclass
+class Target:
+    """Where the cases run: the device, and the kernel entry points (or their stand-ins under --dry-run)."""
+
+    device: str
+    dry: bool
+    kernels: SimpleNamespace
+    hopper_skip: str | None = None
+
+
+T: Target
+
+
+def _checked(real: Callable, stand_in: Callable | None) -> Callable:
+    """``real``'s arguments bound to its signature (a misspelt keyword fails here), then ``stand_in`` run."""
+
+    def call(*args, **kwargs):
+        inspect.signature(real).bind(*args, **kwargs)
+        return stand_in(*args, **kwargs) if stand_in is not None else None
+
+    return call
+
+
+def make_target(dry: bool) -> Target:
+    from flashtile.kernels._dropout import dropout_mask
+    from flashtile.kernels.bwd import attn_bwd
+    from flashtile.kernels.fwd import attn_fwd
+    from flashtile.kernels.hopper import bwd as hopper_bwd
+    from flashtile.kernels.hopper import fwd as hopper_fwd
+
+    real = SimpleNamespace(
+        fwd=attn_fwd,
+        bwd=attn_bwd,
+        hopper_fwd=hopper_fwd.attn_fwd,
+        hopper_bwd=hopper_bwd.attn_bwd,
+        dropout_mask=dropout_mask,
+    )
+    if not dry:
+        major, minor = torch.cuda.get_device_capability()
+        skip = None if major == 9 else f"compute capability {major}.{minor}, not 9.x"
+        return Target("cuda", False, real, skip)
+    from flashtile import reference
+
+    os.environ["FLASHTILE_BACKEND"] = "reference"
+    stand_ins = dict(
+        fwd=reference.attn_fwd,
+        bwd=reference.attn_bwd,
+        hopper_fwd=reference.attn_fwd,
+        hopper_bwd=reference.attn_bwd,
+        dropout_mask=None,
+    )
+    kernels = SimpleNamespace(**{name: _checked(getattr(real, name), fn) for name, fn in stand_ins.items()})
+    return Target("cpu", True, kernels)
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype, device=T.device)
+
+
+def int32(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=T.device)
+
+
+def finite(label: str, *tensors: torch.Tensor | None) -> None:
+    if T.device == "cuda":
+        torch.cuda.synchronize()
+    bad = [i for i, t in enumerate(tensors) if t is not None and not torch.isfinite(t).all()]
+    assert not bad, f"{label}: non-finite results {bad}"
+
+
+def fwd_bwd(label: str, fwd: Callable, bwd: Callable, q, k, v, causal: bool, **kw) -> None:
+    """Forward then backward; out and every gradient finite (lse is −inf on rows that see no key)."""
+    scale = q.shape[-1] ** -0.5
+    result = fwd(q, k, v, scale, causal, **kw)
+    out, lse = result if result is not None else (None, None)
+    dout = torch.randn_like(out) if out is not None else None
+    grads = bwd(dout, q, k, v, out, lse, scale, causal, **kw) or ()
+    finite(label, out, *grads)
 
 
 def option_kwargs(options: dict, batch: int, heads: int) -> dict:
     kw = {key: value for key, value in options.items() if key != "alibi"}
     if options.get("alibi"):
-        kw["alibi_slopes"] = torch.rand(batch, heads, device="cuda")
+        kw["alibi_slopes"] = torch.rand(batch, heads, device=T.device)
     if options.get("dropout_p"):
-        kw["rng_state"] = torch.randint(-(2**62), 2**62, (2,), device="cuda")
+        kw["rng_state"] = torch.randint(-(2**62), 2**62, (2,), device=T.device)
     return kw
 
 
-launches = 0
-for dtype in (torch.bfloat16, torch.float16):
-    for batch, sq, sk, h, hkv, d, causal in SHAPES:
-        q = torch.randn(batch, sq, h, d, dtype=dtype, device="cuda")
-        k, v = (torch.randn(batch, sk, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
-        for options in [{}, *OPTIONS]:
-            check(q, k, v, causal, **option_kwargs(options, batch, h))
-            launches += 1
-    for lengths in VARLEN:
-        cu_q, cu_k = (
-            torch.tensor([0, *torch.tensor(side).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-            for side in zip(*lengths, strict=True)
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def varlen_inputs(lengths, heads: int, heads_kv: int, d: int, dv: int, dtype):
+    cu_q, cu_k = (int32([0, *torch.tensor(side).cumsum(0).tolist()]) for side in zip(*lengths, strict=True))
+    q = randn(int(cu_q[-1]), heads, d, dtype=dtype)
+    k = randn(int(cu_k[-1]), heads_kv, d, dtype=dtype)
+    v = randn(int(cu_k[-1]), heads_kv, dv, dtype=dtype)
+    varlen = dict(
+        cu_seqlens_q=cu_q,
+        cu_seqlens_k=cu_k,
+        max_seqlen_q=max(n for n, _ in lengths),
+        max_seqlen_k=max(n for _, n in lengths),
+    )
+    return q, k, v, varlen
+
+
+def portable_cases() -> Iterator[Case]:
+    K = T.kernels
+    for dtype in DTYPES:
+        for batch, sq, sk, h, hkv, d, causal in SHAPES:
+            for i, options in enumerate([{}, *OPTIONS]):
+                label = (
+                    f"portable {_name(dtype)} ({batch},{sq},{sk},{h},{hkv},{d}) causal={causal} options#{i}"
+                )
+
+                def run(label=label, dtype=dtype, shape=(batch, sq, sk, h, hkv, d, causal), options=options):
+                    batch, sq, sk, h, hkv, d, causal = shape
+                    q = randn(batch, sq, h, d, dtype=dtype)
+                    k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+                    fwd_bwd(label, K.fwd, K.bwd, q, k, v, causal, **option_kwargs(options, batch, h))
+
+                yield Case("portable", label, run)
+        for lengths in VARLEN:
+            for i, options in enumerate([{}, *OPTIONS]):
+                for causal in (False, True):
+                    label = f"portable {_name(dtype)} varlen {lengths} causal={causal} options#{i}"
+
+                    def run(label=label, dtype=dtype, lengths=lengths, options=options, causal=causal):
+                        q, k, v, varlen = varlen_inputs(lengths, 4, 2, 64, 64, dtype)
+                        kw = option_kwargs(options, len(lengths), 4)
+                        fwd_bwd(label, K.fwd, K.bwd, q, k, v, causal, **varlen, **kw)
+
+                    yield Case("portable", label, run)
+
+    def bad_cu_seqlens():
+        bad_q, bad_k = (int32(cu) for cu in BAD_CU_SEQLENS)
+        q = randn(60, 2, 64, dtype=torch.float16)
+        k, v = (randn(40, 1, 64, dtype=torch.float16) for _ in range(2))
+        bad = dict(cu_seqlens_q=bad_q, cu_seqlens_k=bad_k, max_seqlen_q=128, max_seqlen_k=128)
+        # Clamped, not validated: the results are not meaningful, only the memory accesses are checked.
+        if T.dry:
+            return  # the reference validates instead of clamping; the kernels' signatures are checked above
+        out, lse = K.fwd(q, k, v, 0.125, True, **bad)
+        K.bwd(torch.randn_like(q), q, k, v, out, lse, 0.125, True, **bad)
+        torch.cuda.synchronize()
+
+    yield Case("portable", f"portable bad cu_seqlens {BAD_CU_SEQLENS}", bad_cu_seqlens)
+
+    def dropout():
+        K.dropout_mask(torch.randint(0, 2**62, (2,), device=T.device), 0.3, 2, 3, 97, 203)
+
+    yield Case("portable", "portable dropout mask (2, 3, 97, 203) p=0.3", dropout)
+
+
+def mods_cases() -> Iterator[Case]:
+    from flashtile import BlockMask, create_block_mask, masks
+    from flashtile.mods import Mods
+
+    K = T.kernels
+
+    def document_bias():
+        # Document mask (3 documents) built from a mask_mod, a relative-position score_mod with its
+        # derivative, GQA, N_q ≠ N_k, bf16.
+        q, k, v = (
+            randn(2, 113, 4, 64, dtype=torch.bfloat16),
+            *(randn(2, 203, 2, 64, dtype=torch.bfloat16) for _ in range(2)),
         )
-        q = torch.randn(int(cu_q[-1]), 4, 64, dtype=dtype, device="cuda")
-        k, v = (torch.randn(int(cu_k[-1]), 2, 64, dtype=dtype, device="cuda") for _ in range(2))
-        varlen = dict(
-            cu_seqlens_q=cu_q,
-            cu_seqlens_k=cu_k,
-            max_seqlen_q=max(n for n, _ in lengths),
-            max_seqlen_k=max(n for _, n in lengths),
+        aux = (masks.document_ids(int32([0, 50, 120, 203])), randn(8192) * 0.5)
+        bm = create_block_mask(masks.document(), None, None, 113, 203, 64, T.device, aux)
+        mods = Mods(bm, None, relative_bias, relative_bias_bwd, aux)
+        fwd_bwd("mods document + relative bias", K.fwd, K.bwd, q, k, v, False, mods=mods)
+
+    def random_tiles_sink():
+        # Random tiles per head with an empty first query block, causal, MQA, a learnable sink, fp16.
+        tiles = torch.rand(1, 2, 3, 4, device=T.device) < 0.5
+        tiles[:, :, 0] = False
+        bm = BlockMask.from_tiles(tiles, 129, 255, 64)
+        q, k, v = (
+            randn(1, 129, 2, 128, dtype=torch.float16),
+            *(randn(1, 255, 1, 128, dtype=torch.float16) for _ in range(2)),
         )
-        for options in [{}, *OPTIONS]:
-            for causal in (False, True):
-                check(q, k, v, causal, **varlen, **option_kwargs(options, len(lengths), 4))
-                launches += 1
-bad_q, bad_k = (torch.tensor(cu, dtype=torch.int32, device="cuda") for cu in BAD_CU_SEQLENS)
-q = torch.randn(60, 2, 64, dtype=torch.float16, device="cuda")
-k, v = (torch.randn(40, 1, 64, dtype=torch.float16, device="cuda") for _ in range(2))
-bad = dict(cu_seqlens_q=bad_q, cu_seqlens_k=bad_k, max_seqlen_q=128, max_seqlen_k=128)
-out, lse = attn_fwd(q, k, v, 0.125, True, **bad)
-attn_bwd(torch.randn_like(q), q, k, v, out, lse, 0.125, True, **bad)
-mask = dropout_mask(torch.randint(0, 2**62, (2,), device="cuda"), 0.3, 2, 3, 97, 203)
-torch.cuda.synchronize()
-print(f"sanitizer grid: {launches} fwd+bwd launches and one dropout mask finished")
+        kw = dict(window_size=(-1, 0), mods=Mods(bm), learnable_sink=randn(2))
+        fwd_bwd("mods random tiles + sink", K.fwd, K.bwd, q, k, v, True, **kw)
+
+    def per_head_softcap_varlen_sink():
+        # A per-head mask_mod with a softcap score_mod, varlen with an empty sequence, a sink, bf16.
+        q, k, v, varlen = varlen_inputs([(70, 20), (33, 97), (0, 5)], 4, 2, 64, 64, torch.bfloat16)
+        bm = create_block_mask(odd_heads_window, 3, 4, 70, 97, 32, T.device)
+        mods = Mods(bm, None, tanh_softcap, tanh_softcap_bwd)
+        kw = dict(mods=mods, learnable_sink=randn(4), **varlen)
+        fwd_bwd("mods per-head window + softcap, varlen, sink", K.fwd, K.bwd, q, k, v, False, **kw)
+
+    def sink_window():
+        # learnable_sink alone, with a sliding window and GQA, D = 96, fp16.
+        q, k, v = (
+            randn(2, 97, 6, 96, dtype=torch.float16),
+            *(randn(2, 131, 2, 96, dtype=torch.float16) for _ in range(2)),
+        )
+        kw = dict(window_size=(17, 3), learnable_sink=randn(6))
+        fwd_bwd("sink + window (17, 3)", K.fwd, K.bwd, q, k, v, False, **kw)
+
+    cases = [
+        ("mods document mask + relative-bias score_mod, GQA 113x203 D64 bf16", document_bias),
+        ("mods random tiles (empty query block) + sink, causal MQA 129x255 D128 fp16", random_tiles_sink),
+        ("mods per-head mask_mod + softcap score_mod, varlen + sink D64 bf16", per_head_softcap_varlen_sink),
+        ("mods learnable_sink + window (17, 3), GQA 97x131 D96 fp16", sink_window),
+    ]
+    # V head dims other than Q/K's: (batch, seqlen_q, seqlen_k, heads, heads_kv, D, D_v, causal, dtype).
+    for batch, sq, sk, h, hkv, d, dv, causal, dtype in [
+        (2, 113, 203, 4, 2, 192, 128, True, torch.bfloat16),
+        (1, 129, 65, 2, 1, 192, 128, False, torch.float16),
+        (1, 97, 63, 2, 1, 576, 512, True, torch.bfloat16),
+        (2, 65, 100, 2, 2, 64, 24, False, torch.float16),
+    ]:
+        label = f"mods V head dim {d}/{dv} ({batch},{sq},{sk},{h},{hkv}) causal={causal} {_name(dtype)}"
+
+        def run(label=label, shape=(batch, sq, sk, h, hkv, d, dv, causal, dtype)):
+            batch, sq, sk, h, hkv, d, dv, causal, dtype = shape
+            q, k, v = (
+                randn(batch, sq, h, d, dtype=dtype),
+                randn(batch, sk, hkv, d, dtype=dtype),
+                randn(batch, sk, hkv, dv, dtype=dtype),
+            )
+            window = (-1, 0) if causal else (-1, -1)
+            fwd_bwd(label, K.fwd, K.bwd, q, k, v, causal, window_size=window)
+
+        cases.append((label, run))
+
+    def dv_varlen_sink():
+        q, k, v, varlen = varlen_inputs([(17, 0), (129, 255), (64, 33)], 4, 1, 192, 128, torch.bfloat16)
+        fwd_bwd(
+            "V head dim 192/128 varlen + sink", K.fwd, K.bwd, q, k, v, True, learnable_sink=randn(4), **varlen
+        )
+
+    cases.append(
+        ("mods V head dim 192/128, varlen (an empty sequence) + sink, causal MQA bf16", dv_varlen_sink)
+    )
+    for label, run in cases:
+        yield Case("mods", label, run)
+
+
+def hopper_cases() -> Iterator[Case]:
+    K = T.kernels
+    for i, (batch, sq, sk, h, hkv, causal) in enumerate(HOPPER_SHAPES):
+        for d in HOPPER_FWD_DIMS:
+            dtype = DTYPES[i % 2]
+            shape = (batch, sq, sk, h, hkv, d, causal)
+            fwd_label = f"hopper fwd {_name(dtype)} {shape}"
+
+            def forward(label=fwd_label, shape=shape, dtype=dtype):
+                batch, sq, sk, h, hkv, d, causal = shape
+                q = randn(batch, sq, h, d, dtype=dtype)
+                k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+                window = (-1, 0) if causal else (-1, -1)
+                out, lse = K.hopper_fwd(q, k, v, d**-0.5, causal, window_size=window) or (None, None)
+                finite(label, out)
+                return q, k, v, out, lse
+
+            yield Case("hopper", fwd_label, forward)
+            if d not in HOPPER_BWD_DIMS:
+                continue
+            for deterministic in (False, True):
+                label = f"hopper bwd {_name(dtype)} {shape} deterministic={deterministic}"
+
+                def backward(label=label, forward=forward, shape=shape, deterministic=deterministic):
+                    q, k, v, out, lse = forward()
+                    causal, d = shape[-1], shape[-2]
+                    window = (-1, 0) if causal else (-1, -1)
+                    dout = torch.randn_like(q)
+                    grads = K.hopper_bwd(
+                        dout,
+                        q,
+                        k,
+                        v,
+                        out,
+                        lse,
+                        d**-0.5,
+                        causal,
+                        window_size=window,
+                        deterministic=deterministic,
+                    )
+                    finite(label, *(grads or ()))
+
+                yield Case("hopper", label, backward)
+
+
+def _paged(k_cache: torch.Tensor, v_cache: torch.Tensor, page_size: int):
+    """The contiguous caches cut into pages, shuffled, with the block table that reads them back."""
+    batch, capacity = k_cache.shape[:2]
+    pages = capacity // page_size
+    perm = torch.randperm(batch * pages, device=T.device)
+    paged = []
+    for cache in (k_cache, v_cache):
+        pool = torch.empty(batch * pages, page_size, *cache.shape[2:], dtype=cache.dtype, device=T.device)
+        pool[perm] = cache.reshape(batch * pages, page_size, *cache.shape[2:])
+        paged.append(pool)
+    return (*paged, perm.view(batch, pages).to(torch.int32))
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    seqlens: tuple[int, ...]
+    capacity: int
+    seqlen_q: int = 1
+    seqlen_new: int = 1
+    heads: tuple[int, int] = (8, 2)
+    head_dim: int = 64
+    page_size: int | None = None
+    causal: bool = False
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    alibi: bool = False
+    rotary: str | None = None  # "gptj" (interleaved) or "neox", over half the head dim
+    leftpad: tuple[int, ...] | None = None
+    batch_idx: bool = False
+    dtype: torch.dtype = torch.bfloat16
+
+
+DECODE = [
+    DecodeCase((0, 17, 250), 300),
+    DecodeCase((5, 100, 303), 320, 4, 4, page_size=16, causal=True, rotary="gptj", leftpad=(0, 5, 100)),
+    DecodeCase((0, 64, 511), 512, 2, 0, (4, 1), 128, 64, window=(100, 0), softcap=30.0, alibi=True),
+    DecodeCase((3, 40, 200), 256, 5, 2, (6, 6), 256, rotary="neox", leftpad=(3, 0, 150), batch_idx=True),
+    DecodeCase((0, 33, 90), 160, 33, 33, page_size=16, causal=True, rotary="neox", dtype=torch.float16),
+]
+
+
+def describe(c: DecodeCase) -> str:
+    """The fields of ``c`` that differ from the defaults."""
+    default = DecodeCase(c.seqlens, c.capacity)
+    changed = [
+        f"{f}={getattr(c, f)}"
+        for f in DecodeCase.__dataclass_fields__
+        if getattr(c, f) != getattr(default, f)
+    ]
+    return " ".join([f"seqlens={c.seqlens} capacity={c.capacity}", *changed]).replace("torch.", "")
+
+
+def decode_cases() -> Iterator[Case]:
+    from flashtile import apply_rotary_emb, flash_attn_with_kvcache
+
+    for c in DECODE:
+        # Past 16 queries the call gathers the pages for the varlen kernel: no split-KV, num_splits unused.
+        for num_splits in (1, 3) if c.seqlen_q <= 16 else (0,):
+            label = f"decode {describe(c)} num_splits={num_splits}"
+
+            def run(label=label, c=c, num_splits=num_splits):
+                batch, (h, hkv), d = len(c.seqlens), c.heads, c.head_dim
+                rows = batch + 1 if c.batch_idx else batch
+                k_cache, v_cache = (randn(rows, c.capacity, hkv, d, dtype=c.dtype) for _ in range(2))
+                kw = dict(cache_seqlens=int32(c.seqlens), causal=c.causal, window_size=c.window)
+                kw.update(softcap=c.softcap, num_splits=num_splits, return_softmax_lse=True)
+                if c.page_size:
+                    k_cache, v_cache, kw["block_table"] = _paged(k_cache, v_cache, c.page_size)
+                if c.seqlen_new:
+                    kw["k"], kw["v"] = (randn(batch, c.seqlen_new, hkv, d, dtype=c.dtype) for _ in range(2))
+                if c.rotary:
+                    angle = torch.rand(c.capacity, d // 4, device=T.device) * 6.3
+                    kw.update(
+                        rotary_cos=angle.cos(), rotary_sin=angle.sin(), rotary_interleaved=c.rotary == "gptj"
+                    )
+                if c.leftpad:
+                    kw["cache_leftpad"] = int32(c.leftpad)
+                if c.batch_idx:
+                    kw["cache_batch_idx"] = int32(list(range(batch))[::-1])
+                if c.alibi:
+                    kw["alibi_slopes"] = torch.rand(batch, h, device=T.device)
+                q = randn(batch, c.seqlen_q, h, d, dtype=c.dtype)
+                out, _ = flash_attn_with_kvcache(q, k_cache, v_cache, **kw)
+                finite(label, out)
+
+            yield Case("decode", label, run)
+
+    def rotary_dense():
+        x = randn(3, 37, 4, 96, dtype=torch.bfloat16)
+        angle = torch.rand(64, 24, device=T.device) * 6.3
+        offsets = int32([0, 5, 27])
+        out = apply_rotary_emb(
+            x, angle.cos(), angle.sin(), interleaved=True, inplace=True, seqlen_offsets=offsets
+        )
+        finite("rotary dense", out)
+
+    def rotary_varlen_backward():
+        x = randn(90, 3, 64, dtype=torch.float16).requires_grad_()
+        angle = torch.rand(128, 16, device=T.device) * 6.3
+        cu = int32([0, 0, 17, 90])
+        out = apply_rotary_emb(x, angle.cos(), angle.sin(), seqlen_offsets=3, cu_seqlens=cu, max_seqlen=73)
+        out.backward(torch.randn_like(out))
+        finite("rotary varlen backward", out, x.grad)
+
+    yield Case(
+        "decode",
+        "decode apply_rotary_emb (3, 37, 4, 96) bf16 GPT-J, offsets per sequence, in place",
+        rotary_dense,
+    )
+    yield Case(
+        "decode",
+        "decode apply_rotary_emb varlen (0, 17, 73 tokens) fp16 GPT-NeoX, rotary_dim 32, backward",
+        rotary_varlen_backward,
+    )
+
+
+BUILDERS = {"hopper": hopper_cases, "decode": decode_cases, "mods": mods_cases, "portable": portable_cases}
+
+
+def parse_groups(text: str | None) -> list[str]:
+    if not text:
+        return list(GROUPS)
+    chosen = [g.strip() for g in text.split(",") if g.strip()]
+    unknown = [g for g in chosen if g not in GROUPS]
+    if unknown or not chosen:
+        raise SystemExit(f"--only {text!r}: groups are {', '.join(GROUPS)} (comma-separated)")
+    return chosen
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        shard, shards = (int(x) for x in text.split("/"))
+    except ValueError:
+        shard, shards = -1, 0
+    if not 0 <= shard < shards:
+        raise SystemExit(f"FLASHTILE_SANITIZE_SHARD={text!r}: expected i/n with 0 ≤ i < n, e.g. 3/8")
+    return shard, shards
+
+
+def main() -> int:
+    global T
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only", help=f"comma-separated groups to run, of {', '.join(GROUPS)} (default: all)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="build and run every case on the CPU reference"
+    )
+    parser.add_argument("--list", action="store_true", help="print the grid without running it")
+    args = parser.parse_args()
+    groups = parse_groups(args.only)
+    shard, shards = parse_shard(os.environ.get("FLASHTILE_SANITIZE_SHARD", "0/1"))
+    if not args.dry_run and not args.list and not torch.cuda.is_available():
+        print(
+            "sanitize_kernels: torch sees no CUDA device (use --dry-run or --list on the CPU)",
+            file=sys.stderr,
+        )
+        return 2
+    T = make_target(args.dry_run or args.list)
+    torch.manual_seed(0)
+    ran = dict.fromkeys(groups, 0)
+    skipped = dict.fromkeys(groups, 0)
+    index = 0
+    for group in groups:
+        if group == "hopper" and T.hopper_skip:
+            print(f"hopper: skipped ({T.hopper_skip})", flush=True)
+        for case in BUILDERS[group]():
+            index += 1
+            if (index - 1) % shards != shard or (group == "hopper" and T.hopper_skip):
+                skipped[group] += 1
+                continue
+            print(f"[{index}] {case.label}", flush=True)
+            if not args.list:
+                case.run()
+            ran[group] += 1
+    verb = "listed" if args.list else "dry-run on the CPU reference" if args.dry_run else "finished"
+    counts = ", ".join(
+        f"{group} {ran[group]}" + (f" (+{skipped[group]} skipped)" if skipped[group] else "")
+        for group in groups
+    )
+    print(f"sanitizer grid: {sum(ran.values())} cases {verb}: {counts}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

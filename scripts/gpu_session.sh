@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The GPU session's plan: three device calls on one H100, each under 9 minutes (the device tool allows 10 a
+# call and brings back at most 8 files of $OUT, 2 folders deep). docs/testing.md, "On the GPU", has the
+# expected times and what each call brings back.
+#
+#   a  tests and sanitizer: scripts/gpu_acceptance.sh over the GPU suite, the new kernels' tests first
+#      (pytest time-boxed at 270 s), then memcheck over the sanitizer grid and racecheck over its Gluon cases
+#   b  benchmarks: flashtile bench --paper, --decode --quick, --masks --quick
+#   c  training and the rest: examples/train_llama.py at 8k context with flashtile then sdpa (300 steps each),
+#      scripts/hopper_bwd_check.py timing of the backward variants not yet timed, flashtile bench --options,
+#      then the GPU tests that call a did not reach, until the deadline
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c [test files for a and c]
+#
+# The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
+# each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
+# after the start; $OUT gets summary.txt (each step's exit status, seconds and log tail), <part>.tar.gz
+# (every log, CSV and plot) and the CSVs or plot worth reading first.
+set -uo pipefail
+part=${1:-}
+shift || true
+export PYTHONPATH=${PYTHONPATH:-src} PYTHONUNBUFFERED=1
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+# New kernels first, then the portable kernels' and the API's suites, which passed before this session's
+# changes; tests/test_bench_masks.py's GPU test is part b's bench --masks --quick at 2k, so it is left out.
+NEW_TESTS=(tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_gpu_kvcache.py
+  tests/test_decode_kernel.py tests/test_block_sparse.py tests/test_sinks.py tests/test_head_dims.py
+  tests/test_gpu_transformers.py)
+OLD_TESTS=(tests/test_kernel_options.py tests/test_gpu_api.py tests/test_kernels.py tests/test_gpu_hardening.py
+  tests/test_cli_bench.py)
+start=$SECONDS
+deadline=${FLASHTILE_PART_S:-520}
+summary="$OUT/summary.txt"
+work=
+
+# step NAME MAX_S COMMAND...: COMMAND in a time box of MAX_S or the time left, whichever is less; its
+# output in $work/NAME.log; a line and the log's tail in summary.txt.
+step() {
+  local name=$1 max=$2
+  shift 2
+  local left=$((deadline - (SECONDS - start)))
+  local box=$((max < left ? max : left))
+  if [ "$box" -lt 30 ]; then
+    echo "== $name: not started, $left s left before the deadline" | tee -a "$summary"
+    return
+  fi
+  local t0=$SECONDS
+  # SIGINT stops a benchmark as Ctrl-C would: the rows it has appended stay in its CSV.
+  timeout -s INT -k 20 "$box" "$@" > "$work/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - t0)) s (box $box s; 124: the box ran out)" | tee -a "$summary"
+  tail -n 25 "$work/$name.log" >> "$summary"
+}
+
+begin() {
+  work=$(mktemp -d)
+  if [ -z "${FLASHTILE_COMMIT:-}" ]; then
+    echo "gpu_session: FLASHTILE_COMMIT is not set; the CSV rows will say commit 'unknown'" >&2
+  fi
+  {
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    echo "commit ${FLASHTILE_COMMIT:-unknown}, part $part"
+  } > "$summary"
+}
+
+finish() {
+  tar -czf "$OUT/$part.tar.gz" -C "$work" .
+  rm -rf "$work"
+  echo "part $part: $((SECONDS - start)) s" >> "$summary"
+  cat "$summary"
+}
+
+case "$part" in
+  a)
+    tests=("$@")
+    [ ${#tests[@]} -gt 0 ] || tests=("${NEW_TESTS[@]}" "${OLD_TESTS[@]}")
+    exec bash scripts/gpu_acceptance.sh "${tests[@]}"
+    ;;
+  b)
+    begin
+    bench=(python3 -m flashtile bench --out-dir "$work/bench")
+    step bench_paper 340 "${bench[@]}" --paper
+    step bench_decode 60 "${bench[@]}" --decode --quick
+    step bench_masks 200 "${bench[@]}" --masks --quick
+    cp "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  c)
+    begin
+    tests=("$@")
+    [ ${#tests[@]} -gt 0 ] || tests=("${OLD_TESTS[@]}")
+    train=(python3 examples/train_llama.py --context 8192 --steps 300 --out-dir "$work/train")
+    step train_flashtile 170 "${train[@]}" --attn flashtile
+    step train_sdpa 170 "${train[@]}" --attn sdpa
+    # D = 64's m64-cols and m128 and D = 256's n64 (correctness is tests/test_gpu_hopper_bwd.py's, in part a).
+    step hopper_bwd_timing 150 python3 scripts/hopper_bwd_check.py --only 64:m64-cols,64:m128,256 \
+      --skip-correctness --timeout 100
+    step bench_options 150 python3 -m flashtile bench --options --out-dir "$work/bench"
+    step gpu_tests_rest 600 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 --durations=15 \
+      --junitxml="$work/gpu_tests_rest.xml" "${tests[@]}"
+    cp "$work"/train/loss.png "$work"/bench/bench_options.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  *)
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c [test files for a and c]" >&2
+    exit 2
+    ;;
+esac
