@@ -149,7 +149,7 @@ class KernelLaunch:
             self.kernel[self.grid](*args, **self.options)
             return
         signature = (
-            tuple([_pointer_signature(p) for p in pointers]),
+            tuple([p if p is None else _pointer_signature(p) for p in pointers]),
             knobs.runtime.debug,
             knobs.compilation.instrumentation_mode,
         )
