@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -271,7 +271,8 @@ def dot_options(dtype: torch.dtype) -> dict[str, object]:
     return options
 
 
-class Options(NamedTuple):
+@dataclass(frozen=True)
+class Options:
     """The options of one call as the kernels take them: constexpr switches and their runtime values."""
 
     window_left: int
