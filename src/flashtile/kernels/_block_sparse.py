@@ -89,15 +89,9 @@ class KernelMods:
 
     @functools.cached_property
     def launch_key(self) -> tuple[tuple[tuple[str, object], ...], tuple[int, int, int], tuple[int, int, int]]:
-        """What the launches take from the mods but the tensors: the switches, and the ("kv", "q") list
-        strides. Hashable unless a switch is a jit function (:attr:`has_functions`)."""
+        """What the launches take from the mods but the tensors: the switches (jit functions hash by
+        their source), and the ("kv", "q") list strides."""
         return tuple(self.switches.items()), self.strides("kv"), self.strides("q")
-
-    @property
-    def has_functions(self) -> bool:
-        """Whether a mask_mod or score_mod is compiled in."""
-        switches = self.switches
-        return any(switches[name] is not None for name in ("MASK_MOD", "SCORE_MOD", "SCORE_MOD_BWD"))
 
     def list_args(self, side: str, full: bool) -> tuple[object, ...]:
         """(count, indices) of the block mask's ``side`` lists ("kv": per query block, "q": per key

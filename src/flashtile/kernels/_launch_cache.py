@@ -1,8 +1,8 @@
 """A kernel launch prepared once per call signature, and (opt-in) relaunched without Triton's binding.
 
 A launcher builds a :class:`KernelLaunch` in a function of the call's shapes, strides, dtype, device and
-options alone, under ``functools.lru_cache`` (:func:`prepare`): the grid, every argument that is not a
-per-call tensor (strides, sizes, scales, constexpr switches) already in the kernel's parameter order, and
+options alone, under ``functools.lru_cache``: the grid, every argument that is not a per-call tensor
+(strides, sizes, scales, constexpr switches and jit functions) already in the kernel's parameter order, and
 the launch options (``num_warps``, ...). A call then only fills in its tensors. By default the launch goes
 through ``kernel[grid](...)``, which in Triton 3.6 binds and specialises every argument on each call before
 it finds the compiled kernel: ~10 µs for the attention kernels' ~60 parameters, three times per backward.
@@ -21,13 +21,13 @@ KernelLaunch fixes everything but the tensors, so it keeps one compiled kernel p
 alignment, knobs). tests/test_launch_cache.py checks that against Triton's own binder for sm_90. Every call
 goes through ``kernel[grid]`` under another Triton version, under the interpreter (which compiles nothing),
 for a launch with a fixed argument other than an int, float, bool or None (a ``mask_mod``/``score_mod``
-jit function: such calls are not cached at all, :func:`prepare`), and for a kernel with pre-run hooks.
+jit function, whose globals Triton checks at each launch), and for a kernel with pre-run hooks.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -51,12 +51,6 @@ def direct_launch_requested() -> bool:
 def current_stream(device_index: int | None) -> int:
     """The current stream of the device, as JITFunction.run gets it."""
     return triton.runtime.driver.active.get_current_stream(device_index)
-
-
-def prepare(builder: Callable[..., Any], cacheable: bool, *key: Hashable) -> Any:
-    """``builder(*key)``, from its ``lru_cache`` when ``cacheable``; a call whose key holds a jit function
-    (a mod) builds afresh, so that the cache keeps no user function alive."""
-    return builder(*key) if cacheable else builder.__wrapped__(*key)
 
 
 def _pointer_signature(p: object) -> Hashable:

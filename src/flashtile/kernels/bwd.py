@@ -26,7 +26,7 @@ from flashtile.kernels._block_sparse import (
     unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, load_rng_state
-from flashtile.kernels._launch_cache import KernelLaunch, prepare
+from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import as_descriptor_operand, cdiv, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
@@ -677,8 +677,8 @@ def attn_bwd(
     slopes, state, sink = option_tensors(alibi_slopes, dropout_p, rng_state, learnable_sink)
     km = NO_MODS if mods is None else kernel_mods(mods)
     strides = tuple(t.stride() for t in (q, k, v, dout, out, lse, *grads))
-    preprocess, dkdv, dq_launch = prepare(
-        _bwd_launches, not km.has_functions, q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
+    preprocess, dkdv, dq_launch = _bwd_launches(
+        q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
         q.device, configs.is_interpreter(), softmax_scale, causal, tuple(window_size), softcap,
         alibi_stride_b(slopes), dropout_p, varlen, sink is not None,
         (batch, seqlen_q, seqlen_k, total_q, total_k), km.launch_key, config,

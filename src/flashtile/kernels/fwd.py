@@ -29,7 +29,7 @@ from flashtile.kernels._block_sparse import (
     unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
-from flashtile.kernels._launch_cache import KernelLaunch, prepare
+from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import as_descriptor_operand, cdiv, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
@@ -489,8 +489,8 @@ def attn_fwd(
     slopes, state, sink = option_tensors(alibi_slopes, dropout_p, rng_state, learnable_sink)
     km = NO_MODS if mods is None else kernel_mods(mods)
     strides = (q.stride(), k.stride(), v.stride(), o.stride(), lse.stride())
-    kernel_launch = prepare(
-        _fwd_launch, not km.has_functions, q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
+    kernel_launch = _fwd_launch(
+        q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
         q.device, configs.is_interpreter(), softmax_scale, causal, tuple(window_size), softcap,
         alibi_stride_b(slopes), dropout_p, varlen, sink is not None, (batch, seqlen_q, total_q, total_k),
         km.launch_key, config,
