@@ -9,6 +9,7 @@ real block (kernel tiles are at most the mask's block and divide it). Design: do
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -86,16 +87,11 @@ class KernelMods:
     aux: tuple[torch.Tensor, ...] | None
     block_mask: object | None
 
-    def fwd_switches(self) -> dict[str, object]:
-        """The forward kernel's switches (it has no score_mod_bwd)."""
-        return {k: v for k, v in self.switches.items() if not k.startswith("SCORE_MOD_BWD")}
-
-    def tile(self, block: int, dim: int) -> int:
-        """A kernel tile along ``dim`` (0 queries, 1 keys): at most the mask's block there, which it
-        then divides (both are powers of two)."""
-        if self.block_mask is None:
-            return block
-        return min(block, self.block_mask.block_size[dim])
+    @functools.cached_property
+    def launch_key(self) -> tuple[tuple[tuple[str, object], ...], tuple[int, int, int], tuple[int, int, int]]:
+        """What the launches take from the mods but the tensors: the switches (jit functions hash by
+        their source), and the ("kv", "q") list strides."""
+        return tuple(self.switches.items()), self.strides("kv"), self.strides("q")
 
     def list_args(self, side: str, full: bool) -> tuple[object, ...]:
         """(count, indices) of the block mask's ``side`` lists ("kv": per query block, "q": per key
@@ -120,6 +116,19 @@ class KernelMods:
         )
 
 
+def fwd_switches(switches: dict[str, object]) -> dict[str, object]:
+    """The forward kernel's switches (it has no score_mod_bwd)."""
+    return {k: v for k, v in switches.items() if not k.startswith("SCORE_MOD_BWD")}
+
+
+def mask_tile(block: int, switches: dict[str, object], dim: int) -> int:
+    """A kernel tile along ``dim`` (0 queries, 1 keys) under the mods' ``switches``: at most the block
+    mask's block there, which it then divides (both are powers of two)."""
+    if not switches["HAS_BLOCK_MASK"]:
+        return block
+    return min(block, switches["SPARSE_BLOCK_N" if dim else "SPARSE_BLOCK_M"])
+
+
 def kernel_mods(mods: Mods | None) -> KernelMods:
     """The kernels' view of ``mods`` (None: every switch off, so the kernels compile as without mods)."""
     mods = mods or Mods()
@@ -138,3 +147,7 @@ def kernel_mods(mods: Mods | None) -> KernelMods:
         and takes_aux(mods.score_mod_bwd, "score_mod_bwd", 5),
     )
     return KernelMods(switches, mods.aux_tensors, bm)
+
+
+# The view of no mods, built once: most calls have none.
+NO_MODS = kernel_mods(None)

@@ -3,9 +3,9 @@ they need."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
+from collections.abc import Callable
 
 import torch
 import triton
@@ -18,13 +18,19 @@ def padded_head_dim(head_dim: int) -> int:
     return (head_dim + 7) // 8 * 8
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` on the host: ``triton.cdiv`` is a constexpr function, ~3 µs a call outside a kernel."""
+    return -(-a // b)
+
+
 def _fits_descriptor(t: torch.Tensor) -> bool:
+    # One OR of the address and the byte strides: each must be a multiple of 16 (a power of two).
     es = t.element_size()
-    return (
-        t.stride(-1) == 1
-        and t.data_ptr() % _TMA_ALIGN_BYTES == 0
-        and all((s * es) % _TMA_ALIGN_BYTES == 0 for s in t.stride()[:-1])
-    )
+    strides = t.stride()
+    bits = t.data_ptr()
+    for s in strides[:-1]:
+        bits |= s * es
+    return strides[-1] == 1 and bits % _TMA_ALIGN_BYTES == 0
 
 
 def as_descriptor_operand(t: torch.Tensor, head_dim_padded: int) -> torch.Tensor:
@@ -35,17 +41,29 @@ def as_descriptor_operand(t: torch.Tensor, head_dim_padded: int) -> torch.Tensor
 
 
 def launch(kernel, grid: tuple[int, ...], device: torch.device, *args, **kwargs) -> None:
-    """``kernel[grid](*args, **kwargs)`` under ``device`` (Triton launches on the current CUDA device), with
-    the scratch allocator device-side descriptors need installed for this launch only: Triton keeps the
-    allocator in a context variable, so setting it in a copy of the context leaves the caller's in place."""
-    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    with guard:
-        contextvars.copy_context().run(_launch_with_scratch, kernel, grid, device, args, kwargs)
+    """``kernel[grid](*args, **kwargs)`` on ``device`` with the scratch allocator (:func:`run_on_device`).
+    The attention launchers use :class:`flashtile.kernels._launch_cache.KernelLaunch` instead."""
+    run_on_device(device, _launch, kernel, grid, args, kwargs)
 
 
-def _launch_with_scratch(kernel, grid, device, args, kwargs) -> None:
-    triton.set_allocator(_scratch_allocator(device))
+def _launch(kernel, grid, args, kwargs) -> None:
     kernel[grid](*args, **kwargs)
+
+
+def run_on_device(device: torch.device, fn: Callable[..., None], *args) -> None:
+    """``fn(*args)`` with ``device`` current (Triton launches on the current CUDA device) and the scratch
+    allocator device-side descriptors need installed for this call only: Triton keeps the allocator in a
+    context variable, so setting it in a copy of the context leaves the caller's in place."""
+    if device.type == "cuda" and torch.cuda.current_device() != device.index:
+        with torch.cuda.device(device):
+            contextvars.copy_context().run(_with_scratch, device, fn, args)
+    else:
+        contextvars.copy_context().run(_with_scratch, device, fn, args)
+
+
+def _with_scratch(device: torch.device, fn: Callable[..., None], args: tuple) -> None:
+    triton.set_allocator(_scratch_allocator(device))
+    fn(*args)
 
 
 @functools.cache

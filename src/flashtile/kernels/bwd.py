@@ -8,21 +8,26 @@ GQA: a dK/dV program loops over every query head of its group and sums their con
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import (
+    NO_MODS,
     block_list,
     call_mod,
     kernel_mods,
     listed_tile,
+    mask_tile,
     modded_scores,
     unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, load_rng_state
-from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
+from flashtile.kernels._launch_cache import KernelLaunch
+from flashtile.kernels._layout import as_descriptor_operand, cdiv, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._sink import store_sink_grad_rows
@@ -32,10 +37,12 @@ from flashtile.kernels.fwd import (
     LOG2_E_C,
     RUNTIME_SIZES,
     WINDOW_ARGS,
-    dense_strides,
+    alibi_stride_b,
     dot_options,
     kernel_options,
+    option_tensors,
     pick_kernel,
+    strided_values,
 )
 from flashtile.mods import Mods
 
@@ -501,6 +508,115 @@ attn_bwd_dkdv_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)
 attn_bwd_dq_kernel_runtime_sizes = triton.jit(do_not_specialize=RUNTIME_SIZES)(attn_bwd_dq_kernel.fn)
 
 
+# The tensors of each backward launch, in the kernels' parameter order.
+PRE_POINTERS = ("o_ptr", "do_ptr", "delta_ptr")
+_OPTION_POINTERS = ("alibi_ptr", "rng_state_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr")
+_LIST_POINTERS = ("count_ptr", "index_ptr", "full_count_ptr", "full_index_ptr", "aux")
+DKDV_POINTERS = (
+    "q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dk_ptr", "dv_ptr", *_OPTION_POINTERS,
+    *_LIST_POINTERS,
+)  # fmt: skip
+DQ_POINTERS = (
+    "q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dq_ptr", *_OPTION_POINTERS, "sink_ptr",
+    "dsink_ptr", *_LIST_POINTERS,
+)  # fmt: skip
+
+
+# Everything but the tensors is a function of these arguments: one set of launches per call signature.
+@functools.lru_cache(maxsize=512)
+def _bwd_launches(
+    q_shape: tuple[int, ...],
+    strides: tuple[tuple[int, ...], ...],
+    dims: tuple[int, int, int],
+    dtype: torch.dtype,
+    device: torch.device,
+    interpreter: bool,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_stride: int | None,
+    dropout_p: float,
+    varlen: bool,
+    has_sink: bool,
+    sizes: tuple[int, int, int, int, int],
+    mods_key: tuple,
+    config: configs.BwdConfig | None,
+) -> tuple[KernelLaunch, KernelLaunch | None, KernelLaunch | None]:
+    """The preprocess, dK/dV and dQ launches (None where a grid would be empty). ``strides`` are those of
+    q, k, v, dout, out, lse, dq, dk, dv as launched; ``dims`` (heads_kv, head_dim, head_dim_v) unpadded
+    (q_shape's last is padded); ``sizes`` (batch, seqlen_q, seqlen_k, total_q, total_k); ``mods_key``
+    :attr:`KernelMods.launch_key`; ``interpreter`` keys the dot and tanh switches."""
+    batch, seqlen_q, seqlen_k, total_q, total_k = sizes
+    heads, d_pad = q_shape[-2], q_shape[-1]
+    heads_kv, head_dim, head_dim_v = dims
+    dv_pad = padded_head_dim(head_dim_v)
+    mod_switches, (kv_stride_b, kv_stride_h, kv_row_len), (q_stride_b, q_stride_h, q_row_len) = mods_key
+    mod_switches = dict(mod_switches)
+    opts = kernel_options(
+        softmax_scale, causal, window_size, softcap, alibi_stride is not None, dropout_p, varlen, total_q
+    )
+    cfg = config or configs.bwd_config(head_dim, causal, device, head_dim_v)
+    block_m1, block_n1 = mask_tile(cfg.BLOCK_M1, mod_switches, 0), mask_tile(cfg.BLOCK_N1, mod_switches, 1)
+    block_m2, block_n2 = mask_tile(cfg.BLOCK_M2, mod_switches, 0), mask_tile(cfg.BLOCK_N2, mod_switches, 1)
+    bd, bdv = configs.block_d(d_pad), configs.block_d(dv_pad)
+    dots = dot_options(dtype)
+    dot_fp32 = dots.pop("DOT_FP32")
+    q_st, k_st, v_st, do_st, o_st, lse_st, dq_st, dk_st, dv_st = strides
+    common = dict(
+        **strided_values(("q", "k", "v", "do"), (q_st, k_st, v_st, do_st), varlen),
+        stride_lse_h=lse_st[0], stride_alibi_b=alibi_stride or 0, seqlen_q=total_q, seqlen_k=total_k,
+        qk_scale=softmax_scale * LOG2_E, softmax_scale=float(softmax_scale), window_left=opts.window_left,
+        window_right=opts.window_right, softcap_qk=opts.softcap_qk, softcap_out=opts.softcap_out,
+        dropout_threshold=opts.dropout_threshold, dropout_scale=opts.dropout_scale, H=heads,
+        GROUP=heads // heads_kv, HEAD_DIM=d_pad, BLOCK_D=bd, HEAD_DIM_V=dv_pad, BLOCK_DV=bdv,
+        **opts.switches, **mod_switches, DOT_FP32=dot_fp32,
+    )  # fmt: skip
+
+    # Δ is laid out like the LSE; a packed batch is one long sequence to the preprocess (out and dout
+    # gain a batch dim of 1, as unsqueeze(0) would give them).
+    pre_st = (o_st, do_st) if not varlen else ((total_q * o_st[0], *o_st), (total_q * do_st[0], *do_st))
+    pre_batch = 1 if varlen else batch
+    pre_block = 64
+    num_pre_blocks = cdiv(total_q, pre_block)
+    preprocess = KernelLaunch(
+        attn_bwd_preprocess_kernel, (num_pre_blocks * pre_batch * heads,), device, PRE_POINTERS,
+        dict(
+            stride_ob=pre_st[0][0], stride_on=pre_st[0][1], stride_oh=pre_st[0][2], stride_dob=pre_st[1][0],
+            stride_don=pre_st[1][1], stride_doh=pre_st[1][2], seqlen_q=total_q, num_m_blocks=num_pre_blocks,
+            H=heads, HEAD_DIM=dv_pad, BLOCK_M=pre_block, BLOCK_D=bdv,
+        ),
+        {},
+    )  # fmt: skip
+
+    num_n_blocks = cdiv(seqlen_k, block_n1)
+    num_m_blocks = cdiv(seqlen_q, block_m2)
+    dkdv = dq = None
+    if num_n_blocks > 0:
+        dkdv = KernelLaunch(
+            pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, total_q, total_k),
+            (num_n_blocks * batch * heads_kv,), device, DKDV_POINTERS,
+            dict(
+                **common, **strided_values(("dk", "dv"), (dk_st, dv_st), varlen), num_n_blocks=num_n_blocks,
+                stride_mask_b=q_stride_b, stride_mask_h=q_stride_h, mask_row_len=q_row_len, BLOCK_M=block_m1,
+                BLOCK_N=block_n1,
+            ),
+            dict(num_warps=cfg.num_warps1, num_stages=cfg.num_stages1, **dots),
+        )  # fmt: skip
+    if num_m_blocks > 0:
+        dq = KernelLaunch(
+            pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, total_q, total_k),
+            (num_m_blocks * batch * heads,), device, DQ_POINTERS,
+            dict(
+                **common, **strided_values(("dq",), (dq_st,), varlen), num_m_blocks=num_m_blocks,
+                stride_mask_b=kv_stride_b, stride_mask_h=kv_stride_h, mask_row_len=kv_row_len,
+                BLOCK_M=block_m2, BLOCK_N=block_n2, HAS_SINK=has_sink,
+            ),
+            dict(num_warps=cfg.num_warps2, num_stages=cfg.num_stages2, **dots),
+        )  # fmt: skip
+    return preprocess, dkdv, dq
+
+
 def attn_bwd(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -532,7 +648,7 @@ def attn_bwd(
     through the LSE, so the dQ, dK and dV kernels do not read it.
     """
     varlen = cu_seqlens_q is not None
-    heads, head_dim, head_dim_v = q.shape[-2], q.shape[-1], v.shape[-1]
+    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
     heads_kv = k.shape[-2]
     if varlen:
         batch = cu_seqlens_q.shape[0] - 1
@@ -552,81 +668,35 @@ def attn_bwd(
             return grads
         return (*grads, torch.zeros_like(learnable_sink, dtype=torch.float32))
 
-    opts = kernel_options(
-        softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, total_q, total_k, learnable_sink,
-    )  # fmt: skip
     d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
     q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
     v, dout, out = (as_descriptor_operand(t, dv_pad) for t in (v, dout, out))
     lse = lse.contiguous()
     grads = [g if pad == g.shape[-1] else torch.empty(*g.shape[:-1], pad, dtype=g.dtype, device=g.device)
              for g, pad in ((dq, d_pad), (dk, d_pad), (dv, dv_pad))]  # fmt: skip
-    cfg = config or configs.bwd_config(head_dim, causal, q.device, head_dim_v)
-    km = kernel_mods(mods)
-    block_m1, block_n1, block_m2, block_n2 = (
-        km.tile(cfg.BLOCK_M1, 0),
-        km.tile(cfg.BLOCK_N1, 1),
-        km.tile(cfg.BLOCK_M2, 0),
-        km.tile(cfg.BLOCK_N2, 1),
-    )
-    bd, bdv = configs.block_d(d_pad), configs.block_d(dv_pad)
-    common = dict(
-        HEAD_DIM=d_pad, BLOCK_D=bd, HEAD_DIM_V=dv_pad, BLOCK_DV=bdv, **opts.switches, **km.switches,
-        **dot_options(q.dtype),
+    slopes, state, sink = option_tensors(alibi_slopes, dropout_p, rng_state, learnable_sink)
+    km = NO_MODS if mods is None else kernel_mods(mods)
+    strides = tuple(t.stride() for t in (q, k, v, dout, out, lse, *grads))
+    preprocess, dkdv, dq_launch = _bwd_launches(
+        q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
+        q.device, configs.is_interpreter(), softmax_scale, causal, tuple(window_size), softcap,
+        alibi_stride_b(slopes), dropout_p, varlen, sink is not None,
+        (batch, seqlen_q, seqlen_k, total_q, total_k), km.launch_key, config,
     )  # fmt: skip
-    qk_scale = softmax_scale * LOG2_E
-    option_args = (lse.stride(0), opts.stride_alibi_b, total_q, total_k)
-    pointers = (opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k)
+    options = (slopes, state, cu_seqlens_q, cu_seqlens_k)
     # Each row's term of the sink's gradient, laid out like the LSE and summed per head at the end.
-    dsink_rows = None if opts.learnable_sink is None else torch.zeros_like(lse)
-    runtime = (
-        qk_scale,
-        softmax_scale,
-        opts.window_left,
-        opts.window_right,
-        opts.softcap_qk,
-        opts.softcap_out,
-        opts.dropout_threshold,
-        opts.dropout_scale,
-    )
-
-    # Δ is laid out like the LSE; a packed batch is one long sequence to the preprocess.
+    dsink_rows = None if sink is None else torch.zeros_like(lse)
     delta = torch.empty_like(lse)
-    pre_out, pre_dout = (t.unsqueeze(0) if varlen else t for t in (out, dout))
-    pre_batch = 1 if varlen else batch
-    pre_block = 64
-    num_pre_blocks = triton.cdiv(total_q, pre_block)
-    launch(
-        attn_bwd_preprocess_kernel, (num_pre_blocks * pre_batch * heads,), q.device,
-        pre_out, pre_dout, delta, *pre_out.stride()[:3], *pre_dout.stride()[:3], total_q, num_pre_blocks,
-        H=heads, HEAD_DIM=dv_pad, BLOCK_M=pre_block, BLOCK_D=bdv,
-    )  # fmt: skip
-
-    num_n_blocks = triton.cdiv(seqlen_k, block_n1)
-    num_m_blocks = triton.cdiv(seqlen_q, block_m2)
-    group = (heads, heads // heads_kv)
-    dkdv_kernel = pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, total_q, total_k)
-    dq_kernel = pick_kernel(attn_bwd_dq_kernel, attn_bwd_dq_kernel_runtime_sizes, total_q, total_k)
-    if num_n_blocks > 0:
-        launch(
-            dkdv_kernel, (num_n_blocks * batch * heads_kv,), q.device,
-            q, k, v, dout, lse, delta, grads[1], grads[2], *pointers,
-            *(s for t in (q, k, v, dout, grads[1], grads[2]) for s in dense_strides(t, varlen)),
-            *option_args, num_n_blocks, *runtime, *group,
-            *km.list_args("q", False), *km.list_args("q", True), *km.strides("q"), km.aux,
-            BLOCK_M=block_m1, BLOCK_N=block_n1, num_warps=cfg.num_warps1,
-            num_stages=cfg.num_stages1, **common,
+    preprocess(out, dout, delta)
+    if dkdv is not None:
+        dkdv(
+            q, k, v, dout, lse, delta, grads[1], grads[2], *options, *km.list_args("q", False),
+            *km.list_args("q", True), km.aux,
         )  # fmt: skip
-    if num_m_blocks > 0:
-        launch(
-            dq_kernel, (num_m_blocks * batch * heads,), q.device,
-            q, k, v, dout, lse, delta, grads[0], *pointers, opts.learnable_sink, dsink_rows,
-            *(s for t in (q, k, v, dout, grads[0]) for s in dense_strides(t, varlen)),
-            *option_args, num_m_blocks, *runtime, *group,
-            *km.list_args("kv", False), *km.list_args("kv", True), *km.strides("kv"), km.aux,
-            BLOCK_M=block_m2, BLOCK_N=block_n2, num_warps=cfg.num_warps2,
-            num_stages=cfg.num_stages2, HAS_SINK=dsink_rows is not None, **common,
+    if dq_launch is not None:
+        dq_launch(
+            q, k, v, dout, lse, delta, grads[0], *options, sink, dsink_rows, *km.list_args("kv", False),
+            *km.list_args("kv", True), km.aux,
         )  # fmt: skip
     for grad, padded in zip((dq, dk, dv), grads, strict=True):
         if padded is not grad:

@@ -7,7 +7,9 @@ log-sum-exp is converted back to natural log once at the end.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,15 +18,19 @@ import triton.language as tl
 
 from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import (
+    NO_MODS,
     block_list,
     call_mod,
+    fwd_switches,
     kernel_mods,
     listed_tile,
+    mask_tile,
     modded_scores,
     unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
-from flashtile.kernels._layout import as_descriptor_operand, launch, padded_head_dim
+from flashtile.kernels._launch_cache import KernelLaunch
+from flashtile.kernels._layout import as_descriptor_operand, cdiv, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._sink import fold_sink
@@ -275,19 +281,7 @@ class Options:
     softcap_out: float
     dropout_threshold: int
     dropout_scale: float
-    alibi_slopes: torch.Tensor | None
-    rng_state: torch.Tensor | None
-    cu_seqlens_q: torch.Tensor | None
-    cu_seqlens_k: torch.Tensor | None
     switches: dict[str, bool]
-    # Only the forward kernel reads it (its switch is HAS_SINK): the backward's P uses the LSE, sink included.
-    learnable_sink: torch.Tensor | None = None
-
-    @property
-    def stride_alibi_b(self) -> int:
-        """Slopes (H,) are shared by every batch element; (B, H) have a row each."""
-        slopes = self.alibi_slopes
-        return 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
 
 
 def kernel_options(
@@ -295,14 +289,10 @@ def kernel_options(
     causal: bool,
     window_size: tuple[int, int],
     softcap: float,
-    alibi_slopes: torch.Tensor | None,
+    has_alibi: bool,
     dropout_p: float,
-    rng_state: torch.Tensor | None,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
+    varlen: bool,
     total_q: int,
-    total_k: int,
-    learnable_sink: torch.Tensor | None = None,
 ) -> Options:
     """Translate the launcher keywords (validated, window normalised) into what the kernels take.
 
@@ -321,31 +311,120 @@ def kernel_options(
         softcap_out=softcap * LOG2_E,
         dropout_threshold=dropout_threshold(dropout_p),
         dropout_scale=1.0 / (1.0 - dropout_p),
-        # The kernels read slopes at h (+ b·stride) and the state at 0 and 1: unit strides (no copy if so).
-        alibi_slopes=None if alibi_slopes is None else alibi_slopes.contiguous(),
-        rng_state=rng_state.contiguous() if dropout_p > 0 else None,
-        cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k,
         switches=dict(
             IS_LOCAL=is_local,
             HAS_WINDOW_LEFT=left >= 0,
             HAS_SOFTCAP=softcap > 0,
             # Inline asm does not run in the interpreter.
             FAST_TANH=not configs.is_interpreter(),
-            HAS_ALIBI=alibi_slopes is not None,
+            HAS_ALIBI=has_alibi,
             HAS_DROPOUT=dropout_p > 0,
-            IS_VARLEN=cu_seqlens_q is not None,
+            IS_VARLEN=varlen,
         ),
-        learnable_sink=None if learnable_sink is None else learnable_sink.to(torch.float32).contiguous(),
     )
 
 
-def dense_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+def option_tensors(
+    alibi_slopes: torch.Tensor | None,
+    dropout_p: float,
+    rng_state: torch.Tensor | None,
+    learnable_sink: torch.Tensor | None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(slopes, rng state, sink) as the kernels read them: slopes at h (+ b·stride), the state at 0 and 1
+    and the sink at h, so unit strides (no copy if so), the sink in float32. Only the forward and dQ
+    kernels read the sink: the backward's P uses the LSE, sink included."""
+    slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    state = rng_state.contiguous() if dropout_p > 0 else None
+    sink = None if learnable_sink is None else learnable_sink.to(torch.float32).contiguous()
+    return slopes, state, sink
+
+
+def alibi_stride_b(slopes: torch.Tensor | None) -> int | None:
+    """The slopes' batch stride: (H,) are shared by every batch element, (B, H) have a row each; None
+    without slopes."""
+    if slopes is None:
+        return None
+    return 0 if slopes.dim() == 1 else slopes.stride(0)
+
+
+def dense_strides(strides: tuple[int, ...], varlen: bool) -> tuple[int, ...]:
     """(batch, row, head) strides of a (B, N, H, D) tensor, or of a packed (total, H, D) one, whose batch
     stride is its row stride: the kernels address sequence b from its first row (_tiles.sequence_rows)."""
     if varlen:
-        return t.stride(0), t.stride(0), t.stride(1)
-    return t.stride(0), t.stride(1), t.stride(2)
+        return strides[0], strides[0], strides[1]
+    return strides[:3]
+
+
+def strided_values(names: Sequence[str], strides: Sequence[tuple[int, ...]], varlen: bool) -> dict[str, int]:
+    """The kernels' ``stride_<t>b``, ``stride_<t>n``, ``stride_<t>h`` for each tensor ``t`` of ``names``
+    (:func:`dense_strides` of its ``strides``)."""
+    values = {}
+    for t, st in zip(names, strides, strict=True):
+        b, n, h = dense_strides(st, varlen)
+        values.update({f"stride_{t}b": b, f"stride_{t}n": n, f"stride_{t}h": h})
+    return values
+
+
+# Everything but the tensors is a function of these arguments: one KernelLaunch per call signature.
+@functools.lru_cache(maxsize=512)
+def _fwd_launch(
+    q_shape: tuple[int, ...],
+    strides: tuple[tuple[int, ...], ...],
+    dims: tuple[int, int, int],
+    dtype: torch.dtype,
+    device: torch.device,
+    interpreter: bool,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_stride: int | None,
+    dropout_p: float,
+    varlen: bool,
+    has_sink: bool,
+    sizes: tuple[int, int, int, int],
+    mods_key: tuple,
+    config: configs.FwdConfig | None,
+) -> KernelLaunch:
+    """The forward's launch. ``strides`` are those of q, k, v, o and lse as launched; ``dims`` (heads_kv,
+    head_dim, head_dim_v) unpadded (q_shape's last is padded); ``sizes`` (batch, seqlen_q, total_q,
+    total_k); ``mods_key`` :attr:`KernelMods.launch_key`; ``interpreter`` keys the dot and tanh switches."""
+    batch, seqlen_q, total_q, total_k = sizes
+    heads, d_pad = q_shape[-2], q_shape[-1]
+    heads_kv, head_dim, head_dim_v = dims
+    dv_pad = padded_head_dim(head_dim_v)
+    mod_switches, (stride_mask_b, stride_mask_h, mask_row_len), _ = mods_key
+    mod_switches = dict(mod_switches)
+    opts = kernel_options(
+        softmax_scale, causal, window_size, softcap, alibi_stride is not None, dropout_p, varlen, total_q
+    )
+    cfg = config or configs.fwd_config(head_dim, device, head_dim_v)
+    block_m, block_n = mask_tile(cfg.BLOCK_M, mod_switches, 0), mask_tile(cfg.BLOCK_N, mod_switches, 1)
+    num_m_blocks = cdiv(seqlen_q, block_m)
+    kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
+    dots = dot_options(dtype)
+    dot_fp32 = dots.pop("DOT_FP32")
+    values = dict(
+        **strided_values(("q", "k", "v", "o"), strides[:4], varlen),
+        stride_lse_h=strides[4][0], stride_alibi_b=alibi_stride or 0, seqlen_q=total_q, seqlen_k=total_k,
+        num_m_blocks=num_m_blocks, qk_scale=softmax_scale * LOG2_E, window_left=opts.window_left,
+        window_right=opts.window_right, softcap_qk=opts.softcap_qk, softcap_out=opts.softcap_out,
+        dropout_threshold=opts.dropout_threshold, dropout_scale=opts.dropout_scale, H=heads,
+        GROUP=heads // heads_kv, stride_mask_b=stride_mask_b, stride_mask_h=stride_mask_h,
+        mask_row_len=mask_row_len, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad), BLOCK_M=block_m,
+        BLOCK_N=block_n, **opts.switches, **fwd_switches(mod_switches), DOT_FP32=dot_fp32,
+        HEAD_DIM_V=dv_pad, BLOCK_DV=configs.block_d(dv_pad), HAS_SINK=has_sink,
+    )  # fmt: skip
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dots)
+    return KernelLaunch(kernel, (num_m_blocks * batch * heads,), device, FWD_POINTERS, values, options)
+
+
+# The tensors of a forward launch, in the kernel's parameter order.
+FWD_POINTERS = (
+    "q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "alibi_ptr", "rng_state_ptr", "cu_seqlens_q_ptr",
+    "cu_seqlens_k_ptr", "sink_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr",
+    "aux",
+)  # fmt: skip
 
 
 def attn_fwd(
@@ -401,34 +480,24 @@ def attn_fwd(
         return out.zero_(), lse.copy_(learnable_sink.to(lse.dtype).view(-1, 1).expand_as(lse))
 
     q, softmax_scale = positive_scale(q, softmax_scale)
-    opts = kernel_options(
-        softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, total_q, total_k, learnable_sink,
-    )  # fmt: skip
     d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
     q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
     v = as_descriptor_operand(v, dv_pad)
     o = out
     if dv_pad != head_dim_v:
         o = torch.empty((*out.shape[:-1], dv_pad), dtype=q.dtype, device=q.device)
-    cfg = config or configs.fwd_config(head_dim, q.device, head_dim_v)
-    km = kernel_mods(mods)
-    block_m, block_n = km.tile(cfg.BLOCK_M, 0), km.tile(cfg.BLOCK_N, 1)
-    num_m_blocks = triton.cdiv(seqlen_q, block_m)
-    kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)
-    launch(
-        kernel, (num_m_blocks * batch * heads,), q.device,
-        q, k, v, o, lse, opts.alibi_slopes, opts.rng_state, opts.cu_seqlens_q, opts.cu_seqlens_k,
-        opts.learnable_sink, *(s for t in (q, k, v, o) for s in dense_strides(t, varlen)),
-        lse.stride(0), opts.stride_alibi_b,
-        total_q, total_k, num_m_blocks, softmax_scale * LOG2_E, opts.window_left, opts.window_right,
-        opts.softcap_qk, opts.softcap_out, opts.dropout_threshold, opts.dropout_scale, heads,
-        heads // heads_kv,
-        *km.list_args("kv", False), *km.list_args("kv", True), *km.strides("kv"), km.aux,
-        HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad),
-        BLOCK_M=block_m, BLOCK_N=block_n, **opts.switches, **km.fwd_switches(),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
-        HEAD_DIM_V=dv_pad, BLOCK_DV=configs.block_d(dv_pad), HAS_SINK=opts.learnable_sink is not None,
+    slopes, state, sink = option_tensors(alibi_slopes, dropout_p, rng_state, learnable_sink)
+    km = NO_MODS if mods is None else kernel_mods(mods)
+    strides = (q.stride(), k.stride(), v.stride(), o.stride(), lse.stride())
+    kernel_launch = _fwd_launch(
+        q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
+        q.device, configs.is_interpreter(), softmax_scale, causal, tuple(window_size), softcap,
+        alibi_stride_b(slopes), dropout_p, varlen, sink is not None, (batch, seqlen_q, total_q, total_k),
+        km.launch_key, config,
+    )  # fmt: skip
+    kernel_launch(
+        q, k, v, o, lse, slopes, state, cu_seqlens_q, cu_seqlens_k, sink, *km.list_args("kv", False),
+        *km.list_args("kv", True), km.aux,
     )  # fmt: skip
     if o is not out:
         out.copy_(o[..., :head_dim_v])
