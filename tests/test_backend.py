@@ -82,7 +82,7 @@ def test_supported_call_goes_to_the_gluon_forward(hopper_everywhere):
     q, k, v = _qkv()
     options = dict(window_size=(-1, 0))
     assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
-    # Until the Gluon backward lands the backend's backward is the portable one.
+    # The backend's attn_bwd picks the Gluon or the portable backward per call (tested below).
     assert backend.launcher("hopper", "attn_bwd", q, k, v, options) is hopper.attn_bwd
 
 

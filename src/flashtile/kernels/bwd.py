@@ -645,7 +645,7 @@ def attn_bwd(
 
     Returns ``dq``, ``dk``, ``dv``, contiguous, in the dtypes and shapes of q, k, v; with a
     ``learnable_sink`` also its gradient, float32 (H,) (docs/design/sinks.md). The sink enters P only
-    through the LSE, so the dQ, dK and dV kernels do not read it.
+    through the LSE; the dQ kernel reads it once per row block to write the rows' share of its gradient.
     """
     varlen = cu_seqlens_q is not None
     head_dim, head_dim_v = q.shape[-1], v.shape[-1]
