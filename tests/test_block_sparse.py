@@ -102,6 +102,13 @@ def _block_mask(case: MaskCase, batch: int, heads: int, n_q: int, n_k: int, aux,
     )
 
 
+def _nan_tail(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the leading rows of a buffer one NaN row longer."""
+    buffer = torch.full((t.shape[0] + 1, *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
+    buffer[: t.shape[0]] = t
+    return buffer[: t.shape[0]]
+
+
 def _run_case(
     case: MaskCase, layout: str, seqlens, varlen: bool, causal: bool, dtype, device, seed, sink=False, dv=32
 ) -> None:
@@ -115,9 +122,10 @@ def _run_case(
         cu_q = lengths_q.cumsum(0).to(torch.int32).to(device)
         cu_k = lengths_k.cumsum(0).to(torch.int32).to(device)
         n_q, n_k = int(lengths_q.max()), int(lengths_k.max())
-        q = torch.randn(int(cu_q[-1]), heads, d, dtype=dtype, device=device)
-        k = torch.randn(int(cu_k[-1]), heads_kv, d, dtype=dtype, device=device)
-        v = torch.randn(int(cu_k[-1]), heads_kv, dv, dtype=dtype, device=device)
+        # A NaN row past each packed tensor's end: a kernel that reads past the last sequence gets NaN.
+        q = _nan_tail(torch.randn(int(cu_q[-1]), heads, d, dtype=dtype, device=device))
+        k = _nan_tail(torch.randn(int(cu_k[-1]), heads_kv, d, dtype=dtype, device=device))
+        v = _nan_tail(torch.randn(int(cu_k[-1]), heads_kv, dv, dtype=dtype, device=device))
         varlen_kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=n_q, max_seqlen_k=n_k)
         batch = len(seqlens)
     else:
@@ -178,8 +186,9 @@ def test_masks_and_mods_match_oracle(case: MaskCase, seed: int, nan_poisoned_all
         (MASK_CASES[-1], "mqa", ((70, 20), (33, 97), (0, 5)), True, False),
         (MASK_CASES[3], "mha", ((97, 65), (64, 64)), True, True),
         (MASK_CASES[-1], "gqa", ((65, 100),), False, True),
+        (MASK_CASES[0], "gqa", ((40, 70), (0, 33), (50, 0)), True, False),
     ],
-    ids=["tiles-varlen-mqa", "prefix_lm-varlen-causal", "tiles-causal"],
+    ids=["tiles-varlen-mqa", "prefix_lm-varlen-causal", "tiles-causal", "causal-varlen-empty-q-and-k"],
 )
 def test_block_mask_with_varlen_gqa_causal(case, layout, seqlens, varlen, causal, seed: int) -> None:
     _run_case(case, layout, seqlens, varlen, causal, torch.float16, "cpu", seed)
