@@ -255,3 +255,30 @@ def test_deterministic_reaches_the_backward_launcher(monkeypatch, deterministic)
     q, k, v = _qkv(dtype=torch.float32, head_dim=16, requires_grad=True)
     flash_attn_func(q, k, v, causal=True, deterministic=deterministic).sum().backward()
     assert seen == [deterministic]
+
+
+@pytest.mark.parametrize(
+    ("causal", "window", "expected"),
+    [
+        (True, (-1, -1), "gluon"),
+        (True, (-1, 0), "gluon"),
+        (True, (127, 0), "portable"),
+        (False, (5, 3), "portable"),
+    ],
+)
+def test_hopper_backward_sends_a_causal_sliding_window_to_the_portable_kernel(
+    monkeypatch, causal, window, expected
+):
+    # Regression: causal=True replaced the window by (-1, 0), so a causal sliding window (Mistral) ran the
+    # Gluon backward as plain causal attention and returned wrong gradients.
+    from flashtile.kernels import bwd as portable_bwd
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.delenv(gluon_bwd.VARIANT_ENV, raising=False)
+    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append("gluon"))
+    monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append("portable"))
+    q, k, v = (t.half().as_subclass(_ClaimsCuda) for t in _qkv(head_dim=64))
+    hopper.attn_bwd(q, q, k, v, q, None, 0.1, causal, window_size=window)
+    assert calls == [expected]

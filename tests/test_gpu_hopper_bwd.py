@@ -146,3 +146,25 @@ def test_hopper_bwd_unsupported_reasons(hopper):
     assert "dtype" in hopper.bwd_unsupported_reason(q.float(), q.float(), q.float(), q.float(), {})
     with pytest.raises(ValueError, match="window"):
         hopper.attn_bwd(q, q, q, q, q, torch.zeros(1, 2, 8, device="cuda"), 0.1, False, window_size=(4, 0))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_backend_backward_keeps_a_causal_sliding_window(head_dim, seed, hopper):
+    """The backend's backward with causal=True and a left window goes to the portable kernels with its
+    window, not to the Gluon backward as plain causal attention (a Mistral model's gradients were wrong)."""
+    from flashtile.kernels import hopper as backend
+
+    q, k, v, dout, _, _, scale = _problem(2, 300, 300, 8, 2, head_dim, True, torch.bfloat16)
+    window = (127, 0)
+    out, lse = portable_fwd.attn_fwd(q, k, v, scale, True, window_size=window)
+    grads = backend.attn_bwd(dout, q, k, v, out, lse, scale, True, window_size=window)
+
+    def reference(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        naive.attention(*leaves, causal=True, window_size=window)[0].backward(dout.to(dtype))
+        return [t.grad for t in leaves]
+
+    for name, ours, ref, base in zip(
+        ("dq", "dk", "dv"), grads, reference(torch.float64), reference(torch.bfloat16), strict=True
+    ):
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)

@@ -17,7 +17,7 @@ from flashtile.kernels.hopper.support import (
     fwd_unsupported_reason,
 )
 
-__all__ = ["attn_bwd", "attn_fwd", "device_unsupported_reason", "unsupported_reason"]
+__all__ = ["attn_bwd", "attn_fwd", "bwd_window", "device_unsupported_reason", "unsupported_reason"]
 
 _CHECKS = {"attn_fwd": fwd_unsupported_reason, "attn_bwd": bwd_unsupported_reason}
 
@@ -34,6 +34,13 @@ def attn_fwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     from flashtile.kernels.hopper.fwd import attn_fwd as launch
 
     return launch(*args, **kwargs)
+
+
+def bwd_window(causal: bool, window_size: tuple[int, int]) -> tuple[int, int]:
+    """The window a backward call has: causal bounds the right side at 0 and keeps the left side (a causal
+    sliding window is not plain causal attention, which the Gluon backward would otherwise take it for)."""
+    left, right = window_size
+    return (left, 0) if causal else (left, right)
 
 
 def attn_bwd(
@@ -53,7 +60,7 @@ def attn_bwd(
     the Gluon backward declines)."""
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
-    window = (-1, 0) if causal else tuple(options.get("window_size", (-1, -1)))
+    window = bwd_window(causal, options.get("window_size", (-1, -1)))
     reason = gluon_bwd.bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window})
     if reason is None and gluon_bwd.routed_by_default(q.shape[-1]):
         return gluon_bwd.attn_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)
