@@ -264,3 +264,16 @@ def test_register_names_the_extra_when_transformers_is_missing(monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(ModuleNotFoundError, match=r"flashtile\[transformers\]"):
         integration.register()
+
+
+def test_packed_boundaries_are_found_once_per_position_ids_tensor():
+    # Every layer gets the same position_ids: its boundaries (two host syncs on a GPU) are found once.
+    position_ids = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]])
+    first = integration._packed_boundaries(position_ids, 1)
+    assert integration._packed_boundaries(position_ids, 1) is first
+    assert first[0].tolist() == [0, 3, 5, 9] and first[1] == 4
+    # An in-place change bumps the tensor's version: the boundaries are found again.
+    position_ids[0, 5:] = torch.arange(3, 7)
+    again = integration._packed_boundaries(position_ids, 1)
+    assert again[0].tolist() == [0, 3, 9] and again[1] == 6
+    assert integration._packed_boundaries(torch.arange(9)[None], 1) is None

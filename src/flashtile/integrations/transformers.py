@@ -23,6 +23,7 @@ NotImplementedError when the first layer runs.
 from __future__ import annotations
 
 import importlib
+import weakref
 from typing import Any
 
 import torch
@@ -138,10 +139,27 @@ def _check_supported(
         raise _unsupported(module, "paged KV caches (continuous batching)")
 
 
+# (position_ids, its version, the boundaries found) of the last call: transformers hands every layer of a
+# forward the same tensor, whose boundaries (two host synchronisations) are then found once, not per layer.
+_last_packed: tuple[weakref.ref, int, tuple[torch.Tensor, int] | None] | None = None
+
+
 def _packed_boundaries(position_ids: torch.Tensor | None, batch_size: int) -> tuple[torch.Tensor, int] | None:
     """``(cu_seqlens, max_seqlen)`` when one row packs several sequences, each restarting its positions."""
+    global _last_packed
     if position_ids is None or batch_size != 1 or position_ids.shape[-1] == 1:
         return None
+    if _last_packed is not None:
+        tensor, version, found = _last_packed
+        if tensor() is position_ids and version == position_ids._version:
+            return found
+    found = _find_packed_boundaries(position_ids)
+    _last_packed = weakref.ref(position_ids), position_ids._version, found
+    return found
+
+
+def _find_packed_boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """:func:`_packed_boundaries` without the cache."""
     positions = position_ids.reshape(-1)
     if not bool((positions.diff() != 1).any()):
         return None

@@ -34,6 +34,7 @@ from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._sink import store_sink_grad_rows
 from flashtile.kernels._tiles import dot_operand, head_desc, query_block_of_program, sequence_rows
 from flashtile.kernels.fwd import (
+    FWD_UNSPECIALISED,
     LOG2_E,
     LOG2_E_C,
     RUNTIME_SIZES,
@@ -186,7 +187,7 @@ def _attn_bwd_dkdv_steps(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=WINDOW_ARGS)
+@triton.jit(do_not_specialize=[*WINDOW_ARGS, "num_n_blocks"])
 def attn_bwd_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
@@ -378,7 +379,7 @@ def _attn_bwd_dq_steps(
     return dq, pdp
 
 
-@triton.jit(do_not_specialize=WINDOW_ARGS)
+@triton.jit(do_not_specialize=FWD_UNSPECIALISED)
 def attn_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, sink_ptr, dsink_ptr,

@@ -48,6 +48,9 @@ LOG2_E_C = tl.constexpr(LOG2_E)
 # Triton's size specialisation, worth ~11 % in the backward (benchmarks/results/kernel_sweep_bwd_h100_*.csv).
 # Window bounds stay runtime in every kernel: a bound of 1 would otherwise compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right"]
+# The grid's block count follows max_seqlen, which changes at every step of varlen training: specialised on
+# (divisible by 16 or not), it compiled a new kernel mid-training; it only indexes programs.
+FWD_UNSPECIALISED = [*WINDOW_ARGS, "num_m_blocks"]
 RUNTIME_SIZES = ["seqlen_q", "seqlen_k", "num_m_blocks", "num_n_blocks", *WINDOW_ARGS]
 
 
@@ -114,7 +117,7 @@ def _attn_fwd_steps(
     return acc, l_i, m_i
 
 
-@triton.jit(do_not_specialize=WINDOW_ARGS)
+@triton.jit(do_not_specialize=FWD_UNSPECIALISED)
 def attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
     sink_ptr, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
