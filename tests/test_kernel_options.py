@@ -163,6 +163,23 @@ def test_options_match_oracle(case, seed):
     _check_against_oracle(case, seed)
 
 
+@pytest.fixture
+def one_dkdv_program_per_query_head(monkeypatch):
+    """The dK/dV kernel in its per-query-head mode (chosen for small GQA grids) for every call."""
+    from flashtile.kernels import bwd
+
+    monkeypatch.setattr(bwd, "MIN_DKDV_PROGRAMS_PER_SM", 10**9)
+    bwd._bwd_launches.cache_clear()
+    yield
+    bwd._bwd_launches.cache_clear()
+
+
+@pytest.mark.parametrize("case", [c for c in COMBINED if c.layout != "mha"], ids=lambda c: c.id)
+@pytest.mark.usefixtures("nan_poisoned_allocations", "one_dkdv_program_per_query_head")
+def test_options_match_oracle_with_one_dkdv_program_per_query_head(case, seed):
+    _check_against_oracle(case, seed)
+
+
 def _gpu_cases() -> list:
     cases = []
     for dtype in (torch.float16, torch.bfloat16):

@@ -196,7 +196,7 @@ def attn_bwd_dkdv_kernel(
     stride_dvb, stride_dvn, stride_dvh,
     stride_lse_h, stride_alibi_b,
     seqlen_q, seqlen_k, num_n_blocks, qk_scale, softmax_scale, window_left, window_right,
-    softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP,
+    softcap_qk, softcap_out, dropout_threshold, dropout_scale, H, GROUP, heads_per_program,
     count_ptr, index_ptr, full_count_ptr, full_index_ptr, stride_mask_b, stride_mask_h, mask_row_len, aux,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
@@ -206,12 +206,16 @@ def attn_bwd_dkdv_kernel(
     SCORE_MOD_BWD: tl.constexpr, SCORE_MOD_BWD_AUX: tl.constexpr,
     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
+    # A program sums the query heads [h_out·heads_per_program, (h_out + 1)·heads_per_program) into head
+    # h_out of dK/dV: the whole GQA group (heads_per_program = GROUP, dK/dV have the K/V heads), or one head
+    # into a per-query-head buffer the launcher sums (heads_per_program = 1: GROUP times the programs).
     pid = tl.program_id(0).to(tl.int64)
     n_block = pid % num_n_blocks
-    bh_kv = pid // num_n_blocks
-    H_KV = H // GROUP
-    b = bh_kv // H_KV
-    h_kv = bh_kv % H_KV
+    bh_out = pid // num_n_blocks
+    H_OUT = H // heads_per_program
+    b = bh_out // H_OUT
+    h_out = bh_out % H_OUT
+    h_kv = h_out * heads_per_program // GROUP
     n0 = (n_block * BLOCK_N).to(tl.int32)
     q_base, seqlen_q_b = sequence_rows(b, cu_seqlens_q_ptr, seqlen_q, seqlen_q, IS_VARLEN)
     k_base, seqlen_k_b = sequence_rows(b, cu_seqlens_k_ptr, seqlen_k, seqlen_k, IS_VARLEN)
@@ -230,10 +234,10 @@ def attn_bwd_dkdv_kernel(
         v_ptr, k_base, h_kv, stride_vb, stride_vh, stride_vn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     dk_desc = head_desc(
-        dk_ptr, k_base, h_kv, stride_dkb, stride_dkh, stride_dkn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
+        dk_ptr, k_base, h_out, stride_dkb, stride_dkh, stride_dkn, seqlen_k_b, HEAD_DIM, BLOCK_N, BLOCK_D
     )
     dv_desc = head_desc(
-        dv_ptr, k_base, h_kv, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
+        dv_ptr, k_base, h_out, stride_dvb, stride_dvh, stride_dvn, seqlen_k_b, HEAD_DIM_V, BLOCK_N, BLOCK_DV
     )
     offs_n = n0 + tl.arange(0, BLOCK_N)
     k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
@@ -257,8 +261,8 @@ def attn_bwd_dkdv_kernel(
     if HAS_DROPOUT:
         seed, rng_offset = load_rng_state(rng_state_ptr)
 
-    for g in range(GROUP):
-        h = h_kv * GROUP + g
+    for g in range(heads_per_program):
+        h = h_out * heads_per_program + g
         q_desc = head_desc(
             q_ptr, q_base, h, stride_qb, stride_qh, stride_qn, q_rows, HEAD_DIM, BLOCK_M, BLOCK_D
         )
@@ -599,13 +603,19 @@ def _bwd_launches(
 
     num_n_blocks = cdiv(seqlen_k, block_n1)
     num_m_blocks = cdiv(seqlen_q, block_m2)
+    per_head = splits_gqa_groups(num_n_blocks * batch * heads_kv, heads // heads_kv, device)
+    if per_head:
+        # dK/dV per query head, in fp32, contiguous: the launcher sums each group's heads.
+        rows = total_k if varlen else seqlen_k
+        dk_st, dv_st = (per_head_grad_strides(heads, rows, width, varlen) for width in (d_pad, dv_pad))
     dkdv = dq = None
     if num_n_blocks > 0:
         dkdv = KernelLaunch(
             pick_kernel(attn_bwd_dkdv_kernel, attn_bwd_dkdv_kernel_runtime_sizes, total_q, total_k),
-            (num_n_blocks * batch * heads_kv,), device, DKDV_POINTERS,
+            (num_n_blocks * batch * (heads if per_head else heads_kv),), device, DKDV_POINTERS,
             dict(
                 **common, **strided_values(("dk", "dv"), (dk_st, dv_st), varlen), num_n_blocks=num_n_blocks,
+                heads_per_program=1 if per_head else heads // heads_kv,
                 stride_mask_b=q_stride_b, stride_mask_h=q_stride_h, mask_row_len=q_row_len, BLOCK_M=block_m1,
                 BLOCK_N=block_n1,
             ),
@@ -622,7 +632,25 @@ def _bwd_launches(
             ),
             dict(num_warps=cfg.num_warps2, num_stages=cfg.num_stages2, **dots),
         )  # fmt: skip
-    return preprocess, dkdv, dq
+    return preprocess, dkdv, dq, per_head
+
+
+# Fewer dK/dV programs than this many per SM leave SMs idle while each program walks its whole GQA group in
+# turn (one long packed sequence with 2 K/V heads: 128 programs on 132 SMs, the dK/dV kernel 8× the dQ's).
+MIN_DKDV_PROGRAMS_PER_SM = 2
+
+
+def splits_gqa_groups(programs: int, group: int, device: torch.device) -> bool:
+    """Whether the dK/dV kernel runs one program per query head (into per-head buffers summed afterwards)
+    rather than one per K/V head walking its group: under GQA, when the grid would be too small."""
+    return group > 1 and programs < MIN_DKDV_PROGRAMS_PER_SM * configs.multiprocessor_count(device)
+
+
+def per_head_grad_strides(heads: int, rows: int, width: int, varlen: bool) -> tuple[int, ...]:
+    """Strides of a contiguous per-query-head gradient buffer: (B, N_k, H, width), or (total_k, H, width)."""
+    if varlen:
+        return (heads * width, width, 1)
+    return (rows * heads * width, heads * width, width, 1)
 
 
 def attn_bwd(
@@ -685,7 +713,7 @@ def attn_bwd(
     slopes, state, sink = option_tensors(alibi_slopes, dropout_p, rng_state, learnable_sink)
     km = NO_MODS if mods is None else kernel_mods(mods)
     strides = tuple(t.stride() for t in (q, k, v, dout, out, lse, *grads))
-    preprocess, dkdv, dq_launch = _bwd_launches(
+    preprocess, dkdv, dq_launch, per_head = _bwd_launches(
         q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
         q.device, configs.is_interpreter(), softmax_scale, causal, tuple(window_size), softcap,
         alibi_stride_b(slopes), dropout_p, varlen, sink is not None,
@@ -697,10 +725,21 @@ def attn_bwd(
     delta = torch.empty_like(lse)
     preprocess(out, dout, delta)
     if dkdv is not None:
+        dk_out, dv_out = grads[1], grads[2]
+        if per_head:
+            heads = q.shape[-2]
+            dk_out, dv_out = (
+                torch.empty(*g.shape[:-2], heads, g.shape[-1], dtype=torch.float32, device=g.device)
+                for g in (grads[1], grads[2])
+            )
         dkdv(
-            q, k, v, dout, lse, delta, grads[1], grads[2], *options, *km.list_args("q", False),
+            q, k, v, dout, lse, delta, dk_out, dv_out, *options, *km.list_args("q", False),
             *km.list_args("q", True), km.aux,
         )  # fmt: skip
+        if per_head:
+            # Each K/V head's gradient is the sum over the query heads of its group (in fp32, then rounded).
+            for target, per_query_head in ((grads[1], dk_out), (grads[2], dv_out)):
+                target.copy_(per_query_head.unflatten(-2, (heads_kv, -1)).sum(dim=-2))
     if dq_launch is not None:
         dq_launch(
             q, k, v, dout, lse, delta, grads[0], *options, sink, dsink_rows, *km.list_args("kv", False),
