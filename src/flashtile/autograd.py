@@ -85,6 +85,8 @@ class FlashAttnFunction(torch.autograd.Function):
             q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
         )
         ctx.mark_non_differentiable(lse)
+        # The LSE takes no gradient: without this autograd would allocate and zero one per backward.
+        ctx.set_materialize_grads(False)
         ctx.options = (softmax_scale, causal, backend, window_left, window_right, softcap)
         ctx.dropout_p = dropout_p
         ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
@@ -95,6 +97,9 @@ class FlashAttnFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
         q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
+        if dout is None:
+            # Unmaterialised gradients arrive as None; out's would be zero.
+            dout = torch.zeros_like(out)
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
         # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
         create_graph = torch.is_grad_enabled()

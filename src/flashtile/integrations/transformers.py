@@ -140,7 +140,7 @@ def _check_supported(
 
 
 # (position_ids, its version, the boundaries found) of the last call: transformers hands every layer of a
-# forward the same tensor, whose boundaries (two host synchronisations) are then found once, not per layer.
+# forward the same tensor, whose boundaries (a host synchronisation) are then found once, not per layer.
 _last_packed: tuple[weakref.ref, int, tuple[torch.Tensor, int] | None] | None = None
 
 
@@ -159,14 +159,14 @@ def _packed_boundaries(position_ids: torch.Tensor | None, batch_size: int) -> tu
 
 
 def _find_packed_boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
-    """:func:`_packed_boundaries` without the cache."""
-    positions = position_ids.reshape(-1)
+    """:func:`_packed_boundaries` without the cache: one copy of the positions to the host, one upload."""
+    positions = position_ids.reshape(-1).cpu()
     if not bool((positions.diff() != 1).any()):
         return None
     starts = torch.nonzero(positions == positions.min()).flatten()
-    total = torch.tensor([positions.numel()], device=starts.device)
-    cu_seqlens = torch.cat([starts, total]).to(torch.int32)
-    return cu_seqlens, int(cu_seqlens.diff().max())
+    cu_seqlens = torch.cat([starts, torch.tensor([positions.numel()])]).to(torch.int32)
+    max_seqlen = int(cu_seqlens.diff().max())
+    return cu_seqlens.to(position_ids.device), max_seqlen
 
 
 def _varlen_packed(
