@@ -15,7 +15,7 @@ import torch
 
 from flashtile import flash_attn_func, flash_attn_varlen_func
 from flashtile.block_mask import BlockMask
-from flashtile.kernels import _launch_cache, fwd
+from flashtile.kernels import _launch_cache, bwd, fwd
 from flashtile.kernels._launch_cache import ENV_VAR, KernelLaunch
 from flashtile.masks import causal as causal_mask_mod
 from flashtile.mods import Mods
@@ -188,6 +188,33 @@ def test_calls_share_one_prepared_launch_per_signature_mods_included(seed: int) 
         )
     info = fwd._fwd_launch.cache_info()
     assert (info.currsize, info.hits) == (2, 2)
+
+
+def test_packed_batches_of_nearby_longest_lengths_share_one_prepared_launch(seed: int) -> None:
+    """Training packs rows whose longest document changes every step: the grid is cut from max_seqlen
+    rounded up (kernels._layout.grid_seqlen), so nearby lengths reuse the forward's and backward's
+    launches, and each result still equals the sequences run one by one."""
+    heads, head_dim, total = 2, 16, 160
+    q, k, v, dout = (torch.randn(total, heads, head_dim, dtype=torch.float16) for _ in range(4))
+    fwd._fwd_launch.cache_clear(), bwd._bwd_launches.cache_clear()
+    results = {}
+    for longest in (100, 120):
+        cu = torch.tensor([0, longest, total], dtype=torch.int32)
+        varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+        out, lse = fwd.attn_fwd(q, k, v, 0.25, True, window_size=(-1, 0), **varlen)
+        grads = bwd.attn_bwd(dout, q, k, v, out, lse, 0.25, True, window_size=(-1, 0), **varlen)
+        results[longest] = out, grads
+    prepared = fwd._fwd_launch.cache_info(), bwd._bwd_launches.cache_info()
+    assert [(info.currsize, info.hits) for info in prepared] == [(1, 1), (1, 1)]
+    for longest, (out, grads) in results.items():
+        for rows in (slice(0, longest), slice(longest, total)):
+            one_out, one_lse = fwd.attn_fwd(q[None, rows], k[None, rows], v[None, rows], 0.25, True)
+            assert torch.equal(one_out[0], out[rows]), (longest, rows, seed)
+            one_grads = bwd.attn_bwd(
+                dout[None, rows], q[None, rows], k[None, rows], v[None, rows], one_out, one_lse, 0.25, True
+            )
+            for name, one, packed in zip(("dq", "dk", "dv"), one_grads, grads, strict=True):
+                assert torch.equal(one[0], packed[rows]), (name, longest, rows, seed)
 
 
 # Runs without the interpreter, so that the kernels are JITFunctions with Triton's binder (for sm_90).

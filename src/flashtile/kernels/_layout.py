@@ -23,6 +23,21 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# The grid of a packed batch is cut from max_seqlen rounded up to one of 2**3 = 8 steps per power of two.
+_GRID_STEPS_LOG2 = 3
+# The largest row block the kernels take: no rounding step is finer than one block.
+_GRID_SEQLEN_QUANTUM = 128
+
+
+def grid_seqlen(max_seqlen: int) -> int:
+    """``max_seqlen`` of a packed batch rounded up for the grid (0 stays 0): at most 1/8 more, so that the
+    few sizes a training run's packed rows take share one prepared launch instead of building one per step.
+    The extra programs find no rows in their sequence and return at once, as those of shorter sequences do.
+    """
+    step = max(_GRID_SEQLEN_QUANTUM, 1 << max(0, max_seqlen.bit_length() - 1 - _GRID_STEPS_LOG2))
+    return cdiv(max_seqlen, step) * step
+
+
 def _fits_descriptor(t: torch.Tensor) -> bool:
     # One OR of the address and the byte strides: each must be a multiple of 16 (a power of two).
     es = t.element_size()

@@ -28,7 +28,7 @@ from flashtile.kernels._block_sparse import (
 )
 from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._launch_cache import KernelLaunch
-from flashtile.kernels._layout import as_descriptor_operand, cdiv, padded_head_dim
+from flashtile.kernels._layout import as_descriptor_operand, cdiv, grid_seqlen, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._sink import store_sink_grad_rows
@@ -689,7 +689,8 @@ def attn_bwd(
     if varlen:
         batch = cu_seqlens_q.shape[0] - 1
         total_q, total_k = q.shape[0], k.shape[0]
-        seqlen_q, seqlen_k = max_seqlen_q, max_seqlen_k
+        # The grid only: each program finds its sequence's own lengths in cu_seqlens.
+        seqlen_q, seqlen_k = grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)
     else:
         batch, seqlen_q = q.shape[:2]
         seqlen_k = total_k = k.shape[1]

@@ -31,7 +31,7 @@ from flashtile.kernels._block_sparse import (
 )
 from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
 from flashtile.kernels._launch_cache import KernelLaunch
-from flashtile.kernels._layout import as_descriptor_operand, cdiv, padded_head_dim
+from flashtile.kernels._layout import as_descriptor_operand, cdiv, grid_seqlen, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._sink import fold_sink
@@ -499,8 +499,8 @@ def attn_fwd(
     kernel_launch = _fwd_launch(
         q.shape, strides, (heads_kv, head_dim, head_dim_v), q.dtype,
         q.device, configs.is_interpreter(), softmax_scale, causal, tuple(window_size), softcap,
-        alibi_stride_b(slopes), dropout_p, varlen, sink is not None, (batch, seqlen_q, total_q, total_k),
-        km.launch_key, config,
+        alibi_stride_b(slopes), dropout_p, varlen, sink is not None,
+        (batch, grid_seqlen(seqlen_q) if varlen else seqlen_q, total_q, total_k), km.launch_key, config,
     )  # fmt: skip
     kernel_launch(
         q, k, v, o, lse, slopes, state, cu_seqlens_q, cu_seqlens_k, sink, *km.list_args("kv", False),
