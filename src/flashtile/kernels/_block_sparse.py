@@ -41,24 +41,16 @@ def listed_tile(it, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr):
 
 
 @triton.jit
-def listed_in_sequence(blocks, count, seqlen, SPARSE_BLOCK: tl.constexpr):
-    """How many leading listed blocks start inside the sequence (the list is sorted, so they lead). The
-    lists cover the longest sequence of a packed batch: a shorter one, or one with no rows at all, must
-    not visit the blocks past its end (their rows belong to the next sequence, or lie past the tensor)."""
+def listed_below(blocks, count, bound):
+    """How many leading entries of a sorted block list are below ``bound`` (they lead, the list being
+    sorted). With ``cdiv(seqlen, block)``: the blocks starting inside the sequence; the lists cover the
+    longest sequence of a packed batch, and a shorter one, or one with no rows at all, must not visit the
+    blocks past its end (their rows belong to the next sequence, or lie past the tensor). With
+    ``seqlen // block``: the blocks ending inside it; the rest cross or pass ``seqlen`` (the last one of a
+    dense batch, any under varlen) and need a mask."""
     n = 0
     for e in range(0, count):
-        n += (tl.load(blocks + e) * SPARSE_BLOCK < seqlen).to(tl.int32)
-    return n
-
-
-@triton.jit
-def unmasked_count(blocks, count, seqlen, SPARSE_BLOCK: tl.constexpr):
-    """How many leading listed blocks end inside the sequence (the list is sorted, so they lead); the
-    rest cross or pass ``seqlen`` (the last one of a dense batch, any under varlen) and need a mask."""
-    inside = seqlen // SPARSE_BLOCK
-    n = 0
-    for e in range(0, count):
-        n += (tl.load(blocks + e) < inside).to(tl.int32)
+        n += (tl.load(blocks + e) < bound).to(tl.int32)
     return n
 
 

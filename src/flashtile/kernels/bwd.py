@@ -20,11 +20,10 @@ from flashtile.kernels._block_sparse import (
     block_list,
     call_mod,
     kernel_mods,
-    listed_in_sequence,
+    listed_below,
     listed_tile,
     mask_tile,
     modded_scores,
-    unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, load_rng_state
 from flashtile.kernels._launch_cache import KernelLaunch
@@ -285,8 +284,8 @@ def attn_bwd_dkdv_kernel(
                 count_ptr, index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
             )
             if IS_VARLEN:
-                n_full = listed_in_sequence(full, n_full, seqlen_q_b, SPARSE_BLOCK_M)
-                n_partial = listed_in_sequence(partial, n_partial, seqlen_q_b, SPARSE_BLOCK_M)
+                n_full = listed_below(full, n_full, tl.cdiv(seqlen_q_b, SPARSE_BLOCK_M))
+                n_partial = listed_below(partial, n_partial, tl.cdiv(seqlen_q_b, SPARSE_BLOCK_M))
             dk, dv = _attn_bwd_dkdv_steps(
                 dk, dv, k, v, q_desc, do_desc, lse_ptr + row_stats, delta_ptr + row_stats, 0,
                 n_full * SPARSE_BLOCK_M, offs_n, qk_scale, seqlen_q_b, seqlen_k_b, lo_diag, hi_diag,
@@ -451,13 +450,13 @@ def attn_bwd_dq_kernel(
         full, n_full = block_list(
             full_count_ptr, full_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
         )
-        n_clean = unmasked_count(full, n_full, seqlen_k_b, SPARSE_BLOCK_N)
+        n_clean = listed_below(full, n_full, seqlen_k_b // SPARSE_BLOCK_N)
         partial, n_partial = block_list(
             count_ptr, index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
         )
         if IS_VARLEN:
-            n_full = listed_in_sequence(full, n_full, seqlen_k_b, SPARSE_BLOCK_N)
-            n_partial = listed_in_sequence(partial, n_partial, seqlen_k_b, SPARSE_BLOCK_N)
+            n_full = listed_below(full, n_full, tl.cdiv(seqlen_k_b, SPARSE_BLOCK_N))
+            n_partial = listed_below(partial, n_partial, tl.cdiv(seqlen_k_b, SPARSE_BLOCK_N))
         dq, pdp = _attn_bwd_dq_steps(
             dq, pdp, q, do, lse, delta, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale,
             seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,

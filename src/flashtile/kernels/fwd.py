@@ -23,11 +23,10 @@ from flashtile.kernels._block_sparse import (
     call_mod,
     fwd_switches,
     kernel_mods,
-    listed_in_sequence,
+    listed_below,
     listed_tile,
     mask_tile,
     modded_scores,
-    unmasked_count,
 )
 from flashtile.kernels._dropout import dropout_keep, dropout_threshold, load_rng_state
 from flashtile.kernels._launch_cache import KernelLaunch
@@ -183,13 +182,13 @@ def attn_fwd_kernel(
         full, n_full = block_list(
             full_kv_count_ptr, full_kv_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
         )
-        n_clean = unmasked_count(full, n_full, seqlen_k_b, SPARSE_BLOCK_N)
+        n_clean = listed_below(full, n_full, seqlen_k_b // SPARSE_BLOCK_N)
         partial, n_partial = block_list(
             kv_count_ptr, kv_index_ptr, b, h, mask_row, stride_mask_b, stride_mask_h, mask_row_len
         )
         if IS_VARLEN:
-            n_full = listed_in_sequence(full, n_full, seqlen_k_b, SPARSE_BLOCK_N)
-            n_partial = listed_in_sequence(partial, n_partial, seqlen_k_b, SPARSE_BLOCK_N)
+            n_full = listed_below(full, n_full, tl.cdiv(seqlen_k_b, SPARSE_BLOCK_N))
+            n_partial = listed_below(partial, n_partial, tl.cdiv(seqlen_k_b, SPARSE_BLOCK_N))
         acc, l_i, m_i = _attn_fwd_steps(
             acc, l_i, m_i, q, k_desc, v_desc, 0, n_clean * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
             lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
