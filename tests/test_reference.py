@@ -650,9 +650,12 @@ def test_dropout_mask_is_the_kernels_rule() -> None:
     rng_state = torch.tensor([2024, 11])
     mask = naive.dropout_mask(rng_state, 0.4, 2, 3, 5, 7)
     assert mask.shape == (2, 3, 5, 7)
-    # Entry [b, h, i, j] is philox counter (j, i, b·H + h, offset), kept iff word 0 ≥ floor(p·2³²).
-    word = philox4x32((2024, 0), (6, 4, 1 * 3 + 2, 11))[0]
-    assert bool(mask[1, 2, 4, 6]) == (int(word) >= math.floor(0.4 * 2**32))
+    # Entry [b, h, i, j] is philox counter (j // 8, i, b·H + h, offset): word (j % 8) // 2, its high
+    # half for odd j, kept iff ≥ floor(p·2¹⁶).
+    word = philox4x32((2024, 0), (0, 4, 1 * 3 + 2, 11))[3]
+    assert bool(mask[1, 2, 4, 6]) == ((int(word) & 0xFFFF) >= math.floor(0.4 * 2**16))
+    word = philox4x32((2024, 0), (0, 3, 1 * 3 + 2, 11))[2]
+    assert bool(mask[1, 2, 3, 5]) == ((int(word) >> 16) >= math.floor(0.4 * 2**16))
 
 
 def test_dropout_lse_is_before_dropout_and_same_state_repeats(seed: int) -> None:

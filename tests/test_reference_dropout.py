@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import triton
@@ -78,13 +80,21 @@ def test_philox_equals_triton(state: tuple[int, int]) -> None:
     assert torch.equal(torch.stack(ours, dim=1), words)
 
 
-def test_keep_rule_is_first_word_against_threshold() -> None:
+def test_keep_rule_is_a_16_bit_half_of_one_philox_call_per_eight_keys() -> None:
+    """Entry (i, j) reads half j % 2 (low first) of word (j % 8) // 2 of the call for keys 8·(j // 8)…;
+    written out one scalar call at a time, independently of the vectorised rule."""
     rng_state = torch.tensor([99, 5])
-    b, h, nheads = torch.tensor(1), torch.tensor(2), 3
-    rows, cols = torch.arange(4)[:, None], torch.arange(6)
-    x = philox4x32((99, 0), (cols, rows, b * nheads + h, 5))[0]
+    b, h, nheads = 1, 2, 3
+    rows, cols = range(4), range(21)
     for p in (0.25, 0.5):
-        assert torch.equal(dropout_keep(rng_state, p, b, h, nheads, rows, cols), x >= dropout_threshold(p))
+        expected = torch.zeros(len(rows), len(cols), dtype=torch.bool)
+        for i in rows:
+            for j in cols:
+                words = philox4x32((99, 0), (j // 8, i, b * nheads + h, 5))
+                draw = (int(words[(j % 8) // 2]) >> (16 * (j % 2))) & 0xFFFF
+                expected[i, j] = draw >= math.floor(p * 2**16)
+        keep = dropout_keep(rng_state, p, b, h, nheads, torch.arange(4)[:, None], torch.arange(21))
+        assert torch.equal(keep, expected), p
 
 
 def test_dropout_p_zero_keeps_everything() -> None:

@@ -25,7 +25,7 @@ from flashtile.kernels._block_sparse import (
     mask_tile,
     modded_scores,
 )
-from flashtile.kernels._dropout import dropout_keep, load_rng_state
+from flashtile.kernels._dropout import dropout_keep, dropout_keep_t, load_rng_state
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import as_descriptor_operand, cdiv, grid_seqlen, padded_head_dim
 from flashtile.kernels._masking import visible, visible_span
@@ -154,6 +154,9 @@ def _attn_bwd_dkdv_steps(
 ):  # fmt: skip
     """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
     that Pᵀ and dSᵀ feed the next dots directly. SPARSE: the range is over the listed ``blocks``."""
+    if HAS_DROPOUT:
+        # The program's key block, where its dropout draws start (one Philox call per eight keys).
+        key0 = tl.min(offs_n, 0)
     for it in tl.range(start_m, end_m, BLOCK_M):
         m0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         q = dot_operand(q_desc.load([m0, 0]), DOT_FP32)  # [BLOCK_M, BLOCK_D]
@@ -175,7 +178,7 @@ def _attn_bwd_dkdv_steps(
             g_t = 1.0
         dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
         if HAS_DROPOUT:
-            keep_t = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[None, :], offs_n[:, None])
+            keep_t = dropout_keep_t(seed, rng_offset, dropout_threshold, bh, offs_m, key0, offs_n.shape[0])
             # dV takes the dropped P (its 1/(1 − p) is applied once at the end); dP the mask and scale.
             dv = tl.dot(tl.where(keep_t, p_t, 0.0).to(do.dtype), do, dv)
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
@@ -373,7 +376,7 @@ def _attn_bwd_dq_steps(
             g = 1.0
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
             dp = tl.where(keep, dp * dropout_scale, 0.0)
         if HAS_SINK:
             pdp += tl.sum(p * dp, 1)

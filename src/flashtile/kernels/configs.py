@@ -54,8 +54,11 @@ def _is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
-def fwd_config(head_dim: int, device: torch.device, head_dim_v: int | None = None) -> FwdConfig:
-    """The forward's tiling for Q/K head dim ``head_dim`` and V head dim ``head_dim_v`` (default the same)."""
+def fwd_config(
+    head_dim: int, device: torch.device, head_dim_v: int | None = None, dropout: bool = False
+) -> FwdConfig:
+    """The forward's tiling for Q/K head dim ``head_dim`` and V head dim ``head_dim_v`` (default the same);
+    ``dropout``: the kernel draws a dropout mask (its draws change layout through shared memory)."""
     bd = block_d(head_dim)
     bdv = bd if head_dim_v is None else block_d(head_dim_v)
     if is_interpreter() or device.type != "cuda":
@@ -66,7 +69,8 @@ def fwd_config(head_dim: int, device: torch.device, head_dim_v: int | None = Non
         if bd <= 64:
             return FwdConfig(128, 128, 4, 3)
         if bd <= 128:
-            return FwdConfig(128, 128, 8, 3)
+            # The dropout mask's 16 KB layout change would take shared memory to 241 KB with 3 stages.
+            return FwdConfig(128, 128, 8, 2 if dropout else 3)
         return FwdConfig(128, 64, 8, 2)
     if bd <= 64:
         return FwdConfig(128, 64, 4, 3)

@@ -108,7 +108,7 @@ def _attn_fwd_steps(
         l_i = l_i * alpha + tl.sum(p, 1)
         if HAS_DROPOUT:
             # ℓ sums the undropped P (the softmax before dropout); only the weighted sum is thinned.
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m[:, None], offs_n[None, :])
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
             p = tl.where(keep, p, 0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -404,7 +404,7 @@ def _fwd_launch(
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_stride is not None, dropout_p, varlen, total_q
     )
-    cfg = config or configs.fwd_config(head_dim, device, head_dim_v)
+    cfg = config or configs.fwd_config(head_dim, device, head_dim_v, dropout=dropout_p > 0)
     block_m, block_n = mask_tile(cfg.BLOCK_M, mod_switches, 0), mask_tile(cfg.BLOCK_N, mod_switches, 1)
     num_m_blocks = cdiv(seqlen_q, block_m)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)

@@ -143,7 +143,7 @@ def _kernels_for(kind: str, head_dims: str, variant: str):
         DOT_FP32=False, **switches,
     )  # fmt: skip
     if kind == "fwd":
-        cfg = configs.fwd_config(head_dim, device, head_dim_v)
+        cfg = configs.fwd_config(head_dim, device, head_dim_v, dropout=switches["HAS_DROPOUT"])
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
     cfg = configs.bwd_config(head_dim, causal, device, head_dim_v)

@@ -68,13 +68,19 @@ def philox4x32(
     return c0, c1, c2, c3
 
 
+# One Philox call gives four 32-bit words, i.e. eight 16-bit draws: one for each of eight consecutive keys.
+KEYS_PER_DRAW = 8
+DRAW_BITS = 16
+
+
 def dropout_threshold(dropout_p: float) -> int:
-    """``floor(p · 2³²)``: kept iff the uint32 draw is ≥ this (exact: scaling by 2³² rounds nothing).
+    """``floor(p · 2¹⁶)``: kept iff the 16-bit draw is ≥ this; the dropped fraction is then p to within
+    2⁻¹⁶ (the output is still scaled by exactly 1 / (1 − p)).
 
     >>> dropout_threshold(0.0), dropout_threshold(0.5)
-    (0, 2147483648)
+    (0, 32768)
     """
-    return math.floor(dropout_p * 2**32)
+    return math.floor(dropout_p * 2**DRAW_BITS)
 
 
 def dropout_keep(
@@ -90,9 +96,10 @@ def dropout_keep(
 
     For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
     ``j`` in ``cols`` (positions inside the sequence):
-    ``x = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(j, i, b·nheads + h, offset))[0]``
-    and the entry is kept iff ``x ≥ floor(p · 2³²)``. Counter words are taken modulo 2³² (so an offset
-    ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
+    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(j // 8, i, b·nheads + h, offset))``,
+    the draw is the 16-bit half ``j % 2`` (low half first) of word ``(j % 8) // 2``, and the entry is kept iff
+    the draw is ``≥ floor(p · 2¹⁶)``: one Philox call serves eight keys. Counter words are taken modulo 2³²
+    (so an offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
 
     Args:
         rng_state: int64 ``(2,)`` = ``(seed, offset)``, on the device the mask is wanted on; read without a
@@ -111,7 +118,13 @@ def dropout_keep(
     def index(x: IntLike) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.int64, device=device)
 
-    x, _, _, _ = philox4x32(
-        (seed, seed >> 32), (index(cols), index(rows), index(b) * nheads + index(h), offset)
+    cols = index(cols)
+    words = philox4x32(
+        (seed, seed >> 32), (cols // KEYS_PER_DRAW, index(rows), index(b) * nheads + index(h), offset)
     )
-    return x >= dropout_threshold(dropout_p)
+    lane = cols % KEYS_PER_DRAW
+    word = words[0]
+    for w in range(1, 4):
+        word = torch.where(lane // 2 == w, words[w], word)
+    draw = (word >> (DRAW_BITS * (lane % 2))) & (2**DRAW_BITS - 1)
+    return draw >= dropout_threshold(dropout_p)
