@@ -39,7 +39,7 @@ def test_options_compile_for_sm90_without_spills(kind, head_dim, options):
     for report in compile_in_subprocess(kind, head_dim, False, options=options):
         assert report.has_wgmma and report.has_tma, f"{report.kernel} {options}: no wgmma or no TMA"
         assert report.local_bytes == 0, f"{report.kernel} {options}: {report.local_bytes} B of local memory"
-        assert report.shared_bytes <= 232448, f"{report.kernel} {options}: {report.shared_bytes} B of shared memory"
+        assert report.shared_bytes <= 232448, f"{report.kernel} {options}: {report.shared_bytes} B of shared"
 
 
 # Q/K head dim past 256 or V's different: every config compiles, with TMA and within shared memory; the

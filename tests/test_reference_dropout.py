@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtile.reference.dropout import dropout_keep, dropout_threshold, philox4x32
+from flashtile.reference.dropout import dropout_keep, philox4x32
 
 M32 = 0xFFFFFFFF
 

@@ -14,8 +14,9 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels._layout import launch
-# Eight keys per Philox call, as reference.dropout.KEYS_PER_DRAW says (a literal 8 in the kernels).
 from flashtile.reference.dropout import dropout_threshold
+
+# Eight keys per Philox call, as reference.dropout.KEYS_PER_DRAW says: a literal 8 in the kernels below.
 
 __all__ = ["dropout_keep", "dropout_keep_t", "dropout_mask", "dropout_threshold", "load_rng_state"]
 
