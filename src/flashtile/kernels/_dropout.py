@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtile.kernels._layout import launch
+from flashtile.kernels._layout import cdiv, launch
 from flashtile.reference.dropout import dropout_threshold
 
 # Eight keys per Philox call, as reference.dropout.KEYS_PER_DRAW says: a literal 8 in the kernels below.
@@ -92,7 +92,7 @@ def dropout_mask(
     if mask.numel() == 0:
         return mask.bool()
     block_m, block_n = 32, 64
-    num_m_blocks = triton.cdiv(seqlen_q, block_m)
+    num_m_blocks = cdiv(seqlen_q, block_m)
     launch(
         dropout_mask_kernel, (num_m_blocks * batch * heads,), rng_state.device,
         rng_state, mask, seqlen_q, seqlen_k, num_m_blocks, dropout_threshold(dropout_p), heads,

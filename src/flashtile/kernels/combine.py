@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import launch
+from flashtile.kernels._layout import cdiv, launch
 
 LOG2_E = tl.constexpr(math.log2(math.e))
 LN_2 = tl.constexpr(math.log(2.0))
@@ -112,7 +112,7 @@ def attn_combine(
         return out, lse
     block_s, block_r = configs.combine_blocks(parts, configs.block_d(head_dim))
     launch(
-        attn_combine_kernel, (triton.cdiv(num_rows, block_r),), o5.device,
+        attn_combine_kernel, (cdiv(num_rows, block_r),), o5.device,
         o5, l4, o4, l3, parts, num_rows, seqlen, heads,
         *o5.stride()[:4], *l4.stride(), *o4.stride()[:3], *l3.stride(),
         HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_R=block_r, BLOCK_S=block_s,

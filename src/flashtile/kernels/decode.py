@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import launch
+from flashtile.kernels._layout import cdiv, launch
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._tiles import dot_operand
@@ -232,11 +232,11 @@ def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: tor
     sms = configs.multiprocessor_count(device)
     if programs >= sms:
         return 1
-    most = max(1, min(MAX_SPLITS, triton.cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
+    most = max(1, min(MAX_SPLITS, cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
 
     def efficiency(splits: int) -> float:
         work = programs * splits
-        return work / (triton.cdiv(work, sms) * sms)
+        return work / (cdiv(work, sms) * sms)
 
     best = max(efficiency(s) for s in range(1, most + 1))
     return next(s for s in range(1, most + 1) if efficiency(s) >= SPLIT_EFFICIENCY * best)
@@ -291,11 +291,11 @@ def decode_fwd(
     cfg = config or configs.decode_config(head_dim, q.device)
     packed_rows = group * seqlen_q
     block_m = min(max(16, triton.next_power_of_2(packed_rows)), cfg.MAX_BLOCK_M)
-    num_m_blocks = triton.cdiv(packed_rows, block_m)
+    num_m_blocks = cdiv(packed_rows, block_m)
     programs = batch * heads_kv * num_m_blocks
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device)
     # More splits than key tiles would only add programs that see nothing.
-    splits = max(1, min(splits, triton.cdiv(capacity, cfg.BLOCK_N)))
+    splits = max(1, min(splits, cdiv(capacity, cfg.BLOCK_N)))
     if splits == 1:
         o_part, lse_part = out[None], lse[None]
     else:

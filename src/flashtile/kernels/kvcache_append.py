@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import launch
+from flashtile.kernels._layout import cdiv, launch
 from flashtile.kernels._rotary import rotate_rows
 
 
@@ -96,7 +96,7 @@ def kvcache_append(
     if capacity == 0:
         return
     cfg = configs.rows_config(head_dim, k.device)
-    grid = (triton.cdiv(seqlen_new, cfg.BLOCK_M), batch, heads_kv)
+    grid = (cdiv(seqlen_new, cfg.BLOCK_M), batch, heads_kv)
     rotary_dim = 0 if rotary_cos is None else 2 * rotary_cos.shape[-1]
     launch(
         kvcache_append_kernel, grid, k.device,

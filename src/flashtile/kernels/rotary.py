@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from flashtile.kernels import configs
-from flashtile.kernels._layout import launch
+from flashtile.kernels._layout import cdiv, launch
 from flashtile.kernels._rotary import rotate_rows
 
 
@@ -84,7 +84,7 @@ def apply_rotary(
     has_offsets = isinstance(seqlen_offsets, torch.Tensor)
     head_dim = x.shape[-1]
     cfg = configs.rows_config(head_dim, x.device)
-    grid = (triton.cdiv(seqlen, cfg.BLOCK_M), batch, x.shape[-2])
+    grid = (cdiv(seqlen, cfg.BLOCK_M), batch, x.shape[-2])
     launch(
         rotary_kernel, grid, x.device,
         x, out, cos, sin, seqlen_offsets if has_offsets else None, cu_seqlens, *x_strides, *o_strides,

@@ -41,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashtile.errors import FlashtileValueError
+from flashtile.kernels._layout import cdiv
 
 LOG2_E = 1.4426950408889634
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
@@ -729,7 +730,7 @@ def bwd_unsupported_reason(
     if q.numel() == 0 or k.numel() == 0:
         return "empty tensors (nothing to launch)"
     batch, seqlen_q, heads, _ = q.shape
-    if batch * heads * triton.cdiv(seqlen_q, _MAX_BLOCK_M) * _MAX_BLOCK_M >= 2**31:
+    if batch * heads * cdiv(seqlen_q, _MAX_BLOCK_M) * _MAX_BLOCK_M >= 2**31:
         return "more than 2³¹ rows of row statistics"
     return None
 
@@ -789,7 +790,7 @@ def _launch(
     q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
     out = out if out.stride(-1) == 1 else out.contiguous()
     lse = lse.contiguous()
-    seqlen_pad = triton.cdiv(seqlen_q, bm) * bm
+    seqlen_pad = cdiv(seqlen_q, bm) * bm
     device = q.device
 
     lse2 = torch.empty(batch * heads * seqlen_pad, dtype=torch.float32, device=device)
@@ -815,7 +816,7 @@ def _launch(
             _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
             _descriptor(dv, out_rows, out_cols),
         )  # fmt: skip
-        num_n_blocks = triton.cdiv(seqlen_k, bn)
+        num_n_blocks = cdiv(seqlen_k, bn)
         attn_bwd_kernel[(num_n_blocks * batch * heads_kv,)](
             *descs, seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, heads, heads // heads_kv, qk_scale,
             softmax_scale, HEAD_DIM=head_dim, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split,
@@ -823,7 +824,7 @@ def _launch(
             COMPUTE_DQ=not deterministic, num_warps=FUSED_WARPS, maxnreg=FUSED_MAXNREG,
         )  # fmt: skip
         if deterministic:
-            num_m_blocks = triton.cdiv(seqlen_q, DQ_BLOCK_M)
+            num_m_blocks = cdiv(seqlen_q, DQ_BLOCK_M)
             attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
                 _descriptor(q, DQ_BLOCK_M), _descriptor(k, DQ_BLOCK_N), _descriptor(v, DQ_BLOCK_N),
                 _descriptor(dout, DQ_BLOCK_M), _descriptor(dq, DQ_BLOCK_M), lse2, delta, seqlen_q, seqlen_k,
@@ -832,7 +833,7 @@ def _launch(
             )  # fmt: skip
         else:
             numel = dq.numel()
-            attn_bwd_dq_postprocess_kernel[(triton.cdiv(numel, 1024),)](
+            attn_bwd_dq_postprocess_kernel[(cdiv(numel, 1024),)](
                 dq_accum, dq, numel, softmax_scale, BLOCK=1024
             )
     return dq, dk, dv

@@ -18,7 +18,6 @@ import functools
 import math
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -31,6 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashtile.kernels import configs
+from flashtile.kernels._layout import cdiv
 from flashtile.kernels.fwd import positive_scale
 from flashtile.mods import Mods
 
@@ -313,7 +313,7 @@ def attn_fwd(
     cfg = config or configs.hopper_fwd_config(head_dim)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    num_m_blocks = triton.cdiv(seqlen_q, 2 * WG_ROWS.value)
+    num_m_blocks = cdiv(seqlen_q, 2 * WG_ROWS.value)
     with torch.cuda.device(q.device):
         attn_fwd_kernel[(num_m_blocks * batch * heads,)](
             _descriptor(q, WG_ROWS.value), _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N),
