@@ -9,8 +9,10 @@
 #   c  training and the rest: examples/train_llama.py at 8k context with flashtile then sdpa (300 steps each),
 #      scripts/hopper_bwd_check.py timing of the backward variants not yet timed, flashtile bench --options,
 #      then the GPU tests that call a did not reach, until the deadline
+#   d  first after the fourth session: the dropout and block-sparse GPU cases, bench --options (dropout's
+#      speed), a short training pair
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c [test files for a and c]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d [test files for a and c]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -103,8 +105,22 @@ case "$part" in
     cp "$work"/train/loss.png "$work"/bench/bench_options.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  d)
+    # What changed without a GPU at the end of the fourth session, first: dropout's eight-keys-per-Philox
+    # draws and the block-list helper (their GPU cases, then the dropout rows' speed), then training.
+    begin
+    step gpu_dropout_masks 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_dropout_masks.xml" tests/test_kernel_options.py tests/test_gpu_api.py \
+      tests/test_block_sparse.py tests/test_launch_cache.py -k "drop or mask or sparse or direct"
+    step bench_options 150 python3 -m flashtile bench --options --out-dir "$work/bench"
+    train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
+    step train_flashtile 60 "${train[@]}" --attn flashtile
+    step train_sdpa 60 "${train[@]}" --attn sdpa
+    cp "$work"/bench/bench_options.csv "$work"/gpu_dropout_masks.xml "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c [test files for a and c]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d [test files for a and c]" >&2
     exit 2
     ;;
 esac
