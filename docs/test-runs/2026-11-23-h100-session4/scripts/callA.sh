@@ -1,7 +1,7 @@
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 mkdir -p $OUT/train
 t0=$SECONDS
-timeout 120 python dbg/train_time.py > $OUT/train_time.log 2>&1
+timeout 120 python dbg/train_diag.py --timing-only > $OUT/train_time.log 2>&1
 for i in 1 2; do for a in flashtile sdpa; do
   timeout 80 python examples/train_llama.py --attn $a --context 8192 --steps 150 --out-dir $OUT/train >> $OUT/train_ab.log 2>&1
 done; done

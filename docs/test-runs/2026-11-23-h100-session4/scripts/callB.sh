@@ -2,7 +2,7 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 mkdir -p $OUT/train
 S=$SECONDS
 left() { echo $((545 - (SECONDS - S))); }
-timeout 90 python dbg/train_time.py > $OUT/train_time.log 2>&1
+timeout 90 python dbg/train_diag.py --timing-only > $OUT/train_time.log 2>&1
 for i in 1 2; do for a in flashtile sdpa; do
   timeout 60 python examples/train_llama.py --attn $a --context 8192 --steps 120 --out-dir $OUT/train >> $OUT/train_ab.log 2>&1
 done; done

@@ -1,4 +1,8 @@
-"""Where a step of examples/train_llama.py spends host and GPU time: flashtile vs sdpa, alternating."""
+"""Where a step of examples/train_llama.py spends host and GPU time: flashtile vs sdpa, alternating.
+
+    python train_diag.py                # timing, synchronisations, profiles
+    python train_diag.py --timing-only  # the alternating timing alone (run as train_time.py in callA/callB)
+"""
 import sys, time, warnings, statistics, torch, transformers
 sys.path.insert(0, "examples")
 from train_llama import documents, packed_rows
@@ -46,6 +50,8 @@ for a, ms in marks.items():
     print(f"{a:16s} step median {statistics.median(tot):6.1f} ms  min {min(tot):6.1f}  "
           f"host fwd {statistics.median(cols[0])*1e3:5.1f} bwd {statistics.median(cols[1])*1e3:5.1f} "
           f"opt {statistics.median(cols[2])*1e3:5.1f} wait {statistics.median(cols[3])*1e3:5.1f}")
+if "--timing-only" in sys.argv:
+    raise SystemExit(0)
 # Synchronisations inside one step, with the Python frames that caused them.
 import traceback
 for a, (m, opt) in models.items():
