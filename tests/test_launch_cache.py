@@ -75,14 +75,19 @@ def _launch(kernel: FakeKernel, n=7, block=64) -> KernelLaunch:
     return KernelLaunch(kernel, (3, 2), CPU, ("a_ptr", "b_ptr", "aux"), values, {"num_warps": 8})
 
 
-def test_launches_go_through_triton_when_the_direct_launch_is_turned_off(monkeypatch) -> None:
-    monkeypatch.setenv(ENV_VAR, "0")
+def _launch_three_times() -> tuple[FakeKernel, FakeCompiled, tuple]:
     compiled = FakeCompiled()
     kernel = FakeKernel(compiled)
     launch = _launch(kernel)
-    a, b, aux = torch.zeros(8), torch.zeros(8, dtype=torch.int32), (torch.zeros(4),)
+    args = (torch.zeros(8), torch.zeros(8, dtype=torch.int32), (torch.zeros(4),))
     for _ in range(3):
-        launch(a, b, aux)
+        launch(*args)
+    return kernel, compiled, args
+
+
+def test_launches_go_through_triton_when_the_direct_launch_is_turned_off(monkeypatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "0")
+    kernel, compiled, (a, b, aux) = _launch_three_times()
     assert not compiled.launches
     # Every parameter in order: pointers between the fixed values; launch options as keywords.
     assert kernel.triton_launches == [((3, 2), (a, 7, b, aux, 0.5, 64), {"num_warps": 8})] * 3
@@ -90,12 +95,7 @@ def test_launches_go_through_triton_when_the_direct_launch_is_turned_off(monkeyp
 
 def test_the_direct_launch_is_the_default(direct: int, monkeypatch) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
-    compiled = FakeCompiled()
-    kernel = FakeKernel(compiled)
-    launch = _launch(kernel)
-    a, b, aux = torch.zeros(8), torch.zeros(8, dtype=torch.int32), (torch.zeros(4),)
-    for _ in range(3):
-        launch(a, b, aux)
+    kernel, compiled, _ = _launch_three_times()
     # The first call compiles through Triton; the next two call the compiled kernel.
     assert len(kernel.triton_launches) == 1 and len(compiled.launches) == 2
 
