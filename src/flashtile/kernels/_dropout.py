@@ -37,7 +37,7 @@ def dropout_keep(seed, offset, threshold, bh, offs_m, n0, BLOCK_N: tl.constexpr)
     zero = rows * 0
     w0, w1, w2, w3 = tl.philox(seed, groups, rows, (zero + bh).to(tl.int32), zero + offset)
     # Key 8g + 2w + s draws 16-bit half s (low first) of word w. Decided first, then interleaved into key
-    # order as int8: the interleaves' layout changes then move a quarter of the bytes of the draws.
+    # order as int8, a quarter of the bytes of the 32-bit draws.
     low = tl.interleave(
         tl.interleave(_kept(w0 & 0xFFFF, threshold), _kept(w2 & 0xFFFF, threshold)),
         tl.interleave(_kept(w1 & 0xFFFF, threshold), _kept(w3 & 0xFFFF, threshold)),
