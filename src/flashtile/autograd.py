@@ -98,7 +98,7 @@ class FlashAttnFunction(torch.autograd.Function):
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
         q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
         if dout is None:
-            # Unmaterialised gradients arrive as None; out's would be zero.
+            # Unmaterialised: when the loss reaches this node without out (gradcheck, a sink-only loss), None.
             dout = torch.zeros_like(out)
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
         # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
