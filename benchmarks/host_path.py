@@ -27,6 +27,8 @@ from triton.runtime.jit import JITFunction
 import flashtile
 from flashtile import flash_attn_func, ops
 from flashtile.kernels import bwd, fwd
+from flashtile.kernels.hopper import bwd as hopper_bwd
+from flashtile.kernels.hopper import fwd as hopper_fwd
 
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ["FLASHTILE_BACKEND"] = "triton"
@@ -109,6 +111,27 @@ def measure(causal: bool, reps: int) -> None:
         print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
 
 
+def measure_hopper(reps: int) -> None:
+    """The Gluon launchers alone (the backend's routing needs a GPU of compute capability 9.x)."""
+    batch, seqlen, heads, head_dim = 2, 128, 4, 128
+    q, k, v, dout = (torch.randn(batch, seqlen, heads, head_dim, dtype=torch.float16) for _ in range(4))
+    scale = head_dim**-0.5
+    out, lse = torch.randn_like(q), torch.randn(batch, heads, seqlen)
+    rows = {
+        "kernels.hopper.fwd.attn_fwd": lambda: hopper_fwd.attn_fwd(q, k, v, scale, False),
+        "kernels.hopper.bwd (3 launches)": lambda: hopper_bwd._launch(
+            dout, q, k, v, out, lse, scale, False, False
+        ),
+        "kernels.hopper.bwd, deterministic": lambda: hopper_bwd._launch(
+            dout, q, k, v, out, lse, scale, False, True
+        ),
+    }
+    print(f"\nGluon launchers (B={batch} N={seqlen} H={heads} D={head_dim} fp16; the backward's CPU tensors")
+    print("are real: its dQ accumulator's memset is in the figure)")
+    for name, fn in rows.items():
+        print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2000)
@@ -118,6 +141,7 @@ def main() -> None:
     print(f"flashtile from {os.path.dirname(flashtile.__file__)}; host µs per call (CPU time, best of 7)")
     for causal in (False, True):
         measure(causal, args.reps)
+    measure_hopper(args.reps)
 
 
 if __name__ == "__main__":

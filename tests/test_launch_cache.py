@@ -233,6 +233,9 @@ _LAUNCHER_CHECK = textwrap.dedent(
     from flashtile.block_mask import BlockMask
     from flashtile.kernels import _launch_cache, bwd, fwd
     from flashtile.kernels._launch_cache import ENV_VAR, KernelLaunch
+    from flashtile.kernels.hopper import bwd as hopper_bwd
+    from flashtile.kernels.hopper import fwd as hopper_fwd
+    from flashtile.kernels.hopper.descriptors import CheckedDescriptor
     from flashtile.masks import causal as causal_mask_mod
     from flashtile.mods import Mods
 
@@ -297,6 +300,8 @@ _LAUNCHER_CHECK = textwrap.dedent(
     def normalised(value):
         if isinstance(value, torch.Tensor):
             return ("tensor", value.dtype, tuple(value.shape), value.stride())
+        if isinstance(value, CheckedDescriptor):
+            return ("descriptor", normalised(value.base), value.shape, value.strides, value.block_shape)
         if isinstance(value, tuple):
             return tuple(normalised(v) for v in value)
         return value
@@ -332,8 +337,14 @@ _LAUNCHER_CHECK = textwrap.dedent(
 
 
     def moved(pointers):
-        # Every tensor pointer (also inside a tuple) in turn, at each alignment.
+        # Every tensor pointer (also inside a tuple) in turn, at each alignment; a descriptor's base at
+        # another 16-byte aligned address (TMA reads no other).
         for i, p in enumerate(pointers):
+            if isinstance(p, CheckedDescriptor):
+                base = tensor_at(p.base, 16)
+                new = CheckedDescriptor(base, p.shape, p.strides, p.block_shape, p.layout)
+                yield pointers[:i] + (new,) + pointers[i + 1 :]
+                continue
             parts = p if isinstance(p, tuple) else (p,)
             for j, t in enumerate(parts):
                 if t is None:
@@ -374,6 +385,15 @@ _LAUNCHER_CHECK = textwrap.dedent(
         return call
 
 
+    def hopper_call_of(q, k, v, causal=False, deterministic=False):
+        def call():
+            out, lse = hopper_fwd.attn_fwd(q, k, v, 0.125, causal)
+            dout = torch.randn_like(out)
+            hopper_bwd._launch(dout, q, k, v, out, lse, 0.125, causal, deterministic)
+
+        return call
+
+
     cu = torch.tensor([0, 13, 2 * N], dtype=torch.int32)
     tiles = torch.tensor([[True, False], [True, True]])
     block_mask = BlockMask.from_tiles(tiles, N, N, 32)
@@ -397,10 +417,16 @@ _LAUNCHER_CHECK = textwrap.dedent(
         "v-dim-96-40": call_of(*inputs(d=96, dv=40)),
         "block-sparse-sink-v-dim": call_of(*inputs(d=64, dv=32), mods=Mods(block_mask), learnable_sink=sink),
         "mask-mod": call_of(*inputs(), mods=Mods(block_mask, causal_mask_mod)),
+        "hopper-dense-d64": hopper_call_of(*inputs()),
+        "hopper-causal-gqa-d128-deterministic": hopper_call_of(
+            *inputs(d=128), causal=True, deterministic=True
+        ),
+        "hopper-seqlen-1-d256": hopper_call_of(*inputs(n=1, d=256)),
     }
     for name, call in cases.items():
         # Launches shared with an earlier case would already hold their compiled kernels.
         fwd._fwd_launch.cache_clear(), bwd._bwd_launches.cache_clear()
+        hopper_fwd._fwd_launch.cache_clear(), hopper_bwd._bwd_launches.cache_clear()
         through_triton, triton_runs, prepared = run(call, "0")
         assert triton_runs == len(through_triton) == 4, (name, triton_runs, len(through_triton))
         check_signatures(prepared)
@@ -418,10 +444,11 @@ _LAUNCHER_CHECK = textwrap.dedent(
 
 def test_launchers_pass_the_compiled_kernels_what_triton_does() -> None:
     """Every launch the launchers build (dense, causal GQA with a padded head dim, seqlen 1, window +
-    softcap + ALiBi + dropout, varlen, block-sparse with and without aux tensors, sinks, V head dims, and a
-    mask_mod that takes the fallback): with FLASHTILE_CACHED_LAUNCH=1 the second call hands each compiled
-    kernel exactly the arguments Triton's launch gave it, without Triton; and, under Triton's binder for
-    sm_90, pointers with one cache signature get one specialisation, whichever pointer moves."""
+    softcap + ALiBi + dropout, varlen, block-sparse with and without aux tensors, sinks, V head dims, a
+    mask_mod that takes the fallback, and the Gluon forward and backward with their TMA descriptors): with
+    FLASHTILE_CACHED_LAUNCH=1 the second call hands each compiled kernel exactly the arguments Triton's
+    launch gave it, without Triton; and, under Triton's binder for sm_90, pointers with one cache
+    signature get one specialisation, whichever pointer moves."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     result = subprocess.run(
         [sys.executable, "-c", _LAUNCHER_CHECK], env=env, capture_output=True, text=True, timeout=600
@@ -449,12 +476,17 @@ def _fwd_bwd(call, tensors, dout):
         "sink",
         "v-dim-192-128",
         "mask-mod",
+        "hopper-causal-gqa-deterministic",
     ],
 )
 def test_direct_launch_is_bitwise_equal_to_tritons(case: str, seed: int, monkeypatch) -> None:
-    """The portable kernels without FLASHTILE_CACHED_LAUNCH (checked against the oracle by the GPU suite)
-    and with it, on its first call (through Triton) and its second (direct): the same bits."""
-    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    """The portable kernels, and the Gluon ones (deterministic: the fused backward adds dQ by atomics),
+    without FLASHTILE_CACHED_LAUNCH (checked against the oracle by the GPU suite) and with it, on its
+    first call (through Triton) and its second (direct): the same bits."""
+    hopper = case.startswith("hopper")
+    if hopper and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernels run on compute capability 9.x only")
+    monkeypatch.setenv("FLASHTILE_BACKEND", "hopper" if hopper else "triton")
     direct_launches = []
     compiled_call = _launch_cache._Compiled.__call__
 
@@ -482,6 +514,9 @@ def test_direct_launch_is_bitwise_equal_to_tritons(case: str, seed: int, monkeyp
         head_dim, head_dim_v = 192, 128
     elif case == "mask-mod":
         kwargs = {"mask_mod": causal_mask_mod}
+    elif hopper:
+        heads_kv, head_dim, head_dim_v = 2, 128, 128
+        kwargs = {"causal": True, "deterministic": True}
     q = torch.randn(batch, seqlen, heads, head_dim, device=dev, dtype=dtype)
     k = torch.randn(batch, seqlen, heads_kv, head_dim, device=dev, dtype=dtype)
     v = torch.randn(batch, seqlen, heads_kv, head_dim_v, device=dev, dtype=dtype)

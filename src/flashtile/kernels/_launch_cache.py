@@ -21,7 +21,7 @@ options, the device, and the TRITON_DEBUG and instrumentation knobs (floats are 
 KernelLaunch fixes everything but the tensors, so it keeps one compiled kernel per (pointer dtypes and
 alignment, knobs). tests/test_launch_cache.py checks that against Triton's own binder for sm_90. Every call
 goes through ``kernel[grid]`` under another Triton version, under the interpreter (which compiles nothing),
-for a launch with a fixed argument other than an int, float, bool or None (a ``mask_mod``/``score_mod``
+for a launch with a fixed argument other than an int, float, bool, str or None (a ``mask_mod``/``score_mod``
 jit function, whose globals Triton checks at each launch), and for a kernel with pre-run hooks.
 """
 
@@ -41,7 +41,7 @@ from flashtile.kernels._layout import run_on_device
 ENV_VAR = "FLASHTILE_CACHED_LAUNCH"
 # The direct launch mirrors Triton 3.6's JITFunction.run; under another version every launch goes through it.
 ENABLED = Version(triton.__version__).release[:2] == (3, 6)
-_SCALARS = (int, float, bool, type(None))
+_SCALARS = (int, float, bool, str, type(None))
 
 
 def direct_launch_requested() -> bool:
@@ -55,12 +55,16 @@ def current_stream(device_index: int | None) -> int:
 
 
 def _pointer_signature(p: object) -> Hashable:
-    """What Triton specialises on for a per-call argument: None, or a tensor's dtype and 16-byte alignment
-    (element-wise for a tuple of tensors)."""
+    """What Triton specialises on for a per-call argument: None, a tensor's dtype and 16-byte alignment
+    (element-wise for a tuple of tensors), or a TMA descriptor's dtype and box (Triton also specialises on
+    its shared layout, which kernels/hopper/descriptors.py derives from these two)."""
     if p is None:
         return None
     if type(p) is tuple:
         return tuple([_pointer_signature(t) for t in p])
+    box = getattr(p, "block_shape", None)
+    if box is not None:
+        return p.base.dtype, tuple(box)
     return p.dtype, p.data_ptr() % 16 == 0
 
 
@@ -88,9 +92,9 @@ class _Compiled:
 class KernelLaunch:
     """``kernel[grid](**values, **per-call tensors, **options)`` with all but the tensors fixed.
 
-    ``pointers`` names the kernel parameters a call passes (tensors, None, or a tuple of tensors, in that
-    order); ``values`` gives every other parameter; ``options`` are Triton's launch options. Calling the
-    launch with the pointers launches it on ``device``, with the scratch allocator.
+    ``pointers`` names the kernel parameters a call passes (tensors, TMA descriptors, None, or a tuple of
+    tensors, in that order); ``values`` gives every other parameter; ``options`` are Triton's launch
+    options. Calling the launch with the pointers launches it on ``device``, with the scratch allocator.
     """
 
     __slots__ = ("_compiled", "_pieces", "device", "grid", "kernel", "options")

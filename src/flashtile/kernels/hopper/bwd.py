@@ -19,6 +19,7 @@ for the head dims that have a variant of that name; the others keep ``DEFAULT_VA
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,10 +39,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashtile.errors import FlashtileValueError
+from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv
+from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 
 LOG2_E = 1.4426950408889634
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
@@ -57,7 +59,6 @@ DQ_WARPS = 4
 # The deterministic dQ kernel: 64 query rows a program, 64-row K/V blocks.
 DQ_BLOCK_M = 64
 DQ_BLOCK_N = 64
-_TORCH_TO_GL = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
 
 
 @dataclass(frozen=True)
@@ -668,20 +669,16 @@ def attn_bwd_dq_kernel(
     tma.store_wait(0)
 
 
-def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
+def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> CheckedDescriptor:
     """A rank-3 descriptor over t (B, N, H, D) seen as [B, N, H·D], block [1, rows, cols] (cols = D by
     default): the sequence is a dimension of its own, so a block never reaches into the next batch."""
     batch, seqlen, heads, head_dim = t.shape
-    block = [1, rows, head_dim if cols is None else cols]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _TORCH_TO_GL[t.dtype])
-    return TensorDescriptor(
-        t, [batch, seqlen, heads * head_dim], [t.stride(0), t.stride(1), 1], block, layout
-    )
+    box = (1, rows, head_dim if cols is None else cols)
+    return descriptor(t, (batch, seqlen, heads * head_dim), (t.stride(0), t.stride(1), 1), box)
 
 
-def _row_stats_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    layout = gl.NVMMASharedLayout.get_default_for([rows], gl.float32)
-    return TensorDescriptor(t, [t.numel()], [1], [rows], layout)
+def _row_stats_descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
+    return descriptor(t, (t.numel(),), (1,), (rows,))
 
 
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
@@ -771,6 +768,80 @@ def attn_bwd(
     return tuple(g[..., :head_dim].contiguous() for g in grads)
 
 
+# The tensors of each launch, in its kernel's parameter order.
+PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr")
+FUSED_POINTERS = (
+    "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
+)  # fmt: skip
+DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
+POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
+
+
+# Everything but the tensors is a function of these arguments: one set of launches per call signature.
+@functools.lru_cache(maxsize=512)
+def _bwd_launches(
+    device: torch.device,
+    shape_q: tuple[int, int, int, int],
+    shape_k: tuple[int, int],
+    softmax_scale: float,
+    is_causal: bool,
+    deterministic: bool,
+    cfg: BwdVariant,
+    out_strides: tuple[int, int, int],
+    dout_strides: tuple[int, int, int],
+) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
+    """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
+    ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
+    three, which the preprocess reads by pointer."""
+    batch, seqlen_q, heads, head_dim = shape_q
+    seqlen_k, heads_kv = shape_k
+    bm, bn = cfg.block_m, cfg.block_n
+    seqlen_pad = cdiv(seqlen_q, bm) * bm
+    qk_scale = softmax_scale * LOG2_E
+    dq_rows, dq_cols = cfg.dq_box(head_dim)
+    preprocess = KernelLaunch(
+        attn_bwd_preprocess_kernel, (seqlen_pad // bm * batch * heads,), device, PREPROCESS_POINTERS,
+        dict(
+            stride_ob=out_strides[0], stride_on=out_strides[1], stride_oh=out_strides[2],
+            stride_dob=dout_strides[0], stride_don=dout_strides[1], stride_doh=dout_strides[2],
+            seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=seqlen_pad // bm, H=heads,
+            HEAD_DIM=head_dim, BLOCK=bm,
+        ),
+        {},
+    )  # fmt: skip
+    num_n_blocks = cdiv(seqlen_k, bn)
+    sizes = dict(
+        seqlen_q=seqlen_q, seqlen_k=seqlen_k, seqlen_pad=seqlen_pad, H=heads, GROUP=heads // heads_kv
+    )
+    scales = dict(qk_scale=qk_scale, softmax_scale=softmax_scale)
+    fused = KernelLaunch(
+        attn_bwd_kernel, (num_n_blocks * batch * heads_kv,), device, FUSED_POINTERS,
+        dict(
+            **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
+            NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
+            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic,
+        ),
+        {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
+    )  # fmt: skip
+    if deterministic:
+        num_m_blocks = cdiv(seqlen_q, DQ_BLOCK_M)
+        finish = KernelLaunch(
+            attn_bwd_dq_kernel, (num_m_blocks * batch * heads,), device, DQ_POINTERS,
+            dict(
+                **sizes, num_m_blocks=num_m_blocks, **scales, HEAD_DIM=head_dim, BM=DQ_BLOCK_M,
+                BN=DQ_BLOCK_N, IS_CAUSAL=is_causal,
+            ),
+            {"num_warps": DQ_WARPS},
+        )  # fmt: skip
+    else:
+        numel = batch * seqlen_q * heads * head_dim
+        finish = KernelLaunch(
+            attn_bwd_dq_postprocess_kernel, (cdiv(numel, 1024),), device, POSTPROCESS_POINTERS,
+            dict(numel=numel, scale=softmax_scale, BLOCK=1024), {},
+        )  # fmt: skip
+    return preprocess, fused, finish
+
+
 def _launch(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -784,56 +855,39 @@ def _launch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kernels for validated inputs whose head dim has a kernel (64, 128, 256)."""
     batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_kv = k.shape[1], k.shape[2]
     _, cfg = select_variant(head_dim)
     bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
     out = out if out.stride(-1) == 1 else out.contiguous()
     lse = lse.contiguous()
-    seqlen_pad = cdiv(seqlen_q, bm) * bm
     device = q.device
-
-    lse2 = torch.empty(batch * heads * seqlen_pad, dtype=torch.float32, device=device)
-    delta = torch.empty_like(lse2)
+    preprocess, fused, finish = _bwd_launches(
+        device, tuple(q.shape), tuple(k.shape[1:3]), softmax_scale, is_causal, deterministic, cfg,
+        out.stride()[:3], dout.stride()[:3],
+    )  # fmt: skip
+    seqlen_pad = cdiv(seqlen_q, bm) * bm
+    # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0).
+    lse2, delta = torch.empty((2, batch * heads * seqlen_pad), dtype=torch.float32, device=device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=device)
     dq = torch.empty(q.shape, dtype=q.dtype, device=device)
-    qk_scale = softmax_scale * LOG2_E
     dq_rows, dq_cols = cfg.dq_box(head_dim)
     out_rows, out_cols = cfg.out_box(head_dim)
-    with torch.cuda.device(device):
-        attn_bwd_preprocess_kernel[(seqlen_pad // bm * batch * heads,)](
-            out, dout, lse, lse2, delta, out.stride(0), out.stride(1), out.stride(2),
-            dout.stride(0), dout.stride(1), dout.stride(2), seqlen_q, seqlen_pad, seqlen_pad // bm, heads,
-            HEAD_DIM=head_dim, BLOCK=bm,
+    preprocess(out, dout, lse, lse2, delta)
+    dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=device)
+    # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
+    dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, dq_rows, 1, dq_cols))
+    fused(
+        _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(dout, bm),
+        _row_stats_descriptor(lse2, bm), _row_stats_descriptor(delta, bm),
+        _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
+        _descriptor(dv, out_rows, out_cols),
+    )  # fmt: skip
+    if deterministic:
+        finish(
+            _descriptor(q, DQ_BLOCK_M), _descriptor(k, DQ_BLOCK_N), _descriptor(v, DQ_BLOCK_N),
+            _descriptor(dout, DQ_BLOCK_M), _descriptor(dq, DQ_BLOCK_M), lse2, delta,
         )  # fmt: skip
-        dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=device)
-        # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
-        dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, dq_rows, 1, dq_cols))
-        descs = (
-            _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(dout, bm),
-            _row_stats_descriptor(lse2, bm), _row_stats_descriptor(delta, bm),
-            _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
-            _descriptor(dv, out_rows, out_cols),
-        )  # fmt: skip
-        num_n_blocks = cdiv(seqlen_k, bn)
-        attn_bwd_kernel[(num_n_blocks * batch * heads_kv,)](
-            *descs, seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, heads, heads // heads_kv, qk_scale,
-            softmax_scale, HEAD_DIM=head_dim, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split,
-            DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=is_causal,
-            COMPUTE_DQ=not deterministic, num_warps=FUSED_WARPS, maxnreg=FUSED_MAXNREG,
-        )  # fmt: skip
-        if deterministic:
-            num_m_blocks = cdiv(seqlen_q, DQ_BLOCK_M)
-            attn_bwd_dq_kernel[(num_m_blocks * batch * heads,)](
-                _descriptor(q, DQ_BLOCK_M), _descriptor(k, DQ_BLOCK_N), _descriptor(v, DQ_BLOCK_N),
-                _descriptor(dout, DQ_BLOCK_M), _descriptor(dq, DQ_BLOCK_M), lse2, delta, seqlen_q, seqlen_k,
-                seqlen_pad, num_m_blocks, heads, heads // heads_kv, qk_scale, softmax_scale,
-                HEAD_DIM=head_dim, BM=DQ_BLOCK_M, BN=DQ_BLOCK_N, IS_CAUSAL=is_causal, num_warps=DQ_WARPS,
-            )  # fmt: skip
-        else:
-            numel = dq.numel()
-            attn_bwd_dq_postprocess_kernel[(cdiv(numel, 1024),)](
-                dq_accum, dq, numel, softmax_scale, BLOCK=1024
-            )
+    else:
+        finish(dq_accum, dq)
     return dq, dk, dv

@@ -27,11 +27,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashtile.kernels import configs
+from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv
 from flashtile.kernels.fwd import positive_scale
+from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.mods import Mods
 
 LOG2_E = math.log2(math.e)
@@ -42,8 +43,6 @@ WG_ROWS = gl.constexpr(64)
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
-
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 
 @gluon.jit
@@ -268,16 +267,37 @@ def attn_fwd_kernel(
     )
 
 
-@functools.cache
-def _box_layout(dtype: torch.dtype, rows: int, head_dim: int) -> gl.NVMMASharedLayout:
-    return gl.NVMMASharedLayout.get_default_for([1, rows, 1, head_dim], _GL_DTYPES[dtype])
-
-
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
     """A TMA descriptor over (B, N, H, D) ``t`` moving [1, rows, 1, D] boxes; reads past N are zeros."""
-    head_dim = t.shape[-1]
-    layout = _box_layout(t.dtype, rows, head_dim)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, rows, 1, head_dim], layout)
+    return descriptor(t, t.shape, t.stride(), (1, rows, 1, t.shape[-1]))
+
+
+# The tensors of a launch, in the kernel's parameter order.
+FWD_POINTERS = ("q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr")
+
+
+# Everything but the tensors is a function of these arguments: one KernelLaunch per call signature.
+@functools.lru_cache(maxsize=512)
+def _fwd_launch(
+    device: torch.device,
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    heads: int,
+    heads_kv: int,
+    head_dim: int,
+    qk_scale: float,
+    is_causal: bool,
+    block_n: int,
+    stages: int,
+) -> KernelLaunch:
+    num_m_blocks = cdiv(seqlen_q, 2 * WG_ROWS.value)
+    values = dict(
+        seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_m_blocks=num_m_blocks, H=heads, GROUP=heads // heads_kv,
+        qk_scale=qk_scale, HEAD_DIM=head_dim, BLOCK_N=block_n, IS_CAUSAL=is_causal, STAGES=stages,
+    )  # fmt: skip
+    grid = (num_m_blocks * batch * heads,)
+    return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
 
 def attn_fwd(
@@ -313,12 +333,12 @@ def attn_fwd(
     cfg = config or configs.hopper_fwd_config(head_dim)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    num_m_blocks = cdiv(seqlen_q, 2 * WG_ROWS.value)
-    with torch.cuda.device(q.device):
-        attn_fwd_kernel[(num_m_blocks * batch * heads,)](
-            _descriptor(q, WG_ROWS.value), _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N),
-            _descriptor(out, WG_ROWS.value), lse, seqlen_q, seqlen_k, num_m_blocks, heads, heads // heads_kv,
-            softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=is_causal,
-            STAGES=cfg.STAGES, num_warps=NUM_WARPS,
-        )  # fmt: skip
+    launch = _fwd_launch(
+        q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale * LOG2_E, is_causal,
+        cfg.BLOCK_N, cfg.STAGES,
+    )  # fmt: skip
+    launch(
+        _descriptor(q, WG_ROWS.value), _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N),
+        _descriptor(out, WG_ROWS.value), lse,
+    )  # fmt: skip
     return out, lse
