@@ -547,6 +547,9 @@ def main() -> int:
         "--dry-run", action="store_true", help="build and run every case on the CPU reference"
     )
     parser.add_argument("--list", action="store_true", help="print the grid without running it")
+    parser.add_argument(
+        "--start", type=int, default=1, help="skip the cases numbered below this (to finish a cut-off run)"
+    )
     args = parser.parse_args()
     groups = parse_groups(args.only)
     shard, shards = parse_shard(os.environ.get("FLASHTILE_SANITIZE_SHARD", "0/1"))
@@ -566,7 +569,8 @@ def main() -> int:
             print(f"hopper: skipped ({T.hopper_skip})", flush=True)
         for case in BUILDERS[group]():
             index += 1
-            if (index - 1) % shards != shard or (group == "hopper" and T.hopper_skip):
+            skip = index < args.start or (index - 1) % shards != shard
+            if skip or (group == "hopper" and T.hopper_skip):
                 skipped[group] += 1
                 continue
             print(f"[{index}] {case.label}", flush=True)
