@@ -11,8 +11,10 @@
 #      then the GPU tests that call a did not reach, until the deadline
 #   d  first after the fourth session: the dropout and block-sparse GPU cases, bench --options (dropout's
 #      speed), a short training pair
+#   e  the fifth session's last call: GPU tests named by the arguments, the small-N cells against cuDNN
+#      (host-bound), the option rows' forward against Flex
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d [test files for a and c]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e [test files for a, c and e]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -119,8 +121,26 @@ case "$part" in
     cp "$work"/bench/bench_options.csv "$work"/gpu_dropout_masks.xml "$OUT"/ 2>/dev/null
     finish
     ;;
+  e)
+    # The fifth session's last call: the Gluon launchers' direct relaunch (and whatever Gluon kernels
+    # changed) under the given pytest arguments, the host-bound small-N cells against cuDNN, the option
+    # rows' forward against Flex, and the D = 256 Gluon backward (n64, GPU-checked in this session's part
+    # a) against the portable one it would replace.
+    begin
+    step gpu_tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
+      --junitxml="$work/gpu_tests_e.xml" "$@"
+    bench=(python3 -m flashtile bench --out-dir "$work/bench" --dtype bf16)
+    step bench_small_n 60 "${bench[@]}" --head-dim 128 --seqlen 512 1k 2k --causal both --mode fwd bwd \
+      --peers flashtile sdpa-cudnn --name bench_small_n
+    step bench_options_fwd 70 "${bench[@]}" --options --mode fwd --peers flashtile flex
+    d256=("${bench[@]}" --head-dim 256 --seqlen 4k 16k --causal both --mode bwd --name bench_d256_bwd)
+    step bench_d256_portable 30 "${d256[@]}" --peers flashtile sdpa-cudnn
+    step bench_d256_gluon 30 env FLASHTILE_HOPPER_BWD_VARIANT=n64 "${d256[@]}" --peers flashtile
+    cp "$work"/gpu_tests_e.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d [test files for a and c]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e [test files for a, c and e]" >&2
     exit 2
     ;;
 esac
