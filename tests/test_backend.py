@@ -89,16 +89,34 @@ def test_supported_call_goes_to_the_gluon_forward(hopper_everywhere):
 UNSUPPORTED = [
     pytest.param(dict(dtype=torch.float32), {}, "float16 and bfloat16", id="fp32"),
     pytest.param(dict(head_dim=96), {}, "head dims 64, 128, 256", id="d96"),
-    pytest.param({}, dict(window_size=(8, 0)), "sliding window", id="window"),
-    pytest.param({}, dict(window_size=(-1, 4)), "sliding window", id="right-window"),
-    pytest.param({}, dict(softcap=5.0), "softcap", id="softcap"),
-    pytest.param({}, dict(alibi_slopes=torch.ones(4)), "ALiBi", id="alibi"),
     pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
     pytest.param({}, dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32)), "variable-length", id="varlen"),
     pytest.param({}, dict(mods=object()), "block masks, mask_mod and score_mod", id="mods"),
     pytest.param({}, dict(learnable_sink=torch.zeros(4)), "learnable_sink", id="sink"),
     pytest.param(dict(head_dim_v=64), {}, "V head dim", id="dv64"),
 ]
+
+
+# Options the Gluon forward runs (its backward stays with the backend's attn_bwd, which picks per call).
+SUPPORTED = [
+    pytest.param(dict(window_size=(8, 0)), id="causal-window"),
+    pytest.param(dict(window_size=(-1, 4)), id="right-window"),
+    pytest.param(dict(window_size=(5, -1)), id="left-window"),
+    pytest.param(dict(window_size=(16, 16)), id="window"),
+    pytest.param(dict(softcap=5.0), id="softcap"),
+    pytest.param(dict(alibi_slopes=torch.ones(4)), id="alibi"),
+    pytest.param(dict(alibi_slopes=torch.ones(2, 4)), id="alibi-batch"),
+    pytest.param(dict(window_size=(8, 8), softcap=5.0, alibi_slopes=torch.ones(4)), id="combined"),
+]
+
+
+@pytest.mark.parametrize("options", SUPPORTED)
+def test_window_softcap_and_alibi_go_to_the_gluon_forward(hopper_everywhere, monkeypatch, options):
+    q, k, v = _qkv()
+    assert support.fwd_unsupported_reason(q, k, v, options) is None
+    assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
+    monkeypatch.setenv(backend.ENV_VAR, "hopper")
+    assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
 
 
 @pytest.mark.parametrize(("tensor_kw", "options", "reason"), UNSUPPORTED)
@@ -132,11 +150,14 @@ def test_ops_dispatch_through_the_table(hopper_everywhere, monkeypatch, seed):
     q, k, v = _qkv(head_dim=64)
     ops.run_attn_fwd(q, k, v, 0.125, True, "hopper", -1, 0)
     assert calls == [True]
-    # An fp16 call with softcap is not the fast path's: the portable kernels run it (here, interpreted).
+    # An fp16 call with a learnable sink is not the fast path's: the portable kernels run it (interpreted).
     q, k, v = (t.half() for t in _qkv(head_dim=64))
-    out, _ = ops.run_attn_fwd(q, k, v, 0.125, False, "hopper", softcap=3.0)
-    ref, _ = naive.attention(q.double(), k.double(), v.double(), softmax_scale=0.125, softcap=3.0)
-    base, _ = naive.attention(q, k, v, softmax_scale=0.125, softcap=3.0)
+    sink = torch.randn(4)
+    out, _ = ops.run_attn_fwd(q, k, v, 0.125, False, "hopper", learnable_sink=sink)
+    ref, _ = naive.attention(
+        q.double(), k.double(), v.double(), softmax_scale=0.125, learnable_sink=sink.double()
+    )
+    base, _ = naive.attention(q, k, v, softmax_scale=0.125, learnable_sink=sink)
     assert calls == [True]
     assert_matches_oracle("out", out, ref, base, seed=seed)
 

@@ -1,6 +1,7 @@
-"""The Hopper (Gluon) forward on a GPU of compute capability 9.x against the float64 oracle (2× rule), and the
-backend rule choosing it. Skipped elsewhere: Gluon does not run in Triton's interpreter (CPU CI
-compiles it instead, tests/test_kernels_hopper_sm90.py).
+"""The Hopper (Gluon) forward on a GPU of compute capability 9.x against the float64 oracle (2× rule), dense,
+causal and with its options (sliding windows, softcap, ALiBi), and the backend rule choosing it. Skipped
+elsewhere: Gluon does not run in Triton's interpreter (CPU CI compiles it instead,
+tests/test_kernels_hopper_sm90.py, and checks its tile ranges, tests/test_gluon_tile_ranges.py).
 """
 
 from __future__ import annotations
@@ -151,9 +152,163 @@ def test_auto_dispatch_on_the_gpu(seed, monkeypatch):
     for name, ours, ref, base in zip(("out", "dq", "dk", "dv"), (out, *grads), oracle, baseline, strict=True):
         assert_matches_oracle(name, ours, ref, base, grad=name != "out", seed=seed)
 
-    # Softcap is not in the fast path: auto runs it in the portable kernels, a forced hopper backend refuses.
+    # Softcap is in the fast path; dropout is not: auto runs it in the portable kernels, a forced hopper
+    # backend refuses.
     flash_attn_func(q, k, v, softcap=10.0)
-    assert calls == [True]
+    assert calls == [True, False]
+    flash_attn_func(q, k, v, dropout_p=0.1)
+    assert calls == [True, False]
     monkeypatch.setenv(backend.ENV_VAR, "hopper")
-    with pytest.raises(FlashtileValueError, match="FLASHTILE_BACKEND=hopper was asked for but softcap"):
-        flash_attn_func(q, k, v, softcap=10.0)
+    with pytest.raises(FlashtileValueError, match="FLASHTILE_BACKEND=hopper was asked for but dropout"):
+        flash_attn_func(q, k, v, dropout_p=0.1)
+
+
+# Options: (N_q, N_k, head dim, layout, dtype, causal, window as the launcher takes it, softcap, ALiBi slopes
+# "h" (H,) / "bh" (B, H) / None). Odd lengths both ways round; windows with both bounds, one, none, narrower
+# than a tile and wider than both sequences (the API would have made that one (−1, −1): the launcher's clamp).
+OPTION_CASES = [
+    (1025, 777, 128, "gqa", torch.bfloat16, True, (256, 0), 0.0, None),
+    (333, 1200, 64, "mha", torch.float16, True, (256, 0), 0.0, None),
+    (1025, 777, 64, "gqa", torch.float16, False, (100, 50), 0.0, None),
+    (333, 1200, 128, "mqa", torch.bfloat16, False, (100, 50), 0.0, None),
+    (777, 1025, 128, "gqa", torch.bfloat16, False, (0, 0), 0.0, None),
+    (1025, 777, 64, "mha", torch.bfloat16, False, (0, 0), 0.0, None),
+    (333, 1200, 128, "gqa", torch.float16, False, (-1, 37), 0.0, None),
+    (1025, 777, 64, "gqa", torch.bfloat16, False, (-1, 37), 0.0, None),
+    (333, 1200, 64, "gqa", torch.bfloat16, False, (17, -1), 0.0, None),
+    (1025, 777, 128, "mha", torch.float16, False, (17, -1), 0.0, None),
+    (200, 300, 128, "gqa", torch.bfloat16, False, (5000, 4000), 0.0, None),
+    (300, 200, 64, "gqa", torch.float16, True, (1000, 0), 0.0, None),
+    (1025, 777, 128, "gqa", torch.bfloat16, False, (-1, -1), 30.0, None),
+    (333, 1200, 64, "mha", torch.float16, True, (-1, 0), 5.0, None),
+    (513, 513, 128, "mqa", torch.bfloat16, True, (-1, 0), 5.0, None),
+    (1025, 777, 128, "gqa", torch.bfloat16, True, (-1, 0), 0.0, "h"),
+    (333, 1200, 64, "mha", torch.float16, False, (-1, -1), 0.0, "h"),
+    (777, 1025, 128, "mha", torch.float16, False, (-1, -1), 0.0, "bh"),
+    (1025, 777, 64, "gqa", torch.bfloat16, True, (-1, 0), 0.0, "bh"),
+    (1025, 777, 128, "gqa", torch.bfloat16, True, (256, 0), 30.0, "h"),
+    (333, 1200, 64, "mha", torch.float16, False, (100, 50), 5.0, "bh"),
+    (777, 1025, 128, "gqa", torch.float16, False, (17, -1), 30.0, "bh"),
+    (1025, 777, 64, "gqa", torch.bfloat16, False, (0, 0), 5.0, "h"),
+    (333, 1200, 256, "gqa", torch.bfloat16, False, (100, 50), 30.0, "h"),
+    (1025, 777, 256, "mha", torch.float16, True, (256, 0), 0.0, None),
+]
+
+
+def _option_id(case) -> str:
+    sq, sk, d, layout, dtype, causal, window, softcap, alibi = case
+    parts = [f"{sq}x{sk}", f"d{d}", layout, "causal" if causal else "full", f"w{window[0]},{window[1]}"]
+    parts += [f"cap{softcap:g}"] if softcap else []
+    parts += [f"alibi-{alibi}"] if alibi else []
+    return "-".join([*parts, str(dtype).removeprefix("torch.")])
+
+
+def _slopes(kind: str | None, batch: int, heads: int) -> torch.Tensor | None:
+    if kind is None:
+        return None
+    return torch.rand((heads,) if kind == "h" else (batch, heads), device="cuda") * 0.5 + 0.05
+
+
+def _check_options(q, k, v, scale, causal, seed, window, softcap, slopes, **kwargs):
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    out, lse = _fwd(q, k, v, scale, causal, **options, **kwargs)
+    options.update(softmax_scale=scale, causal=causal)
+    ref_out, ref_lse = naive.attention(*(t.double() for t in (q, k, v)), **options)
+    base_out, base_lse = naive.attention(q, k, v, **options)
+    assert_matches_oracle("out", out, ref_out, base_out, seed=seed)
+    assert_matches_oracle("lse", lse, ref_lse, base_lse, seed=seed)
+    return out, lse
+
+
+@pytest.mark.parametrize("case", OPTION_CASES, ids=[_option_id(c) for c in OPTION_CASES])
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_gluon_fwd_options_match_oracle(seed, case):
+    sq, sk, d, layout, dtype, causal, window, softcap, alibi = case
+    heads, heads_kv = HEAD_LAYOUTS[layout]
+    q = torch.randn(2, sq, heads, d, dtype=dtype, device="cuda")
+    k, v = (torch.randn(2, sk, heads_kv, d, dtype=dtype, device="cuda") for _ in range(2))
+    _check_options(q, k, v, d**-0.5, causal, seed, window, softcap, _slopes(alibi, 2, heads))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_rows_outside_the_window_give_zero_output_and_minus_inf_lse(seed, head_dim, nan_poisoned_allocations):
+    # Window (0, 0) with N_q − N_k = 200: query i sees key i − 200 alone, the first 200 rows see nothing
+    # (the first 128-row block wholly: its program loads no tile). Softcap and ALiBi change neither.
+    q = torch.randn(2, 300, 4, head_dim, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(2, 100, 2, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    out, lse = _check_options(q, k, v, 0.1, False, seed, (0, 0), 5.0, _slopes("h", 2, 4))
+    assert torch.equal(out[:, :200], torch.zeros_like(out[:, :200]))
+    assert torch.isneginf(lse[:, :, :200]).all()
+    assert torch.isfinite(lse[:, :, 200:]).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_window_with_a_three_stage_ring_matches_oracle(seed):
+    # The tile range starts past tile 0: the ring's slots and phases count from the program's first tile.
+    q = torch.randn(2, 700, 4, 128, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(2, 901, 2, 128, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    config = configs.HopperFwdConfig(BLOCK_N=128, STAGES=3)
+    _check_options(q, k, v, 128**-0.5, False, seed, (300, 40), 30.0, _slopes("bh", 2, 4), config=config)
+
+
+@pytest.mark.parametrize(
+    ("window", "softcap", "alibi"),
+    [((128, 0), 0.0, "h"), ((64, 64), 20.0, None)],
+    ids=["causal-window-alibi", "window-softcap"],
+)
+def test_options_through_the_api_run_the_gluon_forward(seed, monkeypatch, window, softcap, alibi):
+    # flash_attn_func under auto: the Gluon forward runs these options, the portable backward takes its
+    # (out, lse); gradients within 3× of the bf16 baseline's error.
+    from flashtile.kernels.hopper import fwd as hopper_fwd
+
+    calls = []
+    real = hopper_fwd.attn_fwd
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["window_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hopper_fwd, "attn_fwd", spy)
+    causal = window[1] == 0
+    q = torch.randn(2, 517, 4, 128, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    k, v = (
+        torch.randn(2, 600, 2, 128, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(2)
+    )
+    slopes = _slopes(alibi, 2, 4)
+    options = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=slopes)
+    out = flash_attn_func(q, k, v, **options)
+    assert calls == [(window[0], window[1])]
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+
+    def run_naive(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        o, _ = naive.attention(*leaves, **options)
+        return (o, *torch.autograd.grad(o, leaves, dout.to(dtype)))
+
+    oracle, baseline = run_naive(torch.float64), run_naive(torch.bfloat16)
+    for name, ours, ref, base in zip(("out", "dq", "dk", "dv"), (out, *grads), oracle, baseline, strict=True):
+        assert_matches_oracle(name, ours, ref, base, grad=name != "out", seed=seed)
+
+
+def test_fast_path_takes_the_options_and_declines_the_rest():
+    from flashtile.kernels.hopper import support
+
+    q = torch.randn(2, 100, 4, 128, dtype=torch.bfloat16, device="cuda")
+    k = v = torch.randn(2, 90, 2, 128, dtype=torch.bfloat16, device="cuda")
+    taken = [
+        dict(window_size=(8, 0)), dict(window_size=(-1, 4)), dict(window_size=(16, 16)),
+        dict(window_size=(3, -1)), dict(softcap=5.0), dict(alibi_slopes=torch.ones(4, device="cuda")),
+        dict(window_size=(8, 8), softcap=5.0, alibi_slopes=torch.ones(2, 4, device="cuda")),
+    ]  # fmt: skip
+    for options in taken:
+        assert support.fwd_unsupported_reason(q, k, v, options) is None, options
+    declined = {
+        "dropout": dict(dropout_p=0.1),
+        "variable-length": dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32, device="cuda")),
+        "block masks, mask_mod and score_mod": dict(mods=object()),
+        "learnable_sink": dict(learnable_sink=torch.zeros(4, device="cuda")),
+    }
+    for reason, options in declined.items():
+        assert reason in support.fwd_unsupported_reason(q, k, v, options)
+    assert "V head dim" in support.fwd_unsupported_reason(q, k, v[..., :64].contiguous(), {})

@@ -385,9 +385,10 @@ _LAUNCHER_CHECK = textwrap.dedent(
         return call
 
 
-    def hopper_call_of(q, k, v, causal=False, deterministic=False):
+    def hopper_call_of(q, k, v, causal=False, deterministic=False, **fwd_options):
+        # The Gluon backward takes no options: the hopper backend sends those backwards to the portable one.
         def call():
-            out, lse = hopper_fwd.attn_fwd(q, k, v, 0.125, causal)
+            out, lse = hopper_fwd.attn_fwd(q, k, v, 0.125, causal, **fwd_options)
             dout = torch.randn_like(out)
             hopper_bwd._launch(dout, q, k, v, out, lse, 0.125, causal, deterministic)
 
@@ -422,6 +423,9 @@ _LAUNCHER_CHECK = textwrap.dedent(
             *inputs(d=128), causal=True, deterministic=True
         ),
         "hopper-seqlen-1-d256": hopper_call_of(*inputs(n=1, d=256)),
+        "hopper-window-softcap-alibi": hopper_call_of(
+            *inputs(d=128), window_size=(5, 3), softcap=30.0, alibi_slopes=torch.rand(B, H)
+        ),
     }
     for name, call in cases.items():
         # Launches shared with an earlier case would already hold their compiled kernels.

@@ -8,6 +8,12 @@ wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O 
 S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline, the
 barrier protocol and the register budget are drawn and measured in docs/design/hopper.md.
 
+Options (docs/design/options.md): a sliding window ``(left, right)`` (causal is (−1, 0)), softcap and ALiBi,
+each a constexpr switch with its runtime values beside it, so the dense and causal kernels compile to what
+they were. A program loads only the key tiles its rows' window reaches (:func:`_key_tiles`); each consumer
+masks only the tiles some of its rows see in part (:func:`_masked_steps`). Scores with softcap or ALiBi are
+those of the portable forward (kernels/_scores.py), in base 2, so the LSE is the same function.
+
 Tensors are (B, N, H, D) and read through 4-D TMA descriptors with boxes [1, rows, 1, D]: rows past a
 sequence's end read as zeros (never another batch's or head's data) and rows past it are never written.
 """
@@ -31,18 +37,21 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from flashtile.kernels import configs
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv
-from flashtile.kernels.fwd import positive_scale
+from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.mods import Mods
 
 LOG2_E = math.log2(math.e)
 LN_2 = gl.constexpr(math.log(2.0))
+LOG2_E_C = gl.constexpr(LOG2_E)
 # Query rows per consumer warpgroup (one m64nNk16 wgmma row block); a program has two.
 WG_ROWS = gl.constexpr(64)
 # The default partition: the producer. Each consumer partition has 4 warps (a warpgroup) as well.
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
+# Runtime values: a window bound or a batch stride of 1 would otherwise compile a kernel of its own.
+WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
 
 
 @gluon.jit
@@ -52,9 +61,57 @@ def _tile_view(buf, desc):
     return buf._reinterpret(buf.dtype, [1, buf.shape[0], 1, buf.shape[1]], layout)
 
 
+# The index helpers (_key_tiles, _masked_steps, _row_terms, _visible) use only +, −, //, comparisons and
+# gl.maximum / gl.minimum / gl.cdiv / gl.expand_dims, so tests/test_gluon_tile_ranges.py runs their very
+# bodies in Python, on checked int32 scalars and numpy arrays, against flash_attn's visibility rule.
+# Triton's integer // truncates towards zero: every dividend is clamped to ≥ 0 first.
+@gluon.jit
+def _key_tiles(
+    m0, seqlen_k, lo_diag, hi_diag, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr,
+):  # fmt: skip
+    """The key tiles the query rows [m0, m0 + BLOCK_M) reach, ``(t_lo, n_tiles)``: tiles t_lo + i for i in
+    [0, n_tiles), inside [0, cdiv(N_k, BLOCK_N)). Query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag
+    (lo_diag only under HAS_WINDOW_LEFT, hi_diag only under IS_LOCAL)."""
+    # The first row sees keys from m0 + lo_diag on, the others from later keys.
+    t_lo = gl.maximum(m0 + lo_diag, 0) // BLOCK_N if HAS_WINDOW_LEFT else 0
+    # The last row of the block sees keys up to m0 + BLOCK_M − 1 + hi_diag (rows past N_q would see keys
+    # past N_k only, so they widen nothing).
+    n_keys = gl.minimum(gl.maximum(m0 + BLOCK_M + hi_diag, 0), seqlen_k) if IS_LOCAL else seqlen_k
+    n_tiles = gl.cdiv(n_keys, BLOCK_N)
+    if HAS_WINDOW_LEFT:
+        n_tiles = gl.maximum(n_tiles - t_lo, 0)
+    return t_lo, n_tiles
+
+
+@gluon.jit
+def _masked_steps(
+    row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr,
+):  # fmt: skip
+    """How the consumer of rows [row0, row0 + WG_ROWS) splits the program's tiles (indices i of
+    :func:`_key_tiles`, n_tiles ≥ 1): ``(a, b)`` with 1 ≤ a ≤ b ≤ n_tiles; tile 0 and tiles [1, a) and
+    [b, n_tiles) take the masked step, tiles [a, b) — inside N_k and seen whole by each of the WG_ROWS
+    rows — the unmasked one. Without a left bound a = 1."""
+    if IS_LOCAL:
+        # Every row sees the keys up to row0 + hi_diag.
+        n_full = gl.minimum(gl.maximum(row0 + hi_diag + 1, 0), seqlen_k) // BLOCK_N
+    else:
+        n_full = seqlen_k // BLOCK_N
+    if HAS_WINDOW_LEFT:
+        # Every row sees the keys from row0 + WG_ROWS − 1 + lo_diag on.
+        first_full = gl.cdiv(gl.maximum(row0 + (WG_ROWS - 1) + lo_diag, 0), BLOCK_N)
+        a = gl.maximum(gl.minimum(first_full - t_lo, n_tiles), 1)
+        b = gl.maximum(gl.minimum(n_full - t_lo, n_tiles), a)
+    else:
+        a = 1
+        b = gl.maximum(gl.minimum(n_full, n_tiles), 1)
+    return a, b
+
+
 @gluon.jit
 def _attn_fwd_producer(loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    q_desc, k_desc, v_desc, b, h, h_kv, m0, n_tiles = loads
+    q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles = loads
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
     if n_tiles > 0:
@@ -67,35 +124,92 @@ def _attn_fwd_producer(loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.cons
         slot = j % STAGES
         # An mbarrier starts with its phase-1 wait complete: the first round finds every slot empty.
         phase = (j // STAGES) & 1
+        n0 = (t_lo + j) * BLOCK_N
         mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            k_desc, [b, j * BLOCK_N, h_kv, 0], k_ready.index(slot), _tile_view(k_smem.index(slot), k_desc)
+            k_desc, [b, n0, h_kv, 0], k_ready.index(slot), _tile_view(k_smem.index(slot), k_desc)
         )
         mbarrier.wait(v_empty.index(slot), phase ^ 1)
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            v_desc, [b, j * BLOCK_N, h_kv, 0], v_ready.index(slot), _tile_view(v_smem.index(slot), v_desc)
+            v_desc, [b, n0, h_kv, 0], v_ready.index(slot), _tile_view(v_smem.index(slot), v_desc)
         )
 
 
 @gluon.jit
+def _row_terms(
+    rows, diag, lo_diag, hi_diag, seqlen_k, HAS_WINDOW_LEFT: gl.constexpr, HAS_ALIBI: gl.constexpr
+):
+    """(rows, first visible key, last visible key, i + N_k − N_q) of each query row i: the bounds under
+    HAS_WINDOW_LEFT (the last also below N_k), the ALiBi distance's origin under HAS_ALIBI; ``rows``
+    stands in for those a kernel does not use."""
+    lo_rows = rows
+    hi_rows = rows
+    alibi_rows = rows
+    if HAS_WINDOW_LEFT:
+        lo_rows = rows + lo_diag
+        hi_rows = gl.minimum(rows + hi_diag, seqlen_k - 1)
+    if HAS_ALIBI:
+        alibi_rows = rows + diag
+    return rows, lo_rows, hi_rows, alibi_rows
+
+
+@gluon.jit
+def _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr):
+    """Which (query, key) pairs of a tile exist and are visible: ``cols`` the tile's keys, ``rows`` the
+    :func:`_row_terms` of its query rows; query i sees key j < N_k iff i + lo_diag ≤ j ≤ i + hi_diag."""
+    rows, lo_rows, hi_rows, _ = rows
+    cols = gl.expand_dims(cols, 0)
+    if HAS_WINDOW_LEFT:
+        # The per-row bounds hold the window and N_k.
+        keep = (cols >= gl.expand_dims(lo_rows, 1)) & (cols <= gl.expand_dims(hi_rows, 1))
+    else:
+        keep = cols < seqlen_k
+        if IS_LOCAL:
+            keep = keep & (cols <= gl.expand_dims(rows, 1) + hi_diag)
+    return keep
+
+
+@gluon.jit
+def _tanh(x):
+    """tanh of fp32 ``x``: one MUFU ``tanh.approx.f32``, as kernels/_scores.py's FAST_TANH."""
+    return gl.inline_asm_elementwise(
+        "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
 def _softmax_step(
-    s, m_i, l_i, n0, rows, seqlen_k, diag, qk_scale,
-    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+    s, m_i, l_i, n0, rows, scores, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
-    that rescales the running output. Base 2: m is the running max of ``s · qk_scale``."""
-    if MASKED:
+    that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
+    qk_scale`` or, with softcap or ALiBi, kernels/_scores.py's ``base2_scores``. ``rows``: the query rows
+    and the per-row terms :func:`_row_terms` computes once."""
+    alibi_rows = rows[3]
+    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope = scores
+    if MASKED or HAS_ALIBI:
         cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-        keep = gl.expand_dims(cols, 0) < seqlen_k
-        if IS_CAUSAL:
-            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + diag)
-        s = gl.where(keep, s, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    if HAS_SOFTCAP or HAS_ALIBI:
+        # Softcap: c·tanh(scale·qk / c)·log2(e), with softcap_qk = scale / c and softcap_out = c·log2(e).
+        s = _tanh(s * softcap_qk) * softcap_out if HAS_SOFTCAP else s * qk_scale
+        if HAS_ALIBI:
+            # −slope·|i + N_k − N_q − j|, the slope times log2(e).
+            dist = gl.abs(gl.expand_dims(alibi_rows, 1) - gl.expand_dims(cols, 0))
+            s = s - alibi_slope * dist.to(gl.float32)
+        s_scale = 1.0
+    else:
+        # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, which folds into
+        # one FMA per score below.
+        s_scale = qk_scale
+    if MASKED:
+        s = gl.where(_visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT), s, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 1))
+    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -103,10 +217,12 @@ def _softmax_step(
 
 @gluon.jit
 def _attn_fwd_steps(
-    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, rows, seqlen_k, diag,
-    qk_scale, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, t_lo, rows, scores,
+    MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
-    """Tiles [lo, hi): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V wgmma runs."""
+    """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
+    wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -119,26 +235,31 @@ def _attn_fwd_steps(
         s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         prev = (j - 1) % STAGES
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-        p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         # wgmma groups retire in order: one left outstanding is the P·V just issued.
         s = warpgroup_mma_wait(1, deps=[s_tok])
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, m_i, l_i, alpha = _softmax_step(
-            s, m_i, l_i, j * BLOCK_N, rows, seqlen_k, diag, qk_scale, MASKED, IS_CAUSAL, BLOCK_N
-        )
+            s, m_i, l_i, (t_lo + j) * BLOCK_N, rows, scores, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, BLOCK_N,
+        )  # fmt: skip
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
+        if P_OPERAND:
+            p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
     return acc, m_i, l_i, p
 
 
 @gluon.jit
 def _attn_fwd_consumer(
-    program, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-    IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+    program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+    IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+    P_OPERAND: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
-    o_desc, lse_ptr, b, h, bh, m0, seqlen_q, seqlen_k, n_tiles, qk_scale = program
+    o_desc, lse_ptr, b, h, bh, m0, seqlen_q, seqlen_k, t_lo, n_tiles, qk_scale = program
+    lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -152,15 +273,19 @@ def _attn_fwd_consumer(
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
     row0 = m0 + WG * WG_ROWS
-    rows = row0 + gl.arange(0, WG_ROWS, layout=s_rows)
-    # Bottom-right alignment: query i sees key j iff j ≤ i + diag.
-    diag = seqlen_k - seqlen_q
-    if IS_CAUSAL:
-        # Tiles every row of this warpgroup sees in full skip the mask.
-        n_full = gl.minimum(gl.maximum(row0 + diag + 1, 0), seqlen_k) // BLOCK_N
-    else:
-        n_full = seqlen_k // BLOCK_N
-    n_full = gl.minimum(n_full, n_tiles)
+    # Bottom-right alignment: query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag (each bound if present).
+    rows = _row_terms(
+        row0 + gl.arange(0, WG_ROWS, layout=s_rows), seqlen_k - seqlen_q, lo_diag, hi_diag, seqlen_k,
+        HAS_WINDOW_LEFT, HAS_ALIBI,
+    )  # fmt: skip
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope)
+    # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
+    a, b_full = _masked_steps(
+        row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+    )
 
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
@@ -177,19 +302,28 @@ def _attn_fwd_consumer(
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(0), count=1)
         p, m_i, l_i, _ = _softmax_step(
-            s, m_i, l_i, 0, rows, seqlen_k, diag, qk_scale, True, IS_CAUSAL, BLOCK_N
-        )
+            s, m_i, l_i, t_lo * BLOCK_N, rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, BLOCK_N,
+        )  # fmt: skip
+        if P_OPERAND:
+            p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        if HAS_WINDOW_LEFT:
+            # The window's left edge: tiles some rows see in part, before those all rows see in full.
+            acc, m_i, l_i, p = _attn_fwd_steps(
+                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, rows,
+                scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES,
+            )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, n_full, rows,
-            seqlen_k, diag, qk_scale, False, IS_CAUSAL, BLOCK_N, STAGES,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, rows,
+            scores, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, gl.maximum(n_full, 1),
-            n_tiles, rows, seqlen_k, diag, qk_scale, True, IS_CAUSAL, BLOCK_N, STAGES,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b_full, n_tiles, t_lo,
+            rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES,
         )  # fmt: skip
         last = (n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-        p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
@@ -198,7 +332,8 @@ def _attn_fwd_consumer(
     l_o = gl.convert_layout(l_i, o_rows)
     out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
     lse = (m_i + gl.log2(l_i)) * LN_2
-    gl.store(lse_ptr + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
+    out_rows = rows[0]
+    gl.store(lse_ptr + bh.to(gl.int64) * seqlen_q + out_rows, lse, mask=out_rows < seqlen_q)
     # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile.
     q.store(out.to(o_desc.dtype))
     fence_async_shared()
@@ -207,28 +342,35 @@ def _attn_fwd_consumer(
 
 
 # Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles.
-@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP"])
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS])
 def attn_fwd_kernel(
-    q_desc, k_desc, v_desc, o_desc, lse_ptr, seqlen_q, seqlen_k, num_m_blocks, H, GROUP, qk_scale,
-    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, seqlen_q, seqlen_k, num_m_blocks, H, GROUP, qk_scale,
+    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
+    """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
+    left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
+    fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without)."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
     m_block = pid % num_m_blocks
     bh = pid // num_m_blocks
-    if IS_CAUSAL:
+    if IS_LOCAL and not HAS_WINDOW_LEFT:
         # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
         m_block = num_m_blocks - 1 - m_block
     b = bh // H
     h = bh % H
     h_kv = h // GROUP
     m0 = m_block * BLOCK_M
-    if IS_CAUSAL:
-        # The last row of the block sees keys up to m0 + BLOCK_M − 1 + N_k − N_q.
-        n_keys = gl.minimum(gl.maximum(m0 + BLOCK_M + seqlen_k - seqlen_q, 0), seqlen_k)
-    else:
-        n_keys = seqlen_k
-    n_tiles = gl.cdiv(n_keys, BLOCK_N)
+    diag = seqlen_k - seqlen_q
+    lo_diag = diag - window_left
+    hi_diag = diag + window_right
+    # With an option on, P passes between tiles as the bf16 wgmma operand (32 registers a thread fewer
+    # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
+    # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
+    P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI) and HEAD_DIM > 64
+    t_lo, n_tiles = _key_tiles(m0, seqlen_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT)
 
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
@@ -252,19 +394,22 @@ def attn_fwd_kernel(
 
     smem = (q_smem, k_smem, v_smem)
     bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
-    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, n_tiles)
-    program = (o_desc, lse_ptr, b, h, bh, m0, seqlen_q, seqlen_k, n_tiles, qk_scale)
+    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles)
+    program = (o_desc, lse_ptr, b, h, bh, m0, seqlen_q, seqlen_k, t_lo, n_tiles, qk_scale)
+    options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
         [
             (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES)),
-            (_attn_fwd_consumer, (program, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_CAUSAL, STAGES)),
-            (_attn_fwd_consumer, (program, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_CAUSAL, STAGES)),
+            (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES)),
+            (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
-    )
+    )  # fmt: skip
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
@@ -272,8 +417,41 @@ def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
     return descriptor(t, t.shape, t.stride(), (1, rows, 1, t.shape[-1]))
 
 
+# Every value is a function of these arguments: one dict per call signature, not one a call.
+@functools.lru_cache(maxsize=256)
+def option_arguments(
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_stride: int | None,
+    seqlen_q: int,
+    seqlen_k: int,
+) -> dict[str, object]:
+    """The kernel's window, softcap and ALiBi arguments, runtime values and switches, as the portable
+    forward takes them (:func:`flashtile.kernels.fwd.kernel_options`): causal is the window (left, 0), an
+    unlimited right side a bound of N_q; ``alibi_stride`` is the slopes' batch stride (0 for (H,)), None
+    without slopes. Bounds are clamped to what changes no visible row (left ≥ N_k − 1 and right ≥ N_q − 1
+    already reach every key), which keeps the kernel's index sums far from int32 overflow."""
+    opts = kernel_options(
+        softmax_scale, causal, window_size, softcap, alibi_stride is not None, 0.0, False, seqlen_q
+    )
+    switches = opts.switches
+    return dict(
+        window_left=min(opts.window_left, seqlen_k),
+        window_right=min(opts.window_right, seqlen_q),
+        softcap_qk=opts.softcap_qk,
+        softcap_out=opts.softcap_out,
+        stride_alibi_b=alibi_stride or 0,
+        IS_LOCAL=switches["IS_LOCAL"],
+        HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
+        HAS_SOFTCAP=switches["HAS_SOFTCAP"],
+        HAS_ALIBI=switches["HAS_ALIBI"],
+    )
+
+
 # The tensors of a launch, in the kernel's parameter order.
-FWD_POINTERS = ("q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr")
+FWD_POINTERS = ("q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr")
 
 
 # Everything but the tensors is a function of these arguments: one KernelLaunch per call signature.
@@ -286,15 +464,19 @@ def _fwd_launch(
     heads: int,
     heads_kv: int,
     head_dim: int,
-    qk_scale: float,
-    is_causal: bool,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_stride: int | None,
     block_n: int,
     stages: int,
 ) -> KernelLaunch:
     num_m_blocks = cdiv(seqlen_q, 2 * WG_ROWS.value)
     values = dict(
         seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_m_blocks=num_m_blocks, H=heads, GROUP=heads // heads_kv,
-        qk_scale=qk_scale, HEAD_DIM=head_dim, BLOCK_N=block_n, IS_CAUSAL=is_causal, STAGES=stages,
+        qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
+        **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, seqlen_q, seqlen_k),
     )  # fmt: skip
     grid = (num_m_blocks * batch * heads,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
@@ -321,24 +503,25 @@ def attn_fwd(
     config: configs.HopperFwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
-    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: dense, no window other than
-    causal's, no softcap, ALiBi, dropout, learnable_sink or mods, V's head dim Q's): q (B, N_q, H, D),
-    k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1; returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
-    (B, H, N_q) float32, natural log."""
+    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: dense, no dropout,
+    learnable_sink or mods, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1;
+    ``window_size`` normalised (causal is (−1, 0), −1 unlimited), ``softcap`` ≥ 0 (0 off), ``alibi_slopes``
+    None or fp32 (H,) / (B, H) on q's device. Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
+    (B, H, N_q) float32, natural log: those of the portable forward, a row that sees no key giving out 0 and
+    lse −inf."""
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     q, softmax_scale = positive_scale(q, softmax_scale)
-    # Causal arrives normalised as the window (−1, 0).
-    is_causal = causal or window_size[1] == 0
     cfg = config or configs.hopper_fwd_config(head_dim)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     launch = _fwd_launch(
-        q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale * LOG2_E, is_causal,
-        cfg.BLOCK_N, cfg.STAGES,
+        q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
+        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES,
     )  # fmt: skip
     launch(
         _descriptor(q, WG_ROWS.value), _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N),
-        _descriptor(out, WG_ROWS.value), lse,
+        _descriptor(out, WG_ROWS.value), lse, lse if slopes is None else slopes,
     )  # fmt: skip
     return out, lse

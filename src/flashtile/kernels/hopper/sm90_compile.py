@@ -5,6 +5,7 @@ dispatcher can pick compiles, uses wgmma and TMA and does not spill (flashtile.k
 the report). Run a compile in a subprocess: a compiler abort ends the whole process.
 
     python -m flashtile.kernels.hopper.sm90_compile fwd 128 causal bf16
+    python -m flashtile.kernels.hopper.sm90_compile fwd 128 window+softcap+alibi bf16
 """
 
 from __future__ import annotations
@@ -22,11 +23,58 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 DTYPES = ("fp16", "bf16")
 
 
-def fwd_configurations() -> list[tuple[int, bool, str]]:
-    """Every (head dim, causal, dtype) the dispatcher can send to the Gluon forward."""
+# Launcher options of each variant word; a variant joins words with "+" ("causal+softcap+alibi"). Window
+# bounds and slopes are runtime values: "window" and "left", "alibi" and "alibi2d" compile the same kernel,
+# named apart to show that each launch reaches a compiled configuration.
+FWD_OPTION_WORDS = {
+    "full": {},
+    "causal": dict(causal=True),
+    "window": dict(window_size=(256, 128)),
+    "left": dict(window_size=(17, -1)),
+    "softcap": dict(softcap=30.0),
+    "alibi": dict(alibi="H"),
+    "alibi2d": dict(alibi="BH"),
+}
+# Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
+# differ in their conversions only, and dense and causal compile in both).
+FWD_OPTION_VARIANTS = (
+    "window", "causal+window", "left", "softcap", "alibi", "alibi2d", "causal+softcap+alibi",
+    "window+softcap+alibi",
+)  # fmt: skip
+
+
+def fwd_configurations() -> list[tuple[int, str, str]]:
+    """Every (head dim, variant, dtype) the dispatcher can send to the Gluon forward: dense and causal in
+    both dtypes, and the option variants (:data:`FWD_OPTION_VARIANTS`)."""
     from flashtile.kernels.configs import HOPPER_FWD_HEAD_DIMS
 
-    return [(d, causal, dtype) for d in HOPPER_FWD_HEAD_DIMS for causal in (False, True) for dtype in DTYPES]
+    cases = [(d, v, t) for d in HOPPER_FWD_HEAD_DIMS for v in ("full", "causal") for t in DTYPES]
+    cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_OPTION_VARIANTS]
+    cases += [(d, "window+softcap+alibi", "fp16") for d in HOPPER_FWD_HEAD_DIMS]
+    return cases
+
+
+def fwd_options(variant: str, seqlen: int = 1024) -> dict[str, object]:
+    """The kernel's option arguments (:func:`flashtile.kernels.hopper.fwd.option_arguments`) for a variant
+    at N_q = N_k = ``seqlen``, as the launcher computes them."""
+    import torch
+
+    from flashtile.kernels.fwd import alibi_stride_b
+    from flashtile.kernels.hopper import fwd
+
+    words = variant.split("+")
+    unknown = set(words) - set(FWD_OPTION_WORDS)
+    if unknown:
+        raise ValueError(f"unknown variant words {sorted(unknown)}; accepted: {sorted(FWD_OPTION_WORDS)}")
+    opts: dict[str, object] = {}
+    for word in words:
+        opts.update(FWD_OPTION_WORDS[word])
+    causal = bool(opts.get("causal"))
+    left, right = opts.get("window_size", (-1, -1))
+    window = (left, 0 if causal else right)
+    slopes = {None: None, "H": torch.ones(4), "BH": torch.ones(2, 4)}[opts.get("alibi")]
+    softcap = opts.get("softcap", 0.0)
+    return fwd.option_arguments(0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen)
 
 
 def _descriptor_type(dtype: str, rows: int, head_dim: int) -> str:
@@ -37,8 +85,9 @@ def _descriptor_type(dtype: str, rows: int, head_dim: int) -> str:
     return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{layout!r}>"
 
 
-def compile_fwd(head_dim: int, causal: bool, dtype: str) -> CompileReport:
-    """Compile the Gluon forward in this process, as the launcher configures it for these arguments."""
+def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
+    """Compile the Gluon forward in this process, as the launcher configures it for these arguments;
+    ``variant``: words of :data:`FWD_OPTION_WORDS` joined with "+"."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -48,21 +97,30 @@ def compile_fwd(head_dim: int, causal: bool, dtype: str) -> CompileReport:
 
     cfg = configs.hopper_fwd_config(head_dim)
     rows = fwd.WG_ROWS.value
+    options = fwd_options(variant)
     signature = dict(
         q_desc=_descriptor_type(dtype, rows, head_dim),
         k_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim),
         v_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim),
         o_desc=_descriptor_type(dtype, rows, head_dim),
         lse_ptr="*fp32",
+        alibi_ptr="*fp32",
         seqlen_q="i32",
         seqlen_k="i32",
         num_m_blocks="i32",
         H="i32",
         GROUP="i32",
         qk_scale="fp32",
+        window_left="i32",
+        window_right="i32",
+        softcap_qk="fp32",
+        softcap_out="fp32",
+        stride_alibi_b="i32",
     )
-    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal, STAGES=cfg.STAGES)
+    switches = {name: value for name, value in options.items() if name.isupper()}
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     signature.update(dict.fromkeys(constexprs, "constexpr"))
+    assert set(signature) == set(fwd.attn_fwd_kernel.arg_names), "the signature names every kernel argument"
     compiled = triton.compile(
         GluonASTSource(fwd.attn_fwd_kernel, signature, constexprs),
         target=GPUTarget("cuda", 90, 32),
@@ -88,10 +146,10 @@ def _clean_python(*args: str, timeout: float) -> str:
 
 
 def compile_in_subprocess(
-    kind: str, head_dim: int, causal: bool, dtype: str, timeout: float = 300
+    kind: str, head_dim: int, variant: str, dtype: str, timeout: float = 300
 ) -> CompileReport:
     """Compile one configuration in a fresh interpreter; return the report or raise its stderr."""
-    out = _clean_python(kind, str(head_dim), "causal" if causal else "full", dtype, timeout=timeout)
+    out = _clean_python(kind, str(head_dim), variant, dtype, timeout=timeout)
     return CompileReport(**json.loads(out))
 
 
@@ -159,5 +217,5 @@ if __name__ == "__main__":
         print(json.dumps(rows))
     else:
         dim_arg, variant_arg, dtype_arg = sys.argv[2:5]
-        result = _COMPILERS[kind_arg](int(dim_arg), variant_arg == "causal", dtype_arg)
+        result = _COMPILERS[kind_arg](int(dim_arg), variant_arg, dtype_arg)
         print(json.dumps(asdict(result)))
