@@ -93,6 +93,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out-dir", type=Path, default=Path("train-results"))
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="profile this many steps after the untimed ones; writes <out-dir>/<attn>_profile.txt",
+    )
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -118,6 +125,16 @@ def main() -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     timed_tokens, timed_seconds = 0, 0.0
+    first_timed = min(5, args.steps - 1)
+    profiler = None
+    if args.profile > 0:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        # Records only the steps from first_timed on (the first ones compile kernels).
+        schedule = torch.profiler.schedule(wait=first_timed, warmup=0, active=args.profile, repeat=1)
+        profiler = torch.profiler.profile(activities=activities, schedule=schedule)
+        profiler.start()
     with log_path.open("w", newline="") as log:
         writer = csv.writer(log)
         writer.writerow(["step", "loss"])
@@ -137,13 +154,21 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             # The first steps compile kernels and warm the allocator: not timed.
-            if step >= min(5, args.steps - 1):
+            if step >= first_timed:
                 timed_tokens += ids.numel()
                 timed_seconds += time.perf_counter() - start
+            if profiler is not None:
+                profiler.step()
             writer.writerow([step, f"{loss.item():.5f}"])
             if step % 25 == 0 or step == args.steps - 1:
                 print(f"step {step:4d}  loss {loss.item():.4f}")
 
+    if profiler is not None:
+        profiler.stop()
+        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        table = profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70)
+        (args.out_dir / f"{args.attn}_profile.txt").write_text(table)
+        print(table)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     print(
         f"attn={args.attn} context={args.context} tokens/s={timed_tokens / timed_seconds:,.0f} "

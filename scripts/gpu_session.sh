@@ -13,8 +13,10 @@
 #      speed), a short training pair
 #   e  the fifth session's last call: GPU tests named by the arguments, the small-N cells against cuDNN
 #      (host-bound), the option rows' forward against Flex
+#   f  the sixth session's first call: GPU tests named by the arguments, the training example profiled
+#      (flashtile, then sdpa: where the step time goes), then memcheck over the sanitizer cases from 157 on
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e [test files for a, c and e]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f [test files for a, c, e and f]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -139,8 +141,25 @@ case "$part" in
     cp "$work"/gpu_tests_e.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  f)
+    begin
+    # The sanitizer cases not yet run under memcheck are compiled (run once, unsanitised) beside the tests.
+    timeout 200 python3 scripts/sanitize_kernels.py --start 157 > "$work/precompile.log" 2>&1 &
+    precompile=$!
+    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_tests_f.xml" "$@"
+    wait $precompile
+    echo "== precompile: exit $?" >> "$summary"
+    train=(python3 examples/train_llama.py --context 8192 --steps 40 --profile 10 --out-dir "$work/train")
+    step profile_flashtile 80 "${train[@]}" --attn flashtile
+    step profile_sdpa 80 "${train[@]}" --attn sdpa
+    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --start 157
+    cp "$work"/gpu_tests_f.xml "$work"/train/*_profile.txt "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e [test files for a, c and e]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f [test files for a, c, e and f]" >&2
     exit 2
     ;;
 esac
