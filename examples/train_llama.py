@@ -61,6 +61,21 @@ def learning_rate(step: int, steps: int, peak: float) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
 
+def count_compilations() -> list[str]:
+    """From now on, the name of every Triton kernel compiled (a compilation takes a step seconds longer)."""
+    from triton import knobs
+
+    names: list[str] = []
+    previous = knobs.runtime.jit_cache_hook
+
+    def hook(*, fn, **kwargs):  # Triton calls it before compiling a kernel it has not cached
+        names.append(fn.name)
+        return previous(fn=fn, **kwargs) if previous else None
+
+    knobs.runtime.jit_cache_hook = hook
+    return names
+
+
 def plot(out_dir: Path) -> Path:
     import matplotlib
 
@@ -126,6 +141,7 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats(device)
     timed_tokens, timed_seconds = 0, 0.0
     first_timed = min(5, args.steps - 1)
+    compiled: list[str] = []
     profiler = None
     if args.profile > 0:
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -142,6 +158,8 @@ def main() -> None:
             ids, position_ids = (t.to(device) for t in next(rows))
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, args.steps, args.lr)
+            if step == first_timed:
+                compiled = count_compilations()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
@@ -174,6 +192,10 @@ def main() -> None:
         f"attn={args.attn} context={args.context} tokens/s={timed_tokens / timed_seconds:,.0f} "
         f"peak memory={peak:.2f} GiB"
     )
+    if compiled:
+        print(
+            f"{len(compiled)} Triton kernels compiled in the timed steps: {', '.join(sorted(set(compiled)))}"
+        )
     print(f"loss curve: {log_path}, plot: {plot(args.out_dir)}")
 
 

@@ -220,7 +220,7 @@ def test_packed_batches_of_nearby_longest_lengths_share_one_prepared_launch(seed
 # Runs without the interpreter, so that the kernels are JITFunctions with Triton's binder (for sm_90).
 # JITFunction.run runs for real up to the compiled kernel's launcher, which records its arguments
 # (compilation is skipped: a recording stand-in is cached in its place).
-_LAUNCHER_CHECK = textwrap.dedent(
+_FAKE_SM90 = textwrap.dedent(
     """
     import os
 
@@ -241,7 +241,7 @@ _LAUNCHER_CHECK = textwrap.dedent(
 
     TARGET = GPUTarget("cuda", 90, 32)
     BACKEND = make_backend(TARGET)
-    LAUNCHES, PREPARED, TRITON_RUNS = [], [], []
+    LAUNCHES, PREPARED, TRITON_RUNS, COMPILES = [], [], [], []
 
 
     class Driver:
@@ -270,6 +270,7 @@ _LAUNCHER_CHECK = textwrap.dedent(
 
 
     def compile_stand_in(self, key, signature, device, constexprs, options, attrs, warmup):
+        COMPILES.append(self.fn.__name__)
         kernel = Compiled(self.fn.__name__)
         self.device_caches[device][0][key] = kernel
         return kernel
@@ -295,6 +296,11 @@ _LAUNCHER_CHECK = textwrap.dedent(
     JITFunction._do_compile = compile_stand_in
     JITFunction.run = counted_run
     KernelLaunch.__call__ = recorded_call
+    """
+)
+
+_LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
+    """
 
 
     def normalised(value):
@@ -456,6 +462,52 @@ def test_launchers_pass_the_compiled_kernels_what_triton_does() -> None:
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     result = subprocess.run(
         [sys.executable, "-c", _LAUNCHER_CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+
+_PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
+    """
+    import random
+
+    from flashtile.kernels import configs
+
+    # An H100's SMs and the Hopper tiling of D = 64, so that the dK/dV kernel's GQA split is decided as
+    # there (launches are recorded, not run: the tensors' contents do not matter).
+    configs.multiprocessor_count = lambda device: 132
+    fwd_config, bwd_config = configs.FwdConfig(128, 128, 4, 3), configs.BwdConfig(64, 128, 4, 3, 128, 64, 4, 3)
+    rng = random.Random(0)
+    total, heads, heads_kv, head_dim = 8192, 8, 2, 64
+    q = torch.randn(total, heads, head_dim, dtype=torch.float16)
+    k, v = (torch.randn(total, heads_kv, head_dim, dtype=torch.float16) for _ in range(2))
+    first = None
+    for step in range(60):
+        # A training row: documents of random lengths packed back to back (1 to 16 of them).
+        bounds = [0, *sorted(rng.sample(range(1, total), rng.randrange(16))), total]
+        cu = torch.tensor(bounds, dtype=torch.int32)
+        longest = max(b - a for a, b in zip(bounds, bounds[1:]))
+        varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+        out, lse = fwd.attn_fwd(q, k, v, 0.125, True, window_size=(-1, 0), config=fwd_config, **varlen)
+        bwd.attn_bwd(
+            torch.randn_like(out), q, k, v, out, lse, 0.125, True, window_size=(-1, 0), config=bwd_config,
+            **varlen,
+        )
+        if first is None:
+            first = list(COMPILES)
+        assert COMPILES == first, (step, len(bounds) - 1, longest, COMPILES[len(first):])
+    print("ok")
+    """
+)
+
+
+def test_packed_training_compiles_each_kernel_once() -> None:
+    """Varlen training changes the longest sequence and the number of sequences every step: under
+    Triton's binder for sm_90, sixty packed rows of 8192 tokens (causal, GQA 8/2, D = 64) compile the
+    forward's and backward's kernels at the first row only (a compilation mid-run costs seconds)."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", _PACKED_TRAINING_CHECK], env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 

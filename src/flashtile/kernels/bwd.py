@@ -605,7 +605,11 @@ def _bwd_launches(
 
     num_n_blocks = cdiv(seqlen_k, block_n1)
     num_m_blocks = cdiv(seqlen_q, block_m2)
-    per_head = splits_gqa_groups(num_n_blocks * batch * heads_kv, heads // heads_kv, device)
+    # A packed batch counts the programs that find rows: the grid's count follows the longest sequence
+    # and the number of sequences, which change every training step, and the choice changes the dK/dV
+    # kernel's signature (a compilation mid-training each time it flipped).
+    busy_programs = cdiv(total_k, block_n1) * heads_kv if varlen else num_n_blocks * batch * heads_kv
+    per_head = splits_gqa_groups(busy_programs, heads // heads_kv, device)
     if per_head:
         # dK/dV per query head, in fp32, contiguous: the launcher sums each group's heads.
         rows = total_k if varlen else seqlen_k
