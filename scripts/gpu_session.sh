@@ -15,8 +15,10 @@
 #      (host-bound), the option rows' forward against Flex
 #   f  the sixth session's first call: GPU tests named by the arguments, the training example profiled
 #      (flashtile, then sdpa: where the step time goes), then memcheck over the sanitizer cases from 157 on
+#   g  the sixth session's second call: the training pair (300 steps each, after the varlen backward's fix
+#      of mid-run compilations), then the paper grid's D = 256 cells (its backward now the Gluon one)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f [test files for a, c, e and f]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g [test files for a, c, e and f]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -158,8 +160,18 @@ case "$part" in
     cp "$work"/gpu_tests_f.xml "$work"/train/*_profile.txt "$OUT"/ 2>/dev/null
     finish
     ;;
+  g)
+    begin
+    train=(python3 examples/train_llama.py --context 8192 --steps 300 --out-dir "$work/train")
+    step train_flashtile 170 "${train[@]}" --attn flashtile
+    step train_sdpa 170 "${train[@]}" --attn sdpa
+    step bench_d256 200 python3 -m flashtile bench --paper --head-dim 256 --mode fwd bwd \
+      --out-dir "$work/bench" --name bench_d256
+    cp "$work"/train/loss.png "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f [test files for a, c, e and f]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g [test files for a, c, e and f]" >&2
     exit 2
     ;;
 esac
