@@ -183,10 +183,11 @@ def main() -> None:
 
     if profiler is not None:
         profiler.stop()
-        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-        table = profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70)
-        (args.out_dir / f"{args.attn}_profile.txt").write_text(table)
-        print(table)
+        averages = profiler.key_averages()
+        sorts = ["self_cpu_time_total"] + (["self_cuda_time_total"] if device.type == "cuda" else [])
+        tables = [averages.table(sort_by=sort, row_limit=40, max_name_column_width=70) for sort in sorts]
+        (args.out_dir / f"{args.attn}_profile.txt").write_text("\n\n".join(tables))
+        print(tables[-1])
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     print(
         f"attn={args.attn} context={args.context} tokens/s={timed_tokens / timed_seconds:,.0f} "
