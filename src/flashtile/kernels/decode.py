@@ -39,13 +39,25 @@ SPLIT_EFFICIENCY = 0.95
 def _cache_rows(
     k_base, v_base, bt_row, first_slot, slots, slot_ok, num_blocks, stride_kn, stride_vn, stride_kp,
     stride_vp, MASKED: tl.constexpr, IS_PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    TILE_IN_PAGE: tl.constexpr,
+    TILE_IN_PAGE: tl.constexpr, PAGE_IN_REGISTER: tl.constexpr,
 ):  # fmt: skip
     """Addresses of cache slots ``slots`` (from ``first_slot`` on) of the program's sequence and KV head in K
     and V, through int64 offsets. MASKED: only the slots of ``slot_ok`` are looked up in the block table;
-    TILE_IN_PAGE: the tile lies in one page, whose number is one scalar load."""
+    TILE_IN_PAGE: the tile lies in one page, whose number is one scalar load; PAGE_IN_REGISTER: that load
+    goes straight to a register (docs/design/decode.md, "Paged loads")."""
     if IS_PAGED:
-        if TILE_IN_PAGE:
+        if TILE_IN_PAGE and PAGE_IN_REGISTER:
+            # Through tl.load, the pipeliner would copy the page number to shared memory asynchronously,
+            # and the copies' FIFO order makes each step wait for every K/V copy in flight (wait_group 0).
+            page = tl.inline_asm_elementwise(
+                "ld.global.nc.b32 $0, [$1];",
+                "=r,l",
+                [bt_row + first_slot // PAGE_SIZE],
+                dtype=tl.int32,
+                is_pure=True,
+                pack=1,
+            )
+        elif TILE_IN_PAGE:
             page = tl.load(bt_row + first_slot // PAGE_SIZE)
         elif MASKED:
             page = tl.load(bt_row + slots // PAGE_SIZE, mask=slot_ok, other=0)
@@ -66,7 +78,8 @@ def _attn_decode_steps(
     stride_kn, stride_vn, stride_kp, stride_vp,
     MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr, IS_PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    PAGE_IN_REGISTER: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_FP32: tl.constexpr,
 ):  # fmt: skip
     """Fold keys [start_n, end_n) into (acc, ℓ, m). MASKED tiles load only keys < end_n (the split's end,
     never past the sequence) and apply the window; unmasked tiles lie wholly inside both."""
@@ -76,7 +89,7 @@ def _attn_decode_steps(
         key_ok = offs_n < end_n
         k_rows, v_rows = _cache_rows(
             k_base, v_base, bt_row, leftpad + n0, leftpad + offs_n, key_ok, num_blocks, stride_kn, stride_vn,
-            stride_kp, stride_vp, MASKED, IS_PAGED, PAGE_SIZE, TILE_IN_PAGE,
+            stride_kp, stride_vp, MASKED, IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, PAGE_IN_REGISTER,
         )  # fmt: skip
         if MASKED or BLOCK_D != HEAD_DIM:
             load_ok = key_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
@@ -125,7 +138,7 @@ def attn_decode_kernel(
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
     IS_PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_FP32: tl.constexpr,
+    FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_FP32: tl.constexpr, PAGE_IN_REGISTER: tl.constexpr,
 ):  # fmt: skip
     # Without leftpad every tile starts at a multiple of BLOCK_N: with pages a multiple of it, in one page.
     TILE_IN_PAGE: tl.constexpr = IS_PAGED and PAGE_SIZE % BLOCK_N == 0 and not HAS_LEFTPAD
@@ -198,19 +211,19 @@ def attn_decode_kernel(
         acc, l_i, m_i, q, k_base, v_base, bt_row, split_start, mid_start, leftpad, num_blocks, rows_i,
         alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
         stride_kn, stride_vn, stride_kb, stride_vb, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
+        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, PAGE_IN_REGISTER, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
     )  # fmt: skip
     acc, l_i, m_i = _attn_decode_steps(
         acc, l_i, m_i, q, k_base, v_base, bt_row, mid_start, mid_end, leftpad, num_blocks, rows_i,
         alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
         stride_kn, stride_vn, stride_kb, stride_vb, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
+        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, PAGE_IN_REGISTER, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
     )  # fmt: skip
     acc, l_i, m_i = _attn_decode_steps(
         acc, l_i, m_i, q, k_base, v_base, bt_row, mid_end, split_end, leftpad, num_blocks, rows_i,
         alibi_slopes, qk_scale, lo_diag, hi_diag, diag_offset, softcap_qk, softcap_out,
         stride_kn, stride_vn, stride_kb, stride_vb, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
-        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
+        IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, PAGE_IN_REGISTER, HEAD_DIM, BLOCK_D, BLOCK_N, DOT_FP32,
     )  # fmt: skip
 
     # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
@@ -314,6 +327,7 @@ def decode_fwd(
         # Inline asm does not run in the interpreter.
         FAST_TANH=not configs.is_interpreter(),
         HAS_ALIBI=slopes is not None,
+        PAGE_IN_REGISTER=not configs.is_interpreter(),
     )
     launch(
         attn_decode_kernel, (programs * splits,), q.device,
