@@ -117,7 +117,12 @@ def main() -> int:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     default = configs.decode_config(HEAD_DIM, torch.device("cuda"))
-    sweep = [default, configs.DecodeConfig(64, 64, 4, 3)]
+    # Batch 1 reads too little to hide a step's latency: deeper, wider and narrower tiles against the default.
+    sweep = [default] + [
+        configs.DecodeConfig(*c)
+        for c in ((64, 128, 4, 2), (64, 64, 4, 4), (64, 64, 8, 3), (64, 32, 4, 4), (64, 32, 4, 6))
+        if configs.DecodeConfig(*c) != default
+    ]
     shapes = [(1, 4096, 4, 1), (1, 16384, 4, 1), (1, 65536, 4, 1), (1, 131072, 4, 1), (16, 16384, 8, 1)]
     shapes += [(16, 32768, 4, 4)]
     if args.quick:
@@ -137,7 +142,7 @@ def main() -> int:
             name = f"flashtile {cfg.MAX_BLOCK_M}/{cfg.BLOCK_N}/{cfg.num_warps}w/{cfg.num_stages}s"
             report(name, problem, ms, bw)
         if batch == 1:
-            for splits in (8, 16, 33):
+            for splits in (8, 16, 33, 66):
                 ms = problem.time(functools.partial(problem.ours, splits=splits))
                 report(f"flashtile splits {splits}", problem, ms, bw)
         for name, backend in (("cudnn", "CUDNN_ATTENTION"), ("flash", "FLASH_ATTENTION")):
