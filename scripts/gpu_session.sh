@@ -17,8 +17,11 @@
 #      (flashtile, then sdpa: where the step time goes), then memcheck over the sanitizer cases from 157 on
 #   g  the sixth session's second call: the training pair (300 steps each, after the varlen backward's fix
 #      of mid-run compilations), then the paper grid's D = 256 cells (its backward now the Gluon one)
+#   h  the sixth session's decode call: the decode and KV-cache GPU tests (the page number now loaded to a
+#      register), bench --decode --quick, scripts/decode_check.py --quick (batch-1 config and split sweep),
+#      then the training pair in the other order (sdpa first: does the order move the host-bound ratio?)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g [test files for a, c, e and f]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h [test files for a, c, e, f and h]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -170,8 +173,20 @@ case "$part" in
     cp "$work"/train/loss.png "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  h)
+    begin
+    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_tests_h.xml" tests/test_decode_kernel.py tests/test_gpu_kvcache.py "$@"
+    step bench_decode 70 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
+    step decode_check 120 python3 scripts/decode_check.py --quick
+    train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
+    step train_sdpa 80 "${train[@]}" --attn sdpa
+    step train_flashtile 80 "${train[@]}" --attn flashtile
+    cp "$work"/gpu_tests_h.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g [test files for a, c, e and f]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h [test files for a, c, e, f and h]" >&2
     exit 2
     ;;
 esac
