@@ -466,7 +466,6 @@ def test_launchers_pass_the_compiled_kernels_what_triton_does() -> None:
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
-
 _PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
     """
     import random
