@@ -20,8 +20,12 @@
 #   h  the sixth session's decode call: the decode and KV-cache GPU tests (the page number now loaded to a
 #      register), bench --decode --quick, scripts/decode_check.py --quick (batch-1 config and split sweep),
 #      then the training pair in the other order (sdpa first: does the order move the host-bound ratio?)
+#   i  the sixth session's kernel call: the GPU tests named by the arguments (the Gluon backward's options
+#      and the Gluon varlen forward, forced by their knobs), then bench --options with both knobs on
+#   j  the sixth session's last call: the training pairs in both orders (sdpa, flashtile, flashtile, sdpa),
+#      then scripts/decode_check.py (batch-1 splits at every cache length)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h [test files for a, c, e, f and h]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j [test files for a, c, e, f, h and i]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -185,8 +189,28 @@ case "$part" in
     cp "$work"/gpu_tests_h.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  i)
+    begin
+    step gpu_tests 230 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_tests_i.xml" "$@"
+    step bench_options 250 env FLASHTILE_HOPPER_BWD_OPTIONS=1 FLASHTILE_HOPPER_FWD_VARLEN=1 \
+      python3 -m flashtile bench --options --out-dir "$work/bench"
+    cp "$work"/gpu_tests_i.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  j)
+    begin
+    train=(python3 examples/train_llama.py --context 8192 --steps 150)
+    step train_sdpa_1 60 "${train[@]}" --attn sdpa --out-dir "$work/train1"
+    step train_flashtile_1 60 "${train[@]}" --attn flashtile --out-dir "$work/train1"
+    step train_flashtile_2 60 "${train[@]}" --attn flashtile --out-dir "$work/train2"
+    step train_sdpa_2 60 "${train[@]}" --attn sdpa --out-dir "$work/train2"
+    step decode_check 120 python3 scripts/decode_check.py
+    cp "$work"/train1/loss.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h [test files for a, c, e, f and h]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j [test files for a, c, e, f, h and i]" >&2
     exit 2
     ;;
 esac
