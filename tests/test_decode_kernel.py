@@ -377,3 +377,16 @@ def test_paged_decode_keeps_copies_in_flight_as_the_contiguous_one() -> None:
         == {"0x10": copies["paged"]["sizes"]["0x10"]}
     )
     assert copies["paged"]["waits"] == copies["contiguous"]["waits"], copies
+
+
+def test_heuristic_puts_two_programs_on_every_sm_for_a_small_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 132 SMs, a batch that leaves most SMs idle (batch 1 with 4, 8 or 33 KV heads) gets about two
+    programs an SM and never more; one that fills half of them or more is split in even waves."""
+    monkeypatch.setattr(configs, "multiprocessor_count", lambda device: 132)
+    device = torch.device("cpu")
+    for programs in (4, 8, 33):
+        splits = num_splits_heuristic(programs, 1 << 17, 64, device)
+        assert 0.95 * 264 <= programs * splits <= 264, (programs, splits)
+    # Past half of the SMs, waves of one program an SM, each nearly full.
+    splits = num_splits_heuristic(100, 1 << 17, 64, device)
+    assert (100 * splits) / (-(-100 * splits // 132) * 132) >= 0.95, splits

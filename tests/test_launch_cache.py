@@ -475,7 +475,8 @@ _PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
     # An H100's SMs and the Hopper tiling of D = 64, so that the dK/dV kernel's GQA split is decided as
     # there (launches are recorded, not run: the tensors' contents do not matter).
     configs.multiprocessor_count = lambda device: 132
-    fwd_config, bwd_config = configs.FwdConfig(128, 128, 4, 3), configs.BwdConfig(64, 128, 4, 3, 128, 64, 4, 3)
+    fwd_config = configs.FwdConfig(128, 128, 4, 3)
+    bwd_config = configs.BwdConfig(64, 128, 4, 3, 128, 64, 4, 3)
     rng = random.Random(0)
     total, heads, heads_kv, head_dim = 8192, 8, 2, 64
     q = torch.randn(total, heads, head_dim, dtype=torch.float16)

@@ -33,6 +33,10 @@ MIN_TILES_PER_SPLIT = 4
 MAX_SPLITS = 128
 # The heuristic takes the fewest splits whose wave efficiency is within this factor of the best.
 SPLIT_EFFICIENCY = 0.95
+# Programs an SM runs at once when a small batch is split (two fit its shared memory and registers): at batch
+# 1 with 8 KV heads, 33 splits (two programs on every SM) ran 1.07-1.10x faster than 16 at 4k and 16k caches
+# (H100, docs/test-runs/2026-11-23-h100-session6/h/).
+PROGRAMS_PER_SM = 2
 
 
 @triton.jit
@@ -240,11 +244,15 @@ def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: tor
     else the fewest splits that give every SM the same number of programs to within ``SPLIT_EFFICIENCY``
     of the best split count, each split keeping at least ``MIN_TILES_PER_SPLIT`` tiles of the capacity.
 
-    Counted one program an SM: a memory-bound SM with two programs where its neighbours have one finishes
-    last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower than 16)."""
+    A batch that leaves more than half of the SMs idle is split for ``PROGRAMS_PER_SM`` programs on every SM,
+    a larger one for one: either way every SM gets the same count, since a memory-bound SM with two programs
+    where its neighbours have one finishes last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower
+    than 16)."""
     sms = configs.multiprocessor_count(device)
     if programs >= sms:
         return 1
+    if 2 * programs <= sms:
+        sms *= PROGRAMS_PER_SM
     most = max(1, min(MAX_SPLITS, cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
 
     def efficiency(splits: int) -> float:
