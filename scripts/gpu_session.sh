@@ -23,7 +23,7 @@
 #   i  the sixth session's kernel call: the GPU tests named by the arguments (the Gluon backward's options
 #      and the Gluon varlen forward, forced by their knobs), then bench --options with both knobs on
 #   j  the sixth session's last call: the training pairs in both orders (sdpa, flashtile, flashtile, sdpa),
-#      then scripts/decode_check.py (batch-1 splits at every cache length)
+#      then bench --decode --quick and scripts/decode_check.py (the new split heuristic at every cache length)
 #
 #     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j [test files for a, c, e, f, h and i]
 #
@@ -205,8 +205,9 @@ case "$part" in
     step train_flashtile_1 60 "${train[@]}" --attn flashtile --out-dir "$work/train1"
     step train_flashtile_2 60 "${train[@]}" --attn flashtile --out-dir "$work/train2"
     step train_sdpa_2 60 "${train[@]}" --attn sdpa --out-dir "$work/train2"
-    step decode_check 120 python3 scripts/decode_check.py
-    cp "$work"/train1/loss.png "$OUT"/ 2>/dev/null
+    step bench_decode 70 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
+    step decode_check 150 python3 scripts/decode_check.py
+    cp "$work"/train1/loss.png "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
   *)
