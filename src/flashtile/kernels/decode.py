@@ -28,14 +28,15 @@ from flashtile.kernels.fwd import LOG2_E, dot_options, positive_scale
 
 LN_2 = tl.constexpr(math.log(2.0))
 LOG2_E_C = tl.constexpr(LOG2_E)
-# A split gets at least this many key tiles, so its fixed cost (q load, partial store, combine) stays small.
-MIN_TILES_PER_SPLIT = 4
+# A split gets at least this many key tiles, so its fixed cost (q load, partial store, combine) stays small
+# (batch 1, 4k cache, 8 KV heads: 33 splits of about 2 tiles ran 1.11x faster than 16 of 4; 66 of 1 did not).
+MIN_TILES_PER_SPLIT = 2
 MAX_SPLITS = 128
 # The heuristic takes the fewest splits whose wave efficiency is within this factor of the best.
 SPLIT_EFFICIENCY = 0.95
 # Programs an SM runs at once when a small batch is split (two fit its shared memory and registers): at batch
-# 1 with 8 KV heads, 33 splits (two programs on every SM) ran 1.07-1.10x faster than 16 at 4k and 16k caches
-# (H100, docs/test-runs/2026-11-23-h100-session6/h/).
+# 1 with 8 KV heads, 33 splits (two programs on every SM) ran 1.09-1.11x faster than 16 at 4k and 16k caches
+# and as fast at 64k and 128k (H100, docs/test-runs/2026-11-23-h100-session6/j/).
 PROGRAMS_PER_SM = 2
 
 
@@ -240,20 +241,21 @@ def attn_decode_kernel(
 
 
 def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device) -> int:
-    """Splits of the cache length for ``programs`` programs per split: 1 when they already fill every SM,
-    else the fewest splits that give every SM the same number of programs to within ``SPLIT_EFFICIENCY``
-    of the best split count, each split keeping at least ``MIN_TILES_PER_SPLIT`` tiles of the capacity.
+    """Splits of the cache length for ``programs`` programs per split, each split keeping at least
+    ``MIN_TILES_PER_SPLIT`` tiles of the capacity: 1 when the programs already fill every SM; for a batch
+    that leaves more than half of the SMs idle, the most splits that keep to one wave of ``PROGRAMS_PER_SM``
+    programs an SM; else the fewest splits that give every SM the same number of programs to within
+    ``SPLIT_EFFICIENCY`` of the best split count.
 
-    A batch that leaves more than half of the SMs idle is split for ``PROGRAMS_PER_SM`` programs on every SM,
-    a larger one for one: either way every SM gets the same count, since a memory-bound SM with two programs
-    where its neighbours have one finishes last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower
-    than 16)."""
+    Programs are spread evenly, since a memory-bound SM with two programs where its neighbours have one
+    finishes last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower than 16; 33, two on every
+    SM, ran as fast as 16 at 64k and 128k and 1.09-1.11× faster at 4k and 16k)."""
     sms = configs.multiprocessor_count(device)
     if programs >= sms:
         return 1
-    if 2 * programs <= sms:
-        sms *= PROGRAMS_PER_SM
     most = max(1, min(MAX_SPLITS, cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
+    if 2 * programs <= sms:
+        return max(1, min(most, PROGRAMS_PER_SM * sms // programs))
 
     def efficiency(splits: int) -> float:
         work = programs * splits
