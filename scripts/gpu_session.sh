@@ -20,8 +20,9 @@
 #   h  the sixth session's decode call: the decode and KV-cache GPU tests (the page number now loaded to a
 #      register), bench --decode --quick, scripts/decode_check.py --quick (batch-1 config and split sweep),
 #      then the training pair in the other order (sdpa first: does the order move the host-bound ratio?)
-#   i  the sixth session's kernel call: the GPU tests named by the arguments (the Gluon backward's options
-#      and the Gluon varlen forward, forced by their knobs), then bench --options with both knobs on
+#   i  the sixth session's kernel call: the GPU tests named by the arguments (the Gluon varlen forward,
+#      forced by its knob), bench --options varlen and the training runs with the knob on, bench --decode
+#      --quick (the split heuristic of d7e20ee)
 #   j  the sixth session's last call: the training pairs in both orders (sdpa, flashtile, flashtile, sdpa),
 #      then bench --decode --quick and scripts/decode_check.py (the new split heuristic at every cache length)
 #
@@ -193,8 +194,13 @@ case "$part" in
     begin
     step gpu_tests 230 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
       --junitxml="$work/gpu_tests_i.xml" "$@"
-    step bench_options 250 env FLASHTILE_HOPPER_BWD_OPTIONS=1 FLASHTILE_HOPPER_FWD_VARLEN=1 \
-      python3 -m flashtile bench --options --out-dir "$work/bench"
+    step bench_varlen 120 env FLASHTILE_HOPPER_FWD_VARLEN=1 python3 -m flashtile bench --options varlen \
+      --out-dir "$work/bench"
+    step bench_decode 60 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
+    train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
+    step train_flashtile_1 50 env FLASHTILE_HOPPER_FWD_VARLEN=1 "${train[@]}" --attn flashtile
+    step train_sdpa 50 "${train[@]}" --attn sdpa
+    step train_flashtile_2 50 env FLASHTILE_HOPPER_FWD_VARLEN=1 "${train[@]}" --attn flashtile
     cp "$work"/gpu_tests_i.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;

@@ -816,3 +816,17 @@ def test_head_dims_preset_on_the_gpu_runs_every_pair(tmp_path: Path) -> None:
     assert flex and all(r["status"] == "ok" for r in flex), [r["detail"] for r in flex]
     pngs = {p.name for p in tmp_path.glob("*.png")}
     assert pngs == {"bench_head_dims_fwd_bf16.png", "bench_head_dims_bwd_bf16.png"}
+
+
+def test_options_named_on_the_command_line_are_the_only_ones_run(tmp_path: Path) -> None:
+    """``--options varlen softcap`` keeps those two options' cells (and the plain cells they are compared
+    with); a name outside the preset is refused by argparse."""
+    argv = ["bench", "--options", "varlen", "softcap", "--device", "cpu", "--mode", "fwd"]
+    assert main([*argv, "--out-dir", str(tmp_path)]) == 0
+    _, rows = _rows(tmp_path / "bench_options.csv")
+    ours = [r for r in rows if r["impl"] == "flashtile"]
+    assert {r["layout"] for r in ours} == {"dense", "varlen", "padded"}
+    assert {r["softcap"] for r in ours} == {"0", "30"}
+    assert all(r["window_left"] == "-1" for r in ours)
+    assert not any(r["alibi"] == "true" or r["dropout_p"] != "0" or r["sink"] == "true" for r in ours)
+    assert main(["bench", "--options", "nonsense", "--device", "cpu"]) == 2

@@ -109,11 +109,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     preset.add_argument(
         "--options",
-        action="store_true",
+        nargs="*",
+        choices=grid.OPTIONS[:6],
+        metavar="OPTION",
         help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k; a "
         "learnable sink (one N(0, 1) logit per head, causal) at 4k and 16k; a packed batch of mixed lengths) "
         "beside the plain kernel and FlexAttention / SDPA flash, about 5 minutes on an H100; --seqlen "
-        "replaces every option's lengths",
+        f"replaces every option's lengths; names among {', '.join(grid.OPTIONS[:6])} keep only those",
     )
     parser.add_argument(
         "--decode",
@@ -203,6 +205,10 @@ def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
     else:
         name = "paper" if args.paper else "quick" if args.quick else "options" if args.options else "default"
     base = grid.preset(name, device.type)
+    if getattr(args, "option_names", ()):
+        base = dataclasses.replace(
+            base, options=tuple(o for o in base.options if o.option in args.option_names)
+        )
     if base.options and args.seqlen:
         lengths = tuple(dict.fromkeys(args.seqlen))
         base = dataclasses.replace(
@@ -982,6 +988,12 @@ def _report(csv_path: Path, console: Console) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """The ``flashtile bench`` command; returns the exit status."""
+    # ``--options`` alone is every option; with names, only those (args.options then says "the preset").
+    if isinstance(args.options, list):
+        args.option_names = tuple(args.options)
+        args.options = True
+    elif args.options is None:
+        args.options = False
     # Off a terminal (CI, a remote run's captured log) rich assumes 80 columns, which wraps the tables.
     console = Console() if Console().is_terminal else Console(width=_LOG_WIDTH)
     if args.head_dims and (args.masks or args.decode):
