@@ -20,7 +20,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from flashtile.bench.decode import copy_bandwidth, graph_time_ms
 from flashtile.kernels import configs
-from flashtile.kernels.decode import decode_fwd, num_splits_heuristic
+from flashtile.kernels.decode import decode_fwd, num_splits_heuristic, programs_per_sm
 
 HEADS, HEAD_DIM, DTYPE = 32, 128, torch.bfloat16
 
@@ -131,7 +131,8 @@ def main() -> int:
     for batch, seqlen, group, seqlen_q in shapes:
         problem = Problem(batch, seqlen, group, seqlen_q)
         programs = batch * problem.heads_kv
-        auto = num_splits_heuristic(programs, seqlen, default.BLOCK_N, torch.device("cuda"))
+        cuda = torch.device("cuda")
+        auto = num_splits_heuristic(programs, seqlen, default.BLOCK_N, cuda, programs_per_sm(HEAD_DIM, cuda))
         mib = problem.kv_bytes / 2**20
         print(f"{problem.label()}: {mib:.0f} MiB K+V, {problem.copies} copies, auto splits {auto}")
         err, base = problem.check(problem.ours(0))

@@ -385,8 +385,8 @@ def test_heuristic_puts_two_programs_on_every_sm_for_a_small_batch(monkeypatch: 
     monkeypatch.setattr(configs, "multiprocessor_count", lambda device: 132)
     device = torch.device("cpu")
     for programs in (4, 8, 33):
-        splits = num_splits_heuristic(programs, 1 << 17, 64, device)
+        splits = num_splits_heuristic(programs, 1 << 17, 64, device, per_sm=2)
         assert 0.95 * 264 <= programs * splits <= 264, (programs, splits)
     # Past half of the SMs, waves of one program an SM, each nearly full.
-    splits = num_splits_heuristic(100, 1 << 17, 64, device)
+    splits = num_splits_heuristic(100, 1 << 17, 64, device, per_sm=2)
     assert (100 * splits) / (-(-100 * splits // 132) * 132) >= 0.95, splits

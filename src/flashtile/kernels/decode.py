@@ -34,9 +34,10 @@ MIN_TILES_PER_SPLIT = 2
 MAX_SPLITS = 128
 # The heuristic takes the fewest splits whose wave efficiency is within this factor of the best.
 SPLIT_EFFICIENCY = 0.95
-# Programs an SM runs at once when a small batch is split (two fit its shared memory and registers): at batch
-# 1 with 8 KV heads, 33 splits (two programs on every SM) ran 1.09-1.11x faster than 16 at 4k and 16k caches
-# and as fast at 64k and 128k (H100, docs/test-runs/2026-11-23-h100-session6/j/).
+# Programs a Hopper SM runs at once when a small batch is split at head dims up to 128 (two fit its 227 KB
+# of shared memory, 96 KB each): at batch 1 with 8 KV heads, 33 splits (two programs on every SM) ran
+# 1.09-1.11x faster than 16 at 4k and 16k caches and as fast at 64k and 128k
+# (H100, docs/test-runs/2026-11-23-h100-session6/j/).
 PROGRAMS_PER_SM = 2
 
 
@@ -240,12 +241,22 @@ def attn_decode_kernel(
     tl.store(lse_rows, lse, mask=row_ok)
 
 
-def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device) -> int:
+def programs_per_sm(head_dim: int, device: torch.device) -> int:
+    """How many split programs :func:`num_splits_heuristic` may put on one SM: ``PROGRAMS_PER_SM`` where
+    that was measured (Hopper, head dims up to 128), else 1."""
+    if device.type == "cuda" and configs.block_d(head_dim) <= 128 and configs._is_hopper(device):
+        return PROGRAMS_PER_SM
+    return 1
+
+
+def num_splits_heuristic(
+    programs: int, capacity: int, block_n: int, device: torch.device, per_sm: int = 1
+) -> int:
     """Splits of the cache length for ``programs`` programs per split, each split keeping at least
     ``MIN_TILES_PER_SPLIT`` tiles of the capacity: 1 when the programs already fill every SM; for a batch
-    that leaves more than half of the SMs idle, the most splits that keep to one wave of ``PROGRAMS_PER_SM``
-    programs an SM; else the fewest splits that give every SM the same number of programs to within
-    ``SPLIT_EFFICIENCY`` of the best split count.
+    that leaves more than half of the SMs idle, the most splits that keep to one wave of ``per_sm``
+    programs an SM (:func:`programs_per_sm`); else the fewest splits that give every SM the same number of
+    programs to within ``SPLIT_EFFICIENCY`` of the best split count.
 
     Programs are spread evenly, since a memory-bound SM with two programs where its neighbours have one
     finishes last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower than 16; 33, two on every
@@ -255,7 +266,7 @@ def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: tor
         return 1
     most = max(1, min(MAX_SPLITS, cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
     if 2 * programs <= sms:
-        return max(1, min(most, PROGRAMS_PER_SM * sms // programs))
+        return max(1, min(most, per_sm * sms // programs))
 
     def efficiency(splits: int) -> float:
         work = programs * splits
@@ -316,7 +327,8 @@ def decode_fwd(
     block_m = min(max(16, triton.next_power_of_2(packed_rows)), cfg.MAX_BLOCK_M)
     num_m_blocks = cdiv(packed_rows, block_m)
     programs = batch * heads_kv * num_m_blocks
-    splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device)
+    per_sm = programs_per_sm(head_dim, q.device)
+    splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)
     # More splits than key tiles would only add programs that see nothing.
     splits = max(1, min(splits, cdiv(capacity, cfg.BLOCK_N)))
     if splits == 1:
