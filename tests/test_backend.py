@@ -305,3 +305,28 @@ def test_hopper_backward_sends_a_causal_sliding_window_to_the_portable_kernel(
     q, k, v = (t.half().as_subclass(_ClaimsCuda) for t in _qkv(head_dim=64))
     hopper.attn_bwd(q, q, k, v, q, None, 0.1, causal, window_size=window)
     assert calls == [expected]
+
+
+def test_gluon_backward_takes_windows_softcap_and_alibi_only_with_the_knob(monkeypatch):
+    """Until their GPU cases pass, windows, softcap and ALiBi stay on the portable backward unless
+    FLASHTILE_HOPPER_BWD_OPTIONS=1; with it, the "keys" split takes them, the D = 256 kernel and the
+    deterministic dQ kernel do not."""
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(gluon_bwd, "GPU_CHECKED_OPTIONS", False)
+    q, k, v = _qkv()
+    on_gpu = q.as_subclass(_ClaimsCuda)
+    slopes = torch.ones(q.shape[2])
+    for options in ({"window_size": (8, 0)}, {"softcap": 30.0}, {"alibi_slopes": slopes}):
+        monkeypatch.delenv(gluon_bwd.OPTIONS_ENV, raising=False)
+        assert gluon_bwd.OPTIONS_ENV in gluon_bwd.bwd_unsupported_reason(on_gpu, k, v, q, options)
+        monkeypatch.setenv(gluon_bwd.OPTIONS_ENV, "1")
+        assert gluon_bwd.bwd_unsupported_reason(on_gpu, k, v, q, options) is None
+        assert "deterministic" in gluon_bwd.bwd_unsupported_reason(
+            on_gpu, k, v, q, {**options, "deterministic": True}
+        )
+        wide = [
+            t[..., :1].expand(*t.shape[:-1], 256).contiguous().as_subclass(_ClaimsCuda) for t in (q, k, v)
+        ]
+        assert "256" in gluon_bwd.bwd_unsupported_reason(*wide, wide[0], options)

@@ -197,3 +197,43 @@ def test_huge_bounds_stay_in_int32():
     # A bound far past both lengths is clamped on the host: no index sum overflows.
     check_tile_ranges(1000, 900, (2**31 - 1, 2**31 - 1), False, 128)
     check_tile_ranges(1000, 900, (2**31 - 1, -1), False, 64)
+
+
+def test_backward_query_blocks_cover_every_visible_pair():
+    """The Gluon backward's ``_q_blocks`` (kernels/hopper/bwd.py) under a window: for each K/V block, the
+    query blocks it visits lie in [0, cdiv(N_q, BM)) and hold every query that sees one of its keys."""
+    from flashtile.kernels.hopper import bwd
+
+    q_blocks = _in_python(bwd._q_blocks, _SCALAR_GL)
+    rng = random.Random(0)
+    cases = [(300, 300, (64, 0)), (203, 113, (17, -1)), (129, 300, (-1, 37)), (200, 200, (0, 0))]
+    cases += [(100, 100, (1000, 1000)), (1, 1, (0, 0)), (64, 640, (5, 3))]
+    for _ in range(300):
+        window = (rng.choice([-1, rng.randrange(0, 400)]), rng.choice([-1, rng.randrange(0, 400)]))
+        if window != (-1, -1):
+            cases.append((rng.randrange(1, 700), rng.randrange(1, 700), window))
+    for seqlen_q, seqlen_k, window in cases:
+        args = fwd.option_arguments(0.125, False, window, 0.0, None, seqlen_q, seqlen_k)
+        assert args["IS_LOCAL"]
+        left, right = window
+        for bm, bn in ((64, 128), (128, 128), (64, 64)):
+            m_blocks = -(-seqlen_q // bm)
+            for n0 in range(0, seqlen_k, bn):
+                bounds = CheckedInt(args["window_left"]), CheckedInt(args["window_right"])
+                m_first, m_end = q_blocks(
+                    CheckedInt(n0), CheckedInt(seqlen_q), CheckedInt(seqlen_k), *bounds, False, True,
+                    args["HAS_WINDOW_LEFT"], bm, bn,
+                )  # fmt: skip
+                case = f"N_q={seqlen_q} N_k={seqlen_k} window={window} BM={bm} BN={bn} n0={n0}"
+                assert m_first >= 0 and m_end <= m_blocks, case
+                seen = _truth(
+                    np.arange(seqlen_q),
+                    np.arange(n0, min(n0 + bn, seqlen_k)),
+                    seqlen_q,
+                    seqlen_k,
+                    left,
+                    right,
+                )
+                rows = np.flatnonzero(seen.any(1))
+                if rows.size:
+                    assert m_first * bm <= rows.min() and rows.max() < m_end * bm, case

@@ -168,3 +168,71 @@ def test_backend_backward_keeps_a_causal_sliding_window(head_dim, seed, hopper):
         ("dq", "dk", "dv"), grads, reference(torch.float64), reference(torch.bfloat16), strict=True
     ):
         assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+
+
+OPTION_CASES = [
+    # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, window, softcap, alibi slopes' shape)
+    pytest.param(2, 300, 300, 4, 2, 128, True, (64, 0), 0.0, None, id="causal-window64-d128"),
+    pytest.param(1, 257, 513, 4, 2, 64, False, (100, 50), 0.0, None, id="window100-50-257x513-d64"),
+    # N_q > N_k with a left bound only: the first rows see no key (out 0, LSE −inf, zero gradients).
+    pytest.param(2, 203, 113, 4, 2, 128, False, (17, -1), 0.0, None, id="window17-left-203x113-d128"),
+    pytest.param(1, 129, 300, 2, 2, 128, False, (-1, 37), 0.0, None, id="window-right37-129x300-d128"),
+    pytest.param(1, 200, 200, 2, 1, 64, False, (0, 0), 0.0, None, id="window0-mqa-d64"),
+    pytest.param(1, 100, 100, 2, 2, 128, False, (1000, 1000), 0.0, None, id="window-wider-than-seq-d128"),
+    pytest.param(2, 300, 300, 4, 2, 128, False, (-1, -1), 30.0, None, id="softcap30-d128"),
+    pytest.param(2, 300, 300, 4, 2, 64, True, (-1, -1), 5.0, None, id="causal-softcap5-d64"),
+    pytest.param(2, 300, 300, 4, 2, 128, False, (-1, -1), 0.0, (4,), id="alibi-h-d128"),
+    pytest.param(2, 300, 200, 4, 2, 128, True, (-1, -1), 0.0, (2, 4), id="causal-alibi-bh-300x200-d128"),
+    pytest.param(2, 333, 333, 8, 2, 128, True, (100, 0), 20.0, (2, 8), id="causal-window-softcap-alibi-d128"),
+    pytest.param(1, 500, 480, 4, 4, 64, False, (64, 64), 10.0, (4,), id="window-softcap-alibi-d64"),
+    pytest.param(1, 96, 96, 2, 2, 96, False, (20, 20), 15.0, (2,), id="window-softcap-alibi-d96"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv", "head_dim", "causal", "window", "softcap",
+     "alibi", "variant"),
+    _with_variants(OPTION_CASES),
+)  # fmt: skip
+def test_hopper_bwd_options_match_oracle(
+    batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, window, softcap, alibi, variant, dtype,
+    seed, hopper, monkeypatch, nan_poisoned_allocations,
+):  # fmt: skip
+    """Windows, softcap and ALiBi, alone and together, in the fused kernel (forced by its knob), against
+    the float64 oracle under the 3× rule; rows that see no key get zero gradients, never NaN."""
+    monkeypatch.setenv(hopper.OPTIONS_ENV, "1")
+    monkeypatch.setenv(hopper.VARIANT_ENV, variant)
+    q = torch.randn(batch, seqlen_q, heads, head_dim, device="cuda", dtype=dtype)
+    k = torch.randn(batch, seqlen_k, heads_kv, head_dim, device="cuda", dtype=dtype)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    slopes = None if alibi is None else torch.rand(*alibi, device="cuda", dtype=torch.float32)
+    scale = head_dim**-0.5
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    fwd_window = (window[0], 0) if causal else window
+    out, lse = portable_fwd.attn_fwd(
+        q, k, v, scale, causal, window_size=fwd_window, softcap=softcap, alibi_slopes=slopes
+    )
+    assert hopper.bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": fwd_window}) is None
+    grads = hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, **options)
+
+    def reference(dtype_ref):
+        leaves = [t.detach().to(dtype_ref).requires_grad_() for t in (q, k, v)]
+        ref_out, _ = naive.attention(*leaves, softmax_scale=scale, causal=causal, **options)
+        ref_out.backward(dout.to(dtype_ref))
+        return [t.grad for t in leaves]
+
+    for name, ours, ref, base in zip(
+        ("dq", "dk", "dv"), grads, reference(torch.float64), reference(dtype), strict=True
+    ):
+        assert ours.shape == ref.shape and ours.dtype == dtype
+        assert not ours.isnan().any(), name
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+
+
+def test_hopper_bwd_options_stay_off_without_the_knob(hopper, monkeypatch):
+    monkeypatch.delenv(hopper.OPTIONS_ENV, raising=False)
+    q = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16)
+    reason = hopper.bwd_unsupported_reason(q, q, q, q, {"softcap": 30.0})
+    assert (reason is None) == hopper.GPU_CHECKED_OPTIONS

@@ -39,6 +39,41 @@ def test_hopper_bwd_every_variant_compiles_for_sm90():
     assert not failures, "\n".join(failures)
 
 
+# Windows, softcap and ALiBi: in the "keys" split (head dims 64 and 128, every variant), not deterministic.
+OPTION_JOBS = [
+    (d, name, mask, False)
+    for d in (64, 128)
+    for name in bwd.VARIANTS[d]
+    for mask in ("causal+softcap", "local+softcap+alibi", "alibi")
+]
+
+
+def test_hopper_bwd_options_compile_for_sm90_without_local_memory():
+    """Each option variant compiles with wgmma, TMA and the reduce-add, within shared memory, and without
+    local memory; ptxas's stack frame (spilled registers) is reported in the failure message only."""
+    procs = [start_compile(OPTION_JOBS[i::2]) for i in range(2)]
+    results = {}
+    for proc in procs:
+        results.update(finish_compile(proc))
+    failures = []
+    for (d, name, mask, _), kernels in results.items():
+        for report, has_reduce in kernels:
+            checks = {
+                "no wgmma": report.has_wgmma,
+                "no TMA": report.has_tma,
+                f"{report.local_bytes} B of local memory": report.local_bytes == 0,
+                f"{report.shared_bytes} B of shared memory": report.shared_bytes <= MAX_SHARED_BYTES,
+                "no TMA reduce-add": has_reduce,
+            }
+            failures += [
+                f"D={d} {name} {mask} (stack {report.stack_bytes} B): {what}"
+                for what, ok in checks.items()
+                if not ok
+            ]
+    assert len(results) == len(OPTION_JOBS)
+    assert not failures, "\n".join(failures)
+
+
 def test_every_head_dim_has_a_default_variant():
     assert set(bwd.DEFAULT_VARIANT) == set(bwd.VARIANTS)
     for d, name in bwd.DEFAULT_VARIANT.items():

@@ -392,11 +392,13 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
 
 
     def hopper_call_of(q, k, v, causal=False, deterministic=False, **fwd_options):
-        # The Gluon backward takes no options: the hopper backend sends those backwards to the portable one.
+        # The backward gets the forward's window, softcap and ALiBi slopes (the fused kernel's options).
         def call():
             out, lse = hopper_fwd.attn_fwd(q, k, v, 0.125, causal, **fwd_options)
             dout = torch.randn_like(out)
-            hopper_bwd._launch(dout, q, k, v, out, lse, 0.125, causal, deterministic)
+            window = fwd_options.get("window_size", (-1, 0) if causal else (-1, -1))
+            softcap, slopes = fwd_options.get("softcap", 0.0), fwd_options.get("alibi_slopes")
+            hopper_bwd._launch(dout, q, k, v, out, lse, 0.125, causal, deterministic, window, softcap, slopes)
 
         return call
 

@@ -43,9 +43,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv
+from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
+from flashtile.kernels.hopper.fwd import _tanh, option_arguments
 
 LOG2_E = 1.4426950408889634
+# Kernels may read only constexpr globals.
+LOG2_E_C = gl.constexpr(LOG2_E)
+# Windows, softcap and ALiBi in the fused kernel: on once their GPU cases pass; before that,
+# FLASHTILE_HOPPER_BWD_OPTIONS=1 takes them there (tests and benchmarks).
+GPU_CHECKED_OPTIONS = False
+OPTIONS_ENV = "FLASHTILE_HOPPER_BWD_OPTIONS"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
@@ -210,16 +218,34 @@ def _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.const
 
 
 @gluon.jit
+def _q_blocks(
+    n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+):  # fmt: skip
+    """:func:`_q_block_range` under a sliding window: query i sees key j iff
+    i + N_k − N_q − left ≤ j ≤ i + N_k − N_q + right, so the keys [n0, n0 + BN) are seen by the queries
+    [n0 − diag − right, n0 + BN − 1 − diag + left] (docs/design/hopper_bwd.md, "Options")."""
+    if IS_LOCAL:
+        diag = seqlen_k - seqlen_q
+        m_first = gl.maximum(n0 - diag - window_right, 0) // BM
+        m_end = gl.cdiv(seqlen_q, BM)
+        if HAS_WINDOW_LEFT:
+            m_end = gl.minimum(m_end, gl.cdiv(gl.maximum(n0 + BN - diag + window_left, 0), BM))
+        return m_first, m_end
+    return _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+
+
+@gluon.jit
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-    NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
     group, each pair on its own barrier so Sᵀ can start before dO lands."""
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP = sizes
+    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes
     kv3: gl.constexpr = k_desc.layout
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
@@ -228,7 +254,9 @@ def _producer(
     tma.async_copy_global_to_shared(
         v_desc, [b, n0, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
     )
-    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    m_first, m_end = _q_blocks(
+        n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
+    )
     per_head = gl.maximum(m_end - m_first, 0)
     q3: gl.constexpr = q_desc.layout
     for it in range(GROUP * per_head):
@@ -254,16 +282,19 @@ def _producer(
 
 @gluon.jit
 def _consumer(
-    descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
+    descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
-    DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, which: gl.constexpr,
+    DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
-    in registers."""
+    in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
+    stride_alibi_b), read under their switches."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP = sizes
+    window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -288,7 +319,9 @@ def _consumer(
     # Key rows of this warpgroup, and the last query each sees (+ the diagonal's offset).
     rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
     diag_offset = seqlen_k - seqlen_q
-    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    m_first, m_end = _q_blocks(
+        n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
+    )
     per_head = gl.maximum(m_end - m_first, 0)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
@@ -306,15 +339,43 @@ def _consumer(
         dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         lse = lse_smem.index(s).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
-        pt = gl.exp2(st * qk_scale - lse[None, :])
-        # Only the blocks that cross the diagonal hold keys a query must not see.
-        if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+        if HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL:
+            # The forward's base-2 score: softcap · tanh(s / softcap), then −slope · |i + N_k − N_q − j|.
             cols = m0 + gl.arange(0, BM, layout=col_layout)
-            pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
-        delta = delta_smem.index(s).load(col_layout)
-        dpt = warpgroup_mma_wait(0, deps=(dpt,))
-        dst = pt * (dpt - delta[None, :])
-        p_op = gl.convert_layout(pt.to(dtype), a_layout)
+            if HAS_SOFTCAP:
+                capped = _tanh(st * softcap_qk)
+                score = capped * softcap_out
+            else:
+                score = st * qk_scale
+            if HAS_ALIBI:
+                slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+                score = score - slope * gl.abs((cols + diag_offset)[None, :] - rows[:, None]).to(gl.float32)
+            pt = gl.exp2(score - lse[None, :])
+            if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+                pt = gl.where(rows[:, None] <= (cols + diag_offset)[None, :], pt, 0.0)
+            if IS_LOCAL:
+                # Key j is visible to query i iff i + diag − left ≤ j ≤ i + diag + right.
+                pt = gl.where(rows[:, None] <= (cols + (diag_offset + window_right))[None, :], pt, 0.0)
+                if HAS_WINDOW_LEFT:
+                    pt = gl.where(rows[:, None] >= (cols + (diag_offset - window_left))[None, :], pt, 0.0)
+            # P as the dV operand and P·(1 − tanh²) (the softcap's derivative; the softmax scale comes at the
+            # end) before dPᵀ lands: fewer registers live across the wait than P and tanh in fp32.
+            p_op = gl.convert_layout(pt.to(dtype), a_layout)
+            if HAS_SOFTCAP:
+                pt = pt * (1.0 - capped * capped)
+            delta = delta_smem.index(s).load(col_layout)
+            dpt = warpgroup_mma_wait(0, deps=(dpt,))
+            dst = pt * (dpt - delta[None, :])
+        else:
+            pt = gl.exp2(st * qk_scale - lse[None, :])
+            # Only the blocks that cross the diagonal hold keys a query must not see.
+            if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+                cols = m0 + gl.arange(0, BM, layout=col_layout)
+                pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
+            delta = delta_smem.index(s).load(col_layout)
+            dpt = warpgroup_mma_wait(0, deps=(dpt,))
+            dst = pt * (dpt - delta[None, :])
+            p_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
         ds_lo = dst.to(dtype)
         ds_op = gl.convert_layout(ds_lo, a_layout)
@@ -484,15 +545,18 @@ def _consumer_dim(
     tma.store_wait(0)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["window_left", "window_right", "stride_alibi_b"])
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
-    seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
+    alibi_ptr, seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
+    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
     HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, SPLIT: gl.constexpr,
     DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    COMPUTE_DQ: gl.constexpr,
+    COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
 ):  # fmt: skip
-    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head."""
+    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
+    window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only."""
     pid = gl.program_id(0)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
@@ -533,7 +597,8 @@ def attn_bwd_kernel(
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
-    load_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP)
+    load_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right)
+    options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     if SPLIT == "dim":
         # P and dS as [query, key] tiles, double-buffered: a warpgroup may run one block ahead.
         pds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BN], dtype)
@@ -546,7 +611,8 @@ def attn_bwd_kernel(
                                  IS_CAUSAL, COMPUTE_DQ, 0)),
                 (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
                                  IS_CAUSAL, COMPUTE_DQ, 1)),
-                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL)),
+                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
+                             False, False)),
             ],
             [4, 1],
             [240, 24],
@@ -559,11 +625,14 @@ def attn_bwd_kernel(
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
         gl.warp_specialize(
             [
-                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
-                             DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, COMPUTE_DQ, 0)),
-                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
-                             DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, COMPUTE_DQ, 1)),
-                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL)),
+                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN,
+                             NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, 0)),
+                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN,
+                             NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, 1)),
+                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
+                             IS_LOCAL, HAS_WINDOW_LEFT)),
             ],
             [4, 1],
             [240, 24],
@@ -695,6 +764,11 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     return t if fits else t.contiguous()
 
 
+def options_enabled() -> bool:
+    """Whether windows, softcap and ALiBi run in the fused kernel (``GPU_CHECKED_OPTIONS``, or the knob)."""
+    return GPU_CHECKED_OPTIONS or os.environ.get(OPTIONS_ENV, "").strip() == "1"
+
+
 def bwd_unsupported_reason(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, options: Mapping[str, Any]
 ) -> str | None:
@@ -713,14 +787,22 @@ def bwd_unsupported_reason(
         return f"head dim {head_dim}: the Gluon backward takes {SUPPORTED_HEAD_DIMS}"
     if v.shape[-1] != head_dim:
         return f"a V head dim ({v.shape[-1]}) other than Q/K's ({head_dim})"
-    if tuple(options.get("window_size", (-1, -1))) not in ((-1, -1), (-1, 0)):
-        return "sliding windows"
+    window = tuple(options.get("window_size", (-1, -1)))
     if (
-        options.get("softcap", 0.0)
+        window not in ((-1, -1), (-1, 0))
+        or options.get("softcap", 0.0)
         or options.get("alibi_slopes") is not None
-        or options.get("dropout_p", 0.0)
     ):
-        return "softcap, ALiBi and dropout"
+        if not options_enabled():
+            return (
+                f"sliding windows, softcap and ALiBi (not yet GPU-checked here: {OPTIONS_ENV}=1 takes them)"
+            )
+        if PADDED_HEAD_DIM.get(head_dim, head_dim) == 256:
+            return "sliding windows, softcap and ALiBi at head dims 192 and 256"
+        if options.get("deterministic"):
+            return "sliding windows, softcap and ALiBi with deterministic=True"
+    if options.get("dropout_p", 0.0):
+        return "dropout"
     if options.get("mods") is not None:
         return "block masks, mask_mod and score_mod"
     if options.get("learnable_sink") is not None:
@@ -745,6 +827,8 @@ def attn_bwd(
     *,
     window_size: tuple[int, int] = (-1, -1),
     deterministic: bool = False,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
     **options: Any,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward on Hopper; the contract of ``flashtile.kernels.bwd.attn_bwd``: q, dout, out
@@ -755,17 +839,23 @@ def attn_bwd(
 
     >>> dq, dk, dv = attn_bwd(dout, q, k, v, out, lse, q.shape[-1] ** -0.5, causal=True)
     """
-    window_size = (-1, 0) if causal else tuple(window_size)
-    reason = bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window_size})
+    # Causal bounds the right side at 0 and keeps the left one (a causal sliding window).
+    window_size = (window_size[0], 0) if causal else tuple(window_size)
+    checked = {
+        **options, "window_size": window_size, "deterministic": deterministic, "softcap": softcap,
+        "alibi_slopes": alibi_slopes,
+    }  # fmt: skip
+    reason = bwd_unsupported_reason(q, k, v, dout, checked)
     if reason is not None:
         raise FlashtileValueError(f"the Hopper backward does not support these inputs: {reason}")
     is_causal = window_size == (-1, 0)
+    extra = (window_size, softcap, alibi_slopes)
     head_dim = q.shape[-1]
     padded = PADDED_HEAD_DIM.get(head_dim)
     if padded is None:
-        return _launch(dout, q, k, v, out, lse, softmax_scale, is_causal, deterministic)
+        return _launch(dout, q, k, v, out, lse, softmax_scale, is_causal, deterministic, *extra)
     wide = [torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (dout, q, k, v, out)]
-    grads = _launch(*wide, lse, softmax_scale, is_causal, deterministic)
+    grads = _launch(*wide, lse, softmax_scale, is_causal, deterministic, *extra)
     return tuple(g[..., :head_dim].contiguous() for g in grads)
 
 
@@ -773,6 +863,7 @@ def attn_bwd(
 PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr")
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
+    "alibi_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
@@ -790,10 +881,14 @@ def _bwd_launches(
     cfg: BwdVariant,
     out_strides: tuple[int, int, int],
     dout_strides: tuple[int, int, int],
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_stride: int | None = None,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
-    three, which the preprocess reads by pointer."""
+    three, which the preprocess reads by pointer; the window (causal as (−1, 0)), softcap and the ALiBi
+    slopes' batch stride (None without slopes) as the forward's :func:`option_arguments` takes them."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     bm, bn = cfg.block_m, cfg.block_n
@@ -815,12 +910,15 @@ def _bwd_launches(
         seqlen_q=seqlen_q, seqlen_k=seqlen_k, seqlen_pad=seqlen_pad, H=heads, GROUP=heads // heads_kv
     )
     scales = dict(qk_scale=qk_scale, softmax_scale=softmax_scale)
+    opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, seqlen_q, seqlen_k)
+    # The plain causal mask keeps its own code (IS_CAUSAL); IS_LOCAL is any other window.
+    opts["IS_LOCAL"] = opts["IS_LOCAL"] and not is_causal
     fused = KernelLaunch(
         attn_bwd_kernel, (num_n_blocks * batch * heads_kv,), device, FUSED_POINTERS,
         dict(
             **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
-            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic,
+            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, **opts,
         ),
         {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
@@ -853,8 +951,12 @@ def _launch(
     softmax_scale: float,
     is_causal: bool,
     deterministic: bool,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The kernels for validated inputs whose head dim has a kernel (64, 128, 256)."""
+    """The kernels for validated inputs whose head dim has a kernel (64, 128, 256); the window with
+    causal's (−1, 0) when ``is_causal``."""
     batch, seqlen_q, heads, head_dim = q.shape
     _, cfg = select_variant(head_dim)
     bm, bn = cfg.block_m, cfg.block_n
@@ -862,9 +964,10 @@ def _launch(
     out = out if out.stride(-1) == 1 else out.contiguous()
     lse = lse.contiguous()
     device = q.device
+    slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     preprocess, fused, finish = _bwd_launches(
         device, tuple(q.shape), tuple(k.shape[1:3]), softmax_scale, is_causal, deterministic, cfg,
-        out.stride()[:3], dout.stride()[:3],
+        out.stride()[:3], dout.stride()[:3], tuple(window_size), softcap, alibi_stride_b(slopes),
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0).
@@ -882,7 +985,7 @@ def _launch(
         _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(dout, bm),
         _row_stats_descriptor(lse2, bm), _row_stats_descriptor(delta, bm),
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
-        _descriptor(dv, out_rows, out_cols),
+        _descriptor(dv, out_rows, out_cols), slopes,
     )  # fmt: skip
     if deterministic:
         finish(

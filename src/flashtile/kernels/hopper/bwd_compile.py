@@ -2,6 +2,7 @@
 made: every variant the launcher can pick, in a subprocess (a compiler abort ends the process).
 
     python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:causal:deterministic 64:m128:full:reduce
+    python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:local+softcap+alibi:reduce
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from dataclasses import asdict
 
 from flashtile.kernels.sm90_compile import CompileReport, report
 
-# (head dim, variant name, causal, deterministic), and (report, has the TMA reduce) per kernel.
-Job = tuple[int, str, bool, bool]
+# (head dim, variant name, mask, deterministic), and (report, has the TMA reduce) per kernel. The mask is
+# causal (True) or not (False), or option words joined by "+": "causal" or "local" (a window with both
+# sides), "softcap", "alibi".
+Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
-_SCALARS = ("seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP")
+_SCALARS = (
+    "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP", "window_left",
+    "window_right", "stride_alibi_b",
+)  # fmt: skip
 
 
 def _desc(dtype: str, block: list[int]) -> str:
@@ -43,10 +49,11 @@ def _signature(fn, descs: dict[str, str], constexprs: dict) -> dict[str, str]:
 
 
 def compile_here(
-    head_dim: int, variant: str, causal: bool, deterministic: bool, dtype: str = "bf16"
+    head_dim: int, variant: str, mask: bool | str, deterministic: bool, dtype: str = "bf16"
 ) -> Reports:
-    """The fused kernel as the launcher configures ``variant`` (a name of ``bwd.VARIANTS[head_dim]``),
-    and the dQ kernel when ``deterministic``; (report, has the TMA reduce) per kernel."""
+    """The fused kernel as the launcher configures ``variant`` (a name of ``bwd.VARIANTS[head_dim]``) and
+    ``mask`` (see ``Job``), and the dQ kernel when ``deterministic``; (report, has the TMA reduce) per
+    kernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -54,6 +61,14 @@ def compile_here(
     from flashtile.kernels.hopper import bwd
 
     d = head_dim
+    words = set(mask.split("+")) if isinstance(mask, str) else {"causal"} if mask else set()
+    causal = "causal" in words and "local" not in words
+    switches = dict(
+        IS_LOCAL="local" in words,
+        HAS_WINDOW_LEFT="local" in words,
+        HAS_SOFTCAP="softcap" in words,
+        HAS_ALIBI="alibi" in words,
+    )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
     dq_rows, dq_cols = cfg.dq_box(d)
@@ -69,7 +84,8 @@ def compile_here(
         ),
         dict(
             HEAD_DIM=d, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split,
-            DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=causal, COMPUTE_DQ=not deterministic,
+            DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=causal, COMPUTE_DQ=not deterministic, **switches,
+            **({} if switches["HAS_ALIBI"] else {"alibi_ptr": None}),
         ),
         {"num_warps": bwd.FUSED_WARPS, "maxnreg": bwd.FUSED_MAXNREG},
     )  # fmt: skip
@@ -97,14 +113,17 @@ def compile_here(
 
 
 def _spec(job: Job) -> str:
-    head_dim, variant, causal, deterministic = job
-    mask, mode = "causal" if causal else "full", "deterministic" if deterministic else "reduce"
+    head_dim, variant, mask, deterministic = job
+    if not isinstance(mask, str):
+        mask = "causal" if mask else "full"
+    mode = "deterministic" if deterministic else "reduce"
     return f"{head_dim}:{variant}:{mask}:{mode}"
 
 
 def _parse(spec: str) -> Job:
     dim, variant, mask, mode = spec.split(":")
-    return int(dim), variant, mask == "causal", mode == "deterministic"
+    plain = {"full": False, "causal": True}
+    return int(dim), variant, plain.get(mask, mask), mode == "deterministic"
 
 
 def start_compile(jobs: list[Job], dtype: str = "bf16") -> subprocess.Popen:
