@@ -20,13 +20,14 @@
 #   h  the sixth session's decode call: the decode and KV-cache GPU tests (the page number now loaded to a
 #      register), bench --decode --quick, scripts/decode_check.py --quick (batch-1 config and split sweep),
 #      then the training pair in the other order (sdpa first: does the order move the host-bound ratio?)
-#   i  the sixth session's kernel call: the GPU tests named by the arguments (the Gluon varlen forward,
-#      forced by its knob), bench --options varlen and the training runs with the knob on, bench --decode
-#      --quick (the split heuristic of d7e20ee)
+#   i  the sixth session's Gluon backward options: the GPU tests named by the arguments with
+#      FLASHTILE_HOPPER_BWD_OPTIONS=1, bench --options window softcap alibi with it, bench --decode --quick
+#   k  the Gluon varlen forward: the GPU tests named by the arguments, bench --options varlen and training
+#      runs with FLASHTILE_HOPPER_FWD_VARLEN=1
 #   j  the sixth session's last call: the training pairs in both orders (sdpa, flashtile, flashtile, sdpa),
 #      then bench --decode --quick and scripts/decode_check.py (the new split heuristic at every cache length)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j [test files for a, c, e, f, h and i]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -192,16 +193,25 @@ case "$part" in
     ;;
   i)
     begin
-    step gpu_tests 230 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+    step gpu_tests 240 env FLASHTILE_HOPPER_BWD_OPTIONS=1 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
       --junitxml="$work/gpu_tests_i.xml" "$@"
+    step bench_options 200 env FLASHTILE_HOPPER_BWD_OPTIONS=1 python3 -m flashtile bench --options window \
+      softcap alibi --out-dir "$work/bench"
+    step bench_decode 60 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
+    cp "$work"/gpu_tests_i.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  k)
+    begin
+    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_tests_k.xml" "$@"
     step bench_varlen 120 env FLASHTILE_HOPPER_FWD_VARLEN=1 python3 -m flashtile bench --options varlen \
       --out-dir "$work/bench"
-    step bench_decode 60 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
     train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
     step train_flashtile_1 50 env FLASHTILE_HOPPER_FWD_VARLEN=1 "${train[@]}" --attn flashtile
     step train_sdpa 50 "${train[@]}" --attn sdpa
     step train_flashtile_2 50 env FLASHTILE_HOPPER_FWD_VARLEN=1 "${train[@]}" --attn flashtile
-    cp "$work"/gpu_tests_i.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    cp "$work"/gpu_tests_k.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
   j)
@@ -217,7 +227,7 @@ case "$part" in
     finish
     ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j [test files for a, c, e, f, h and i]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
