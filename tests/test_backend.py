@@ -280,31 +280,36 @@ def test_deterministic_reaches_the_backward_launcher(monkeypatch, deterministic)
     assert seen == [deterministic]
 
 
+@pytest.mark.parametrize("checked", [True, False], ids=["options-checked", "options-unchecked"])
 @pytest.mark.parametrize(
-    ("causal", "window", "expected"),
+    ("causal", "window", "passed"),
     [
-        (True, (-1, -1), "gluon"),
-        (True, (-1, 0), "gluon"),
-        (True, (127, 0), "portable"),
-        (False, (5, 3), "portable"),
+        (True, (-1, -1), (-1, -1)),
+        (True, (-1, 0), (-1, 0)),
+        (True, (127, 0), (127, 0)),
+        (False, (5, 3), (5, 3)),
     ],
 )
-def test_hopper_backward_sends_a_causal_sliding_window_to_the_portable_kernel(
-    monkeypatch, causal, window, expected
-):
+def test_hopper_backward_keeps_a_causal_sliding_window(monkeypatch, causal, window, passed, checked):
     # Regression: causal=True replaced the window by (-1, 0), so a causal sliding window (Mistral) ran the
-    # Gluon backward as plain causal attention and returned wrong gradients.
+    # Gluon backward as plain causal attention and returned wrong gradients. A window reaches the Gluon
+    # backward as given (it applies causal itself), or the portable one where the Gluon one declines it.
     from flashtile.kernels import bwd as portable_bwd
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
     calls = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.delenv(gluon_bwd.VARIANT_ENV, raising=False)
-    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append("gluon"))
-    monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append("portable"))
+    monkeypatch.delenv(gluon_bwd.OPTIONS_ENV, raising=False)
+    monkeypatch.setattr(gluon_bwd, "GPU_CHECKED_OPTIONS", checked)
+    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append(("gluon", kw["window_size"])))
+    monkeypatch.setattr(
+        portable_bwd, "attn_bwd", lambda *a, **kw: calls.append(("portable", kw["window_size"]))
+    )
     q, k, v = (t.half().as_subclass(_ClaimsCuda) for t in _qkv(head_dim=64))
     hopper.attn_bwd(q, q, k, v, q, None, 0.1, causal, window_size=window)
-    assert calls == [expected]
+    plain = window in ((-1, -1), (-1, 0))
+    assert calls == [("gluon" if checked or plain else "portable", passed)]
 
 
 def test_gluon_backward_takes_windows_softcap_and_alibi_only_with_the_knob(monkeypatch):
