@@ -269,7 +269,8 @@ def _attn_fwd_consumer(
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
 ):  # fmt: skip
-    o_desc, o_ptr, lse_row, b, h, H, m0, seqlen_q, seqlen_k, t_lo, n_tiles, qk_scale, q_start = program
+    o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
+    t_lo, n_tiles, qk_scale = program[12:]
     lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
@@ -344,6 +345,12 @@ def _attn_fwd_consumer(
     out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
     lse = (m_i + gl.log2(l_i)) * LN_2
     out_rows = rows[0]
+    if IS_VARLEN:
+        # The sequence's first row, loaded again here rather than held through the loop (a register less).
+        q_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), total_q)
+        lse_row = lse_ptr + h.to(gl.int64) * total_q + q_start
+    else:
+        lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
     gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
     # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile.
     q.store(out.to(q.dtype))
@@ -397,12 +404,12 @@ def attn_fwd_kernel(
     h = bh % H
     h_kv = h // GROUP
     m0 = m_block * BLOCK_M
+    total_q = seqlen_q
     if IS_VARLEN:
         q_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), seqlen_q)
         q_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b + 1), q_start), seqlen_q)
         k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b), 0), seqlen_k)
         k_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b + 1), k_start), seqlen_k)
-        lse_row = lse_ptr + h.to(gl.int64) * seqlen_q + q_start
         # From here on seqlen_q/k are this sequence's lengths, as in the dense kernel.
         seqlen_q = q_end - q_start
         seqlen_k = k_end - k_start
@@ -413,7 +420,6 @@ def attn_fwd_kernel(
     else:
         q_start = 0
         k_start = 0
-        lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
     diag = seqlen_k - seqlen_q
     lo_diag = diag - window_left
     hi_diag = diag + window_right
@@ -446,7 +452,10 @@ def attn_fwd_kernel(
     smem = (q_smem, k_smem, v_smem)
     bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
     loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start)
-    program = (o_desc, o_ptr, lse_row, b, h, H, m0, seqlen_q, seqlen_k, t_lo, n_tiles, qk_scale, q_start)
+    program = (
+        o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q, t_lo, n_tiles,
+        qk_scale,
+    )  # fmt: skip
     options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
