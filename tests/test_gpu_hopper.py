@@ -23,6 +23,8 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True)
 def hopper_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    # The varlen knob is the gluon_varlen fixture's to set (the declined-calls check expects it unset).
+    monkeypatch.delenv("FLASHTILE_HOPPER_FWD_VARLEN", raising=False)
     reason = backend.hopper_unavailable_reason(torch.device("cuda"))
     if reason is not None:
         pytest.skip(reason)
