@@ -16,6 +16,9 @@ those of the portable forward (kernels/_scores.py), in base 2, so the LSE is the
 
 Tensors are (B, N, H, D) and read through 4-D TMA descriptors with boxes [1, rows, 1, D]: rows past a
 sequence's end read as zeros (never another batch's or head's data) and rows past it are never written.
+Packed (varlen) batches (IS_VARLEN) go through rank-3 descriptors over (total, H, D) instead: rows past a
+sequence's end are the next sequence's, so the last key tile is always a masked step (its keys past N_k
+get P = 0) and O is written with row-masked pointer stores (docs/design/hopper.md, "Variable length").
 """
 
 from __future__ import annotations
