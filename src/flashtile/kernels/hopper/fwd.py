@@ -366,12 +366,13 @@ def _attn_fwd_consumer(
             warps_per_cta=[4, 1], order=[1, 0],
         )  # fmt: skip
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
-        o_head = o_ptr + h.to(gl.int64) * HEAD_DIM
+        # One 64-bit base (a uniform value), then 32-bit offsets: 64 rows of H·D elements stay far below 2³¹.
+        o_rows = o_ptr + (q_start + row0).to(gl.int64) * (H * HEAD_DIM) + h.to(gl.int64) * HEAD_DIM
         for c in gl.static_range(WG_ROWS // STORE_ROWS):
             tile = q.slice(c * STORE_ROWS, STORE_ROWS, dim=0).load(store_layout)
-            r = row0 + c * STORE_ROWS + gl.arange(0, STORE_ROWS, layout=gl.SliceLayout(1, store_layout))
-            offs = gl.expand_dims((q_start + r).to(gl.int64) * (H * HEAD_DIM), 1) + gl.expand_dims(cols, 0)
-            gl.store(o_head + offs, tile, mask=gl.expand_dims(r < seqlen_q, 1))
+            r = c * STORE_ROWS + gl.arange(0, STORE_ROWS, layout=gl.SliceLayout(1, store_layout))
+            offs = gl.expand_dims(r * (H * HEAD_DIM), 1) + gl.expand_dims(cols, 0)
+            gl.store(o_rows + offs, tile, mask=gl.expand_dims(r < seqlen_q - row0, 1))
     else:
         fence_async_shared()
         tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(q, o_desc))
