@@ -35,6 +35,7 @@ def capability(monkeypatch: pytest.MonkeyPatch):
 def hopper_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast path's device check passes for CPU tensors, so launcher() can be driven with them."""
     monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    monkeypatch.delenv(support.VARLEN_ENV, raising=False)
     monkeypatch.setattr(support, "device_unsupported_reason", lambda device: None)
 
 
@@ -129,6 +130,24 @@ def test_unsupported_call_falls_back_under_auto_and_raises_when_forced(
     monkeypatch.setenv(backend.ENV_VAR, "hopper")
     with pytest.raises(FlashtileValueError, match=f"FLASHTILE_BACKEND=hopper was asked for but .*{reason}"):
         backend.launcher("hopper", "attn_fwd", q, k, v, options)
+
+
+def test_varlen_goes_to_the_gluon_forward_only_under_its_knob(hopper_everywhere, monkeypatch):
+    # Until the Gluon varlen forward has passed on a GPU (support.GPU_CHECKED_VARLEN), packed batches take
+    # it under FLASHTILE_HOPPER_FWD_VARLEN=1 only, with the options the dense path takes and no others.
+    cu = torch.tensor([0, 30, 66], dtype=torch.int32)
+    q, k, v = (t.reshape(-1, *t.shape[2:]) for t in _qkv())
+    varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=36, max_seqlen_k=36)
+    assert not support.GPU_CHECKED_VARLEN
+    assert "variable-length" in support.fwd_unsupported_reason(q, k, v, varlen)
+    assert backend.launcher("hopper", "attn_fwd", q, k, v, varlen) is portable.attn_fwd
+    monkeypatch.setenv(support.VARLEN_ENV, "1")
+    options = dict(varlen, window_size=(8, 0), softcap=5.0, alibi_slopes=torch.ones(4))
+    assert support.fwd_unsupported_reason(q, k, v, options) is None
+    assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
+    assert "dropout" in support.fwd_unsupported_reason(q, k, v, dict(varlen, dropout_p=0.1))
+    assert "learnable_sink" in support.fwd_unsupported_reason(q, k, v, dict(varlen, learnable_sink=cu))
+    assert "V head dim" in support.fwd_unsupported_reason(q, k, v[..., :64].contiguous(), varlen)
 
 
 def test_layouts_tma_cannot_read_fall_back(hopper_everywhere):

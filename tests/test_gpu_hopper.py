@@ -23,6 +23,8 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True)
 def hopper_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    # The varlen knob is the gluon_varlen fixture's to set (the declined-calls check expects it unset).
+    monkeypatch.delenv("FLASHTILE_HOPPER_FWD_VARLEN", raising=False)
     reason = backend.hopper_unavailable_reason(torch.device("cuda"))
     if reason is not None:
         pytest.skip(reason)
@@ -312,3 +314,156 @@ def test_fast_path_takes_the_options_and_declines_the_rest():
     for reason, options in declined.items():
         assert reason in support.fwd_unsupported_reason(q, k, v, options)
     assert "V head dim" in support.fwd_unsupported_reason(q, k, v[..., :64].contiguous(), {})
+
+
+# Varlen (packed) batches in the Gluon forward: (N_q, N_k) per sequence (0, 1, odd, N_q ≠ N_k both ways,
+# longer than a program's 128 rows and a key tile), head dim, layout, dtype, causal, window, softcap, ALiBi.
+VARLEN_LENGTHS = [(5, 7), (0, 3), (1, 1), (130, 77), (3, 0), (257, 300), (64, 64), (1, 200), (77, 1)]
+VARLEN_CASES = [
+    (64, "mha", torch.float16, False, (-1, -1), 0.0, None),
+    (64, "gqa", torch.bfloat16, True, (-1, 0), 0.0, None),
+    (128, "gqa", torch.bfloat16, False, (-1, -1), 0.0, None),
+    (128, "mqa", torch.float16, True, (-1, 0), 0.0, None),
+    (256, "gqa", torch.bfloat16, True, (-1, 0), 0.0, None),
+    (256, "mha", torch.float16, False, (-1, -1), 0.0, None),
+    (64, "gqa", torch.bfloat16, True, (33, 0), 0.0, None),
+    (128, "gqa", torch.float16, False, (40, 9), 0.0, None),
+    (128, "mha", torch.bfloat16, False, (-1, 5), 0.0, None),
+    (64, "mha", torch.float16, False, (17, -1), 0.0, None),
+    (128, "gqa", torch.bfloat16, False, (-1, -1), 30.0, None),
+    (64, "gqa", torch.float16, True, (-1, 0), 0.0, "h"),
+    (128, "mqa", torch.bfloat16, False, (-1, -1), 0.0, "bh"),
+    (64, "gqa", torch.bfloat16, False, (40, 9), 5.0, "bh"),
+    (128, "gqa", torch.float16, True, (100, 0), 30.0, "h"),
+    (256, "gqa", torch.bfloat16, False, (40, 9), 30.0, "h"),
+    (256, "mha", torch.float16, True, (-1, 0), 5.0, "bh"),
+]
+
+
+def _varlen_id(case) -> str:
+    d, layout, dtype, causal, window, softcap, alibi = case
+    parts = [f"d{d}", layout, "causal" if causal else "full", f"w{window[0]},{window[1]}"]
+    parts += [f"cap{softcap:g}"] if softcap else []
+    parts += [f"alibi-{alibi}"] if alibi else []
+    return "-".join(["varlen", *parts, str(dtype).removeprefix("torch.")])
+
+
+def _packed(lengths, heads, heads_kv, d, dtype):
+    cu_q, cu_k = (
+        torch.tensor([0, *itertools.accumulate(n[i] for n in lengths)], dtype=torch.int32, device="cuda")
+        for i in (0, 1)
+    )
+    q = torch.randn(int(cu_q[-1]), heads, d, dtype=dtype, device="cuda")
+    k, v = (torch.randn(int(cu_k[-1]), heads_kv, d, dtype=dtype, device="cuda") for _ in range(2))
+    longest = dict(max_seqlen_q=max(n[0] for n in lengths), max_seqlen_k=max(n[1] for n in lengths))
+    return q, k, v, dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **longest)
+
+
+@pytest.fixture
+def gluon_varlen(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashtile.kernels.hopper import support
+
+    monkeypatch.setenv(support.VARLEN_ENV, "1")
+
+
+@pytest.mark.parametrize("case", VARLEN_CASES, ids=[_varlen_id(c) for c in VARLEN_CASES])
+@pytest.mark.usefixtures("nan_poisoned_allocations", "gluon_varlen")
+def test_gluon_varlen_fwd_matches_oracle(seed, case):
+    d, layout, dtype, causal, window, softcap, alibi = case
+    heads, heads_kv = HEAD_LAYOUTS[layout]
+    lengths = VARLEN_LENGTHS
+    q, k, v, varlen = _packed(lengths, heads, heads_kv, d, dtype)
+    slopes = _slopes(alibi, len(lengths), heads)
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    out, lse = _fwd(q, k, v, d**-0.5, causal, **options, **varlen)
+    assert out.shape == q.shape and lse.shape == (heads, q.shape[0]) and lse.dtype == torch.float32
+    options.update(softmax_scale=d**-0.5, causal=causal)
+    ref_out, ref_lse = naive.attention_varlen(*(t.double() for t in (q, k, v)), **varlen, **options)
+    base_out, base_lse = naive.attention_varlen(q, k, v, **varlen, **options)
+    # Rows of a sequence without keys (or outside their window) see nothing: out 0, LSE −inf, as the
+    # portable forward; the others within 2× of the baseline's error.
+    empty = torch.isinf(ref_lse) & (ref_lse < 0)
+    assert torch.equal(torch.isinf(lse) & (lse < 0), empty)
+    assert (out.permute(1, 0, 2)[empty] == 0).all()
+    seen = ~empty
+    assert_matches_oracle("lse", lse[seen], ref_lse[seen], base_lse[seen], seed=seed)
+    rows = seen.permute(1, 0)
+    assert_matches_oracle("out", out[rows], ref_out[rows], base_out[rows], seed=seed)
+
+
+@pytest.mark.parametrize("head_dim", configs.HOPPER_FWD_HEAD_DIMS)
+@pytest.mark.parametrize(
+    ("causal", "window", "softcap", "alibi"),
+    [(False, (-1, -1), 0.0, None), (True, (-1, 0), 0.0, None), (False, (40, 9), 30.0, "h")],
+    ids=["full", "causal", "window-softcap-alibi"],
+)
+@pytest.mark.usefixtures("nan_poisoned_allocations", "gluon_varlen")
+def test_gluon_varlen_fwd_packed_equals_each_sequence_alone(seed, head_dim, causal, window, softcap, alibi):
+    # Bitwise: a sequence's rows do not depend on its neighbours (their keys are masked, their rows never
+    # written), so the packed batch gives what each sequence gives run alone through the same kernel.
+    lengths = VARLEN_LENGTHS
+    q, k, v, varlen = _packed(lengths, 4, 2, head_dim, torch.bfloat16)
+    slopes = _slopes(alibi, 1, 4)
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    out, lse = _fwd(q, k, v, head_dim**-0.5, causal, **options, **varlen)
+    cu_q, cu_k = varlen["cu_seqlens_q"].tolist(), varlen["cu_seqlens_k"].tolist()
+    for b, (sq, sk) in enumerate(lengths):
+        rq, rk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        one = dict(
+            cu_seqlens_q=torch.tensor([0, sq], dtype=torch.int32, device="cuda"),
+            cu_seqlens_k=torch.tensor([0, sk], dtype=torch.int32, device="cuda"),
+            max_seqlen_q=sq, max_seqlen_k=sk,
+        )  # fmt: skip
+        one_out, one_lse = _fwd(q[rq], k[rk], v[rk], head_dim**-0.5, causal, **options, **one)
+        assert torch.equal(one_out, out[rq]), (b, sq, sk)
+        assert torch.equal(one_lse, lse[:, rq]), (b, sq, sk)
+
+
+@pytest.mark.usefixtures("gluon_varlen")
+def test_gluon_varlen_fwd_agrees_with_the_dense_gluon_fwd(seed):
+    # Each sequence of a packed batch against the dense Gluon forward on it alone (the same tiles: keys past
+    # the sequence masked in varlen, zeros in dense), and its LSE in the (H, total_q) layout.
+    lengths = [(1, 5), (200, 130), (0, 4), (65, 65), (129, 300)]
+    q, k, v, varlen = _packed(lengths, 4, 2, 128, torch.float16)
+    out, lse = _fwd(q, k, v, 0.125, True, window_size=(-1, 0), **varlen)
+    bounds_q = list(itertools.pairwise(varlen["cu_seqlens_q"].tolist()))
+    bounds_k = list(itertools.pairwise(varlen["cu_seqlens_k"].tolist()))
+    for (a, b), (c, e) in zip(bounds_q, bounds_k, strict=True):
+        if b == a:
+            continue
+        one_out, one_lse = _fwd(q[None, a:b], k[None, c:e], v[None, c:e], 0.125, True, window_size=(-1, 0))
+        torch.testing.assert_close(out[a:b], one_out[0], atol=2e-3, rtol=0)
+        torch.testing.assert_close(lse[:, a:b], one_lse[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.usefixtures("gluon_varlen")
+def test_gluon_varlen_through_the_api_and_its_backward(seed, monkeypatch):
+    # flash_attn_varlen_func under auto with the knob: the Gluon forward runs the packed batch, the portable
+    # backward takes its (out, lse); gradients within 3× of the bf16 baseline's error.
+    from flashtile import flash_attn_varlen_func
+    from flashtile.kernels.hopper import fwd as hopper_fwd
+
+    calls = []
+    real = hopper_fwd.attn_fwd
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("cu_seqlens_q") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hopper_fwd, "attn_fwd", spy)
+    q, k, v, varlen = _packed([(100, 120), (1, 1), (300, 257)], 4, 2, 128, torch.bfloat16)
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    cu = (varlen["cu_seqlens_q"], varlen["cu_seqlens_k"], varlen["max_seqlen_q"], varlen["max_seqlen_k"])
+    out = flash_attn_varlen_func(*leaves, *cu, causal=True)
+    assert calls == [True]
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, leaves, dout)
+
+    def run_naive(dtype):
+        ls = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        o, _ = naive.attention_varlen(*ls, *cu, causal=True)
+        return (o, *torch.autograd.grad(o, ls, dout.to(dtype)))
+
+    oracle, baseline = run_naive(torch.float64), run_naive(torch.bfloat16)
+    for name, ours, ref, base in zip(("out", "dq", "dk", "dv"), (out, *grads), oracle, baseline, strict=True):
+        assert_matches_oracle(name, ours, ref, base, grad=name != "out", seed=seed)

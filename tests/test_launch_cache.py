@@ -403,6 +403,16 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
         return call
 
 
+    def hopper_varlen_call_of(q, k, v, causal=False, **fwd_options):
+        # The Gluon forward's packed batches; their backward is the portable one (hopper.attn_bwd).
+        def call():
+            out, lse = hopper_fwd.attn_fwd(q, k, v, 0.125, causal, **fwd_options)
+            options = {n: fwd_options[n] for n in fwd_options if n.startswith(("cu_", "max_"))}
+            bwd.attn_bwd(torch.randn_like(out), q, k, v, out, lse, 0.125, causal, **options)
+
+        return call
+
+
     cu = torch.tensor([0, 13, 2 * N], dtype=torch.int32)
     tiles = torch.tensor([[True, False], [True, True]])
     block_mask = BlockMask.from_tiles(tiles, N, N, 32)
@@ -433,6 +443,14 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
         "hopper-seqlen-1-d256": hopper_call_of(*inputs(n=1, d=256)),
         "hopper-window-softcap-alibi": hopper_call_of(
             *inputs(d=128), window_size=(5, 3), softcap=30.0, alibi_slopes=torch.rand(B, H)
+        ),
+        "hopper-varlen": hopper_varlen_call_of(
+            *inputs(d=128, varlen=True), causal=True, window_size=(-1, 0), cu_seqlens_q=cu,
+            cu_seqlens_k=cu, max_seqlen_q=2 * N - 13, max_seqlen_k=2 * N - 13,
+        ),
+        "hopper-varlen-window-softcap-alibi-d64": hopper_varlen_call_of(
+            *inputs(varlen=True), window_size=(5, 3), softcap=30.0, alibi_slopes=torch.rand(B, H),
+            cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=2 * N - 13, max_seqlen_k=2 * N - 13,
         ),
     }
     for name, call in cases.items():
@@ -501,6 +519,50 @@ _PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
     print("ok")
     """
 )
+
+
+_HOPPER_PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
+    """
+    import random
+
+    # The Gluon forward on packed rows (causal, GQA 8/2, D = 128, then a window with softcap and ALiBi):
+    # the number of documents, the longest and the window's clamps change at every step, the compiled
+    # kernel does not.
+    rng = random.Random(0)
+    total, heads, heads_kv, head_dim = 8192, 8, 2, 128
+    q = torch.randn(total, heads, head_dim, dtype=torch.bfloat16)
+    k, v = (torch.randn(total, heads_kv, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    slopes = torch.rand(heads)
+    windowed = dict(window_size=(100, 7), softcap=30.0, alibi_slopes=slopes)
+    for options in (dict(causal=True, window_size=(-1, 0)), windowed):
+        first = None
+        for step in range(40):
+            bounds = [0, *sorted(rng.sample(range(1, total), rng.randrange(16))), total]
+            cu = torch.tensor(bounds, dtype=torch.int32)
+            longest = max(b - a for a, b in zip(bounds, bounds[1:]))
+            varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+            causal = options.get("causal", False)
+            rest = {n: o for n, o in options.items() if n != "causal"}
+            hopper_fwd.attn_fwd(q, k, v, 0.125, causal, **rest, **varlen)
+            if first is None:
+                first = list(COMPILES)
+            assert COMPILES == first, (step, len(bounds) - 1, longest, COMPILES[len(first):])
+        assert COMPILES.count("attn_fwd_kernel") >= 1
+        COMPILES.clear()
+    print("ok")
+    """
+)
+
+
+def test_gluon_varlen_packed_training_compiles_once() -> None:
+    """The Gluon forward's packed batches (FLASHTILE_HOPPER_FWD_VARLEN): forty packed rows of 8192 tokens,
+    under Triton's binder for sm_90, compile its kernel at the first row only."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", _HOPPER_PACKED_TRAINING_CHECK], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
 def test_packed_training_compiles_each_kernel_once() -> None:

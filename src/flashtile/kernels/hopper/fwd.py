@@ -16,6 +16,9 @@ those of the portable forward (kernels/_scores.py), in base 2, so the LSE is the
 
 Tensors are (B, N, H, D) and read through 4-D TMA descriptors with boxes [1, rows, 1, D]: rows past a
 sequence's end read as zeros (never another batch's or head's data) and rows past it are never written.
+Packed (varlen) batches (IS_VARLEN) go through rank-3 descriptors over (total, H, D) instead: rows past a
+sequence's end are the next sequence's, so the last key tile is always a masked step (its keys past N_k
+get P = 0) and O is written with row-masked pointer stores (docs/design/hopper.md, "Variable length").
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from flashtile.kernels import configs
 from flashtile.kernels._launch_cache import KernelLaunch
-from flashtile.kernels._layout import cdiv
+from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.mods import Mods
@@ -56,9 +59,24 @@ WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
 
 @gluon.jit
 def _tile_view(buf, desc):
-    """A 2-D [rows, D] shared tile seen as the 4-D [1, rows, 1, D] box ``desc`` moves (same bytes)."""
+    """A 2-D [rows, D] shared tile seen as the box ``desc`` moves (same bytes): [1, rows, 1, D] over a
+    dense (B, N, H, D) tensor, [rows, 1, D] over a packed (total, H, D) one."""
     layout: gl.constexpr = desc.layout
-    return buf._reinterpret(buf.dtype, [1, buf.shape[0], 1, buf.shape[1]], layout)
+    if len(desc.block_shape) == 4:
+        view = buf._reinterpret(buf.dtype, [1, buf.shape[0], 1, buf.shape[1]], layout)
+    else:
+        view = buf._reinterpret(buf.dtype, [buf.shape[0], 1, buf.shape[1]], layout)
+    return view
+
+
+@gluon.jit
+def _load_rows(desc, b, start, row, h, bar, buf, IS_VARLEN: gl.constexpr):
+    """TMA-load rows [row, row + rows) of head h of sequence b into ``buf``: dense, rows of batch b
+    (past N zeros); varlen, packed rows start + row on (past the sequence, the next one's: masked)."""
+    if IS_VARLEN:
+        tma.async_copy_global_to_shared(desc, [start + row, h, 0], bar, _tile_view(buf, desc))
+    else:
+        tma.async_copy_global_to_shared(desc, [b, row, h, 0], bar, _tile_view(buf, desc))
 
 
 # The index helpers (_key_tiles, _masked_steps, _row_terms, _visible) use only +, −, //, comparisons and
@@ -110,16 +128,16 @@ def _masked_steps(
 
 
 @gluon.jit
-def _attn_fwd_producer(loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles = loads
+def _attn_fwd_producer(
+    loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr
+):
+    q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start = loads
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
     if n_tiles > 0:
         mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
         for half in gl.static_range(2):
-            tma.async_copy_global_to_shared(
-                q_desc, [b, m0 + half * WG_ROWS, h, 0], q_bar, _tile_view(q_smem.index(half), q_desc)
-            )
+            _load_rows(q_desc, b, q_start, m0 + half * WG_ROWS, h, q_bar, q_smem.index(half), IS_VARLEN)
     for j in range(n_tiles):
         slot = j % STAGES
         # An mbarrier starts with its phase-1 wait complete: the first round finds every slot empty.
@@ -127,14 +145,10 @@ def _attn_fwd_producer(loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.cons
         n0 = (t_lo + j) * BLOCK_N
         mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            k_desc, [b, n0, h_kv, 0], k_ready.index(slot), _tile_view(k_smem.index(slot), k_desc)
-        )
+        _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
         mbarrier.wait(v_empty.index(slot), phase ^ 1)
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            v_desc, [b, n0, h_kv, 0], v_ready.index(slot), _tile_view(v_smem.index(slot), v_desc)
-        )
+        _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
 
 
 @gluon.jit
@@ -256,9 +270,10 @@ def _attn_fwd_steps(
 def _attn_fwd_consumer(
     program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-    P_OPERAND: gl.constexpr, STAGES: gl.constexpr,
+    P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
 ):  # fmt: skip
-    o_desc, lse_ptr, b, h, bh, m0, seqlen_q, seqlen_k, t_lo, n_tiles, qk_scale = program
+    o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
+    t_lo, n_tiles, qk_scale = program[12:]
     lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
@@ -333,25 +348,55 @@ def _attn_fwd_consumer(
     out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
     lse = (m_i + gl.log2(l_i)) * LN_2
     out_rows = rows[0]
-    gl.store(lse_ptr + bh.to(gl.int64) * seqlen_q + out_rows, lse, mask=out_rows < seqlen_q)
+    if IS_VARLEN:
+        # The sequence's first row, loaded again here rather than held through the loop (a register less).
+        q_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), total_q)
+        lse_row = lse_ptr + h.to(gl.int64) * total_q + q_start
+    else:
+        lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
+    gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
     # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile.
-    q.store(out.to(o_desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(q, o_desc))
-    tma.store_wait(0)
+    q.store(out.to(q.dtype))
+    if IS_VARLEN:
+        # A TMA store would write the rows past the sequence, the next sequence's: masked stores instead,
+        # STORE_ROWS rows at a time read back from the staged tile (a few registers a thread).
+        STORE_ROWS: gl.constexpr = 16
+        store_layout: gl.constexpr = gl.BlockedLayout(
+            size_per_thread=[1, 8], threads_per_warp=[256 // HEAD_DIM, HEAD_DIM // 8],
+            warps_per_cta=[4, 1], order=[1, 0],
+        )  # fmt: skip
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
+        # One 64-bit base (a uniform value), then 32-bit offsets: 64 rows of H·D elements stay far below 2³¹.
+        o_rows = o_ptr + (q_start + row0).to(gl.int64) * (H * HEAD_DIM) + h.to(gl.int64) * HEAD_DIM
+        for c in gl.static_range(WG_ROWS // STORE_ROWS):
+            tile = q.slice(c * STORE_ROWS, STORE_ROWS, dim=0).load(store_layout)
+            r = c * STORE_ROWS + gl.arange(0, STORE_ROWS, layout=gl.SliceLayout(1, store_layout))
+            offs = gl.expand_dims(r * (H * HEAD_DIM), 1) + gl.expand_dims(cols, 0)
+            gl.store(o_rows + offs, tile, mask=gl.expand_dims(r < seqlen_q - row0, 1))
+    else:
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(q, o_desc))
+        tma.store_wait(0)
 
 
-# Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles.
+# Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
+# varlen training changes the totals, the block count and the batch at every step).
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS])
 def attn_fwd_kernel(
-    q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, seqlen_q, seqlen_k, num_m_blocks, H, GROUP, qk_scale,
-    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
-    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqlen_q,
+    seqlen_k, num_m_blocks, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out,
+    stride_alibi_b, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
+    IS_VARLEN: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
-    fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without)."""
+    fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without).
+
+    IS_VARLEN: q/k/v are packed (total, H, D) behind rank-3 descriptors, seqlen_q/k the totals, sequence b
+    the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into [0, total]); the output goes to the packed
+    contiguous ``o_ptr`` through masked stores (o_desc is unused), the LSE is (H, total_q). Otherwise o_ptr
+    and cu_seqlens_* are unused (any pointer)."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
     m_block = pid % num_m_blocks
@@ -363,6 +408,22 @@ def attn_fwd_kernel(
     h = bh % H
     h_kv = h // GROUP
     m0 = m_block * BLOCK_M
+    total_q = seqlen_q
+    if IS_VARLEN:
+        q_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), seqlen_q)
+        q_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b + 1), q_start), seqlen_q)
+        k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b), 0), seqlen_k)
+        k_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b + 1), k_start), seqlen_k)
+        # From here on seqlen_q/k are this sequence's lengths, as in the dense kernel.
+        seqlen_q = q_end - q_start
+        seqlen_k = k_end - k_start
+        # The grid covers the longest sequence; blocks past this one's end have nothing to do (a block
+        # of a sequence without keys still writes its rows: out 0, LSE −inf).
+        if m0 >= seqlen_q:
+            return
+    else:
+        q_start = 0
+        k_start = 0
     diag = seqlen_k - seqlen_q
     lo_diag = diag - window_left
     hi_diag = diag + window_right
@@ -394,18 +455,21 @@ def attn_fwd_kernel(
 
     smem = (q_smem, k_smem, v_smem)
     bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
-    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles)
-    program = (o_desc, lse_ptr, b, h, bh, m0, seqlen_q, seqlen_k, t_lo, n_tiles, qk_scale)
+    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start)
+    program = (
+        o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q, t_lo, n_tiles,
+        qk_scale,
+    )  # fmt: skip
     options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
         [
-            (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES)),
+            (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN)),
             (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
-                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES)),
+                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN)),
             (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
-                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES)),
+                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -413,8 +477,10 @@ def attn_fwd_kernel(
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
-    """A TMA descriptor over (B, N, H, D) ``t`` moving [1, rows, 1, D] boxes; reads past N are zeros."""
-    return descriptor(t, t.shape, t.stride(), (1, rows, 1, t.shape[-1]))
+    """A TMA descriptor over (B, N, H, D) ``t`` moving [1, rows, 1, D] boxes (reads past N are zeros), or
+    over packed (total, H, D) ``t`` moving [rows, 1, D] boxes (reads past total are zeros)."""
+    box = (1, rows, 1, t.shape[-1]) if t.dim() == 4 else (rows, 1, t.shape[-1])
+    return descriptor(t, t.shape, t.stride(), box)
 
 
 # Called once per prepared launch (_fwd_launch is cached), so it needs no cache of its own.
@@ -450,7 +516,10 @@ def option_arguments(
 
 
 # The tensors of a launch, in the kernel's parameter order.
-FWD_POINTERS = ("q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr")
+FWD_POINTERS = (
+    "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
+    "cu_seqlens_k_ptr",
+)  # fmt: skip
 
 
 # Everything but the tensors is a function of these arguments: one KernelLaunch per call signature.
@@ -470,12 +539,21 @@ def _fwd_launch(
     alibi_stride: int | None,
     block_n: int,
     stages: int,
+    varlen: tuple[int, int, int, int] | None = None,
 ) -> KernelLaunch:
-    num_m_blocks = cdiv(seqlen_q, 2 * WG_ROWS.value)
+    """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
+    grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the grid covers the rounded longest
+    sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few)."""
+    if varlen is None:
+        totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
+    else:
+        totals, longest = varlen[:2], varlen[2:]
+    num_m_blocks = cdiv(longest[0], 2 * WG_ROWS.value)
     values = dict(
-        seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_m_blocks=num_m_blocks, H=heads, GROUP=heads // heads_kv,
+        seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, H=heads, GROUP=heads // heads_kv,
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
-        **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, seqlen_q, seqlen_k),
+        IS_VARLEN=varlen is not None,
+        **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest),
     )  # fmt: skip
     grid = (num_m_blocks * batch * heads,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
@@ -502,25 +580,47 @@ def attn_fwd(
     config: configs.HopperFwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
-    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: dense, no dropout,
-    learnable_sink or mods, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1;
+    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no dropout, learnable_sink
+    or mods, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1, or varlen
+    (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k) q (total_q, H, D), k/v (total_k, H_KV, D) giving out
+    (total_q, H, D) and lse (H, total_q);
     ``window_size`` normalised (causal is (−1, 0), −1 unlimited), ``softcap`` ≥ 0 (0 off), ``alibi_slopes``
     None or fp32 (H,) / (B, H) on q's device. Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
     (B, H, N_q) float32, natural log: those of the portable forward, a row that sees no key giving out 0 and
     lse −inf."""
-    batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads_kv = k.shape[-2]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if cu_seqlens_q is not None:
+        batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, 0, 0
+        total_q, total_k = q.shape[0], k.shape[0]
+        lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
+        if total_q == 0 or batch == 0 or max_seqlen_q == 0:
+            return out, lse
+        if total_k == 0:
+            # As the portable forward: no row sees a key (and a TMA map over zero rows is not valid).
+            return out.zero_(), lse.fill_(-math.inf)
+        varlen = (total_q, total_k, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k))
+    else:
+        batch, seqlen_q = q.shape[:2]
+        seqlen_k = k.shape[1]
+        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+        varlen = None
     q, softmax_scale = positive_scale(q, softmax_scale)
     cfg = config or configs.hopper_fwd_config(head_dim)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     launch = _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
-        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES,
+        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen,
     )  # fmt: skip
+    q_desc = _descriptor(q, WG_ROWS.value)
+    if varlen is None:
+        o_desc, o_ptr, cu_q, cu_k = _descriptor(out, WG_ROWS.value), lse, lse, lse
+    else:
+        # The output is stored through pointers (kernel docstring); any descriptor of its type will do.
+        o_desc, o_ptr, cu_q, cu_k = q_desc, out, cu_seqlens_q, cu_seqlens_k
     launch(
-        _descriptor(q, WG_ROWS.value), _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N),
-        _descriptor(out, WG_ROWS.value), lse, lse if slopes is None else slopes,
+        q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
+        lse if slopes is None else slopes, o_ptr, cu_q, cu_k,
     )  # fmt: skip
     return out, lse

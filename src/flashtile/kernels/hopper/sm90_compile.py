@@ -34,6 +34,8 @@ FWD_OPTION_WORDS = {
     "softcap": dict(softcap=30.0),
     "alibi": dict(alibi="H"),
     "alibi2d": dict(alibi="BH"),
+    # Packed batches (cu_seqlens): rank-3 descriptors, pointer stores of the output.
+    "varlen": dict(varlen=True),
 }
 # Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
 # differ in their conversions only, and dense and causal compile in both).
@@ -41,6 +43,8 @@ FWD_OPTION_VARIANTS = (
     "window", "causal+window", "left", "softcap", "alibi", "alibi2d", "causal+softcap+alibi",
     "window+softcap+alibi",
 )  # fmt: skip
+# Varlen variants, compiled for every head dim in both dtypes (docs/design/hopper.md, "Variable length").
+FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi")
 
 
 def fwd_configurations() -> list[tuple[int, str, str]]:
@@ -51,6 +55,7 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     cases = [(d, v, t) for d in HOPPER_FWD_HEAD_DIMS for v in ("full", "causal") for t in DTYPES]
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_OPTION_VARIANTS]
     cases += [(d, "window+softcap+alibi", "fp16") for d in HOPPER_FWD_HEAD_DIMS]
+    cases += [(d, v, t) for d in HOPPER_FWD_HEAD_DIMS for v in FWD_VARLEN_VARIANTS for t in DTYPES]
     return cases
 
 
@@ -74,13 +79,14 @@ def fwd_options(variant: str, seqlen: int = 1024) -> dict[str, object]:
     window = (left, 0 if causal else right)
     slopes = {None: None, "H": torch.ones(4), "BH": torch.ones(2, 4)}[opts.get("alibi")]
     softcap = opts.get("softcap", 0.0)
-    return fwd.option_arguments(0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen)
+    args = fwd.option_arguments(0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen)
+    return {**args, "IS_VARLEN": bool(opts.get("varlen"))}
 
 
-def _descriptor_type(dtype: str, rows: int, head_dim: int) -> str:
+def _descriptor_type(dtype: str, rows: int, head_dim: int, varlen: bool = False) -> str:
     from triton.experimental.gluon import language as gl
 
-    block = [1, rows, 1, head_dim]
+    block = [rows, 1, head_dim] if varlen else [1, rows, 1, head_dim]
     layout = gl.NVMMASharedLayout.get_default_for(block, {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype])
     return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{layout!r}>"
 
@@ -98,13 +104,18 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     cfg = configs.hopper_fwd_config(head_dim)
     rows = fwd.WG_ROWS.value
     options = fwd_options(variant)
+    varlen = options["IS_VARLEN"]
     signature = dict(
-        q_desc=_descriptor_type(dtype, rows, head_dim),
-        k_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim),
-        v_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim),
-        o_desc=_descriptor_type(dtype, rows, head_dim),
+        q_desc=_descriptor_type(dtype, rows, head_dim, varlen),
+        k_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim, varlen),
+        v_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim, varlen),
+        o_desc=_descriptor_type(dtype, rows, head_dim, varlen),
         lse_ptr="*fp32",
         alibi_ptr="*fp32",
+        # Dense launches pass the LSE for the pointers they do not use.
+        o_ptr=f"*{dtype}" if varlen else "*fp32",
+        cu_seqlens_q_ptr="*i32" if varlen else "*fp32",
+        cu_seqlens_k_ptr="*i32" if varlen else "*fp32",
         seqlen_q="i32",
         seqlen_k="i32",
         num_m_blocks="i32",

@@ -8,6 +8,7 @@ they cost microseconds and never synchronise.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 
 import torch
@@ -17,6 +18,16 @@ from flashtile.kernels.configs import HOPPER_FWD_HEAD_DIMS
 DTYPES = (torch.float16, torch.bfloat16)
 # TMA reads from 16-byte aligned addresses with 16-byte aligned strides and a unit last stride.
 _TMA_ALIGN_BYTES = 16
+# The Gluon forward's variable-length path (docs/design/hopper.md, "Variable length") compiles for sm_90 on
+# CPU but has not yet run on a GPU: packed batches take it only under FLASHTILE_HOPPER_FWD_VARLEN=1 until
+# tests/test_gpu_hopper.py -k varlen has passed on an H100, when this turns True.
+GPU_CHECKED_VARLEN = False
+VARLEN_ENV = "FLASHTILE_HOPPER_FWD_VARLEN"
+
+
+def varlen_routed() -> bool:
+    """Whether packed batches go to the Gluon forward: once GPU-checked, or when the knob asks for it."""
+    return GPU_CHECKED_VARLEN or os.environ.get(VARLEN_ENV, "") == "1"
 
 
 @functools.cache
@@ -65,8 +76,8 @@ def fwd_unsupported_reason(
     """Why the Gluon forward does not run this call, or None when it does; ``options`` are the launcher
     keywords (docs/design/options.md: the window normalised, causal as (−1, 0)). It runs dense batches of
     fp16/bf16 at head dims 64, 128 and 256 (V's the same) that TMA can read in place, causal or not, with
-    any sliding window, softcap and ALiBi slopes; dropout, varlen, block masks and mods, and a learnable
-    sink go to the portable kernels."""
+    any sliding window, softcap and ALiBi slopes, and packed (varlen) batches of the same when
+    :func:`varlen_routed`; dropout, block masks and mods, and a learnable sink go to the portable kernels."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
@@ -77,8 +88,11 @@ def fwd_unsupported_reason(
         return f"the Hopper forward is compiled for head dims {dims}, not {q.shape[-1]}"
     if v.shape[-1] != q.shape[-1]:
         return f"a V head dim ({v.shape[-1]}) other than Q/K's is not in the Hopper forward yet"
-    if options.get("cu_seqlens_q") is not None:
-        return "variable-length batches (cu_seqlens_q/k) are not in the Hopper forward yet"
+    if options.get("cu_seqlens_q") is not None and not varlen_routed():
+        return (
+            "variable-length batches (cu_seqlens_q/k) take the Hopper forward only under "
+            f"{VARLEN_ENV}=1 until it has been checked on a GPU"
+        )
     if options.get("dropout_p", 0.0):
         return "dropout is not in the Hopper forward yet"
     if options.get("mods") is not None:
