@@ -91,7 +91,6 @@ UNSUPPORTED = [
     pytest.param(dict(dtype=torch.float32), {}, "float16 and bfloat16", id="fp32"),
     pytest.param(dict(head_dim=96), {}, "head dims 64, 128, 256", id="d96"),
     pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
-    pytest.param({}, dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32)), "variable-length", id="varlen"),
     pytest.param({}, dict(mods=object()), "block masks, mask_mod and score_mod", id="mods"),
     pytest.param({}, dict(learnable_sink=torch.zeros(4)), "learnable_sink", id="sink"),
     pytest.param(dict(head_dim_v=64), {}, "V head dim", id="dv64"),
@@ -133,12 +132,13 @@ def test_unsupported_call_falls_back_under_auto_and_raises_when_forced(
 
 
 def test_varlen_goes_to_the_gluon_forward_only_under_its_knob(hopper_everywhere, monkeypatch):
-    # Until the Gluon varlen forward has passed on a GPU (support.GPU_CHECKED_VARLEN), packed batches take
-    # it under FLASHTILE_HOPPER_FWD_VARLEN=1 only, with the options the dense path takes and no others.
+    # Where the Gluon varlen forward is not marked GPU-checked (support.GPU_CHECKED_VARLEN), packed batches
+    # take it under FLASHTILE_HOPPER_FWD_VARLEN=1 only, with the options the dense path takes and no others.
     cu = torch.tensor([0, 30, 66], dtype=torch.int32)
     q, k, v = (t.reshape(-1, *t.shape[2:]) for t in _qkv())
     varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=36, max_seqlen_k=36)
-    assert not support.GPU_CHECKED_VARLEN
+    monkeypatch.setattr(support, "GPU_CHECKED_VARLEN", False)
+    monkeypatch.delenv(support.VARLEN_ENV, raising=False)
     assert "variable-length" in support.fwd_unsupported_reason(q, k, v, varlen)
     assert backend.launcher("hopper", "attn_fwd", q, k, v, varlen) is portable.attn_fwd
     monkeypatch.setenv(support.VARLEN_ENV, "1")
@@ -148,6 +148,10 @@ def test_varlen_goes_to_the_gluon_forward_only_under_its_knob(hopper_everywhere,
     assert "dropout" in support.fwd_unsupported_reason(q, k, v, dict(varlen, dropout_p=0.1))
     assert "learnable_sink" in support.fwd_unsupported_reason(q, k, v, dict(varlen, learnable_sink=cu))
     assert "V head dim" in support.fwd_unsupported_reason(q, k, v[..., :64].contiguous(), varlen)
+    # Marked GPU-checked, no knob is needed.
+    monkeypatch.delenv(support.VARLEN_ENV)
+    monkeypatch.setattr(support, "GPU_CHECKED_VARLEN", True)
+    assert support.fwd_unsupported_reason(q, k, v, varlen) is None
 
 
 def test_layouts_tma_cannot_read_fall_back(hopper_everywhere):
