@@ -28,9 +28,10 @@ from flashtile.kernels.fwd import LOG2_E, dot_options, positive_scale
 
 LN_2 = tl.constexpr(math.log(2.0))
 LOG2_E_C = tl.constexpr(LOG2_E)
-# A split gets at least this many key tiles, so its fixed cost (q load, partial store, combine) stays small
-# (batch 1, 4k cache, 8 KV heads: 33 splits of about 2 tiles ran 1.11x faster than 16 of 4; 66 of 1 did not).
-MIN_TILES_PER_SPLIT = 2
+# A split of a one-program-an-SM wave gets at least this many key tiles, so its fixed cost (q load, partial
+# store, combine) stays small. The two-program wave takes splits down to one tile (batch 1, 4k cache, 8 KV
+# heads: 33 splits of about 2 tiles ran 1.11x faster than 16 of 4).
+MIN_TILES_PER_SPLIT = 4
 MAX_SPLITS = 128
 # The heuristic takes the fewest splits whose wave efficiency is within this factor of the best.
 SPLIT_EFFICIENCY = 0.95
@@ -252,11 +253,11 @@ def programs_per_sm(head_dim: int, device: torch.device) -> int:
 def num_splits_heuristic(
     programs: int, capacity: int, block_n: int, device: torch.device, per_sm: int = 1
 ) -> int:
-    """Splits of the cache length for ``programs`` programs per split, each split keeping at least
-    ``MIN_TILES_PER_SPLIT`` tiles of the capacity: 1 when the programs already fill every SM; for a batch
-    that leaves more than half of the SMs idle, the most splits that keep to one wave of ``per_sm``
-    programs an SM (:func:`programs_per_sm`); else the fewest splits that give every SM the same number of
-    programs to within ``SPLIT_EFFICIENCY`` of the best split count.
+    """Splits of the cache length for ``programs`` programs per split: 1 when the programs already fill
+    every SM; for a batch that leaves more than half of the SMs idle, the most splits (of a tile or more)
+    that keep to one wave of ``per_sm`` > 1 programs an SM (:func:`programs_per_sm`); else the fewest splits
+    of ``MIN_TILES_PER_SPLIT`` tiles or more that give every SM the same number of programs to within
+    ``SPLIT_EFFICIENCY`` of the best split count.
 
     Programs are spread evenly, since a memory-bound SM with two programs where its neighbours have one
     finishes last (H100, batch 1, 128k: 29 splits on 8 KV heads ran 1.3× slower than 16; 33, two on every
@@ -264,9 +265,10 @@ def num_splits_heuristic(
     sms = configs.multiprocessor_count(device)
     if programs >= sms:
         return 1
-    most = max(1, min(MAX_SPLITS, cdiv(capacity, block_n) // MIN_TILES_PER_SPLIT))
-    if 2 * programs <= sms:
-        return max(1, min(most, per_sm * sms // programs))
+    tiles = cdiv(capacity, block_n)
+    if 2 * programs <= sms and per_sm > 1:
+        return max(1, min(MAX_SPLITS, tiles, per_sm * sms // programs))
+    most = max(1, min(MAX_SPLITS, tiles // MIN_TILES_PER_SPLIT))
 
     def efficiency(splits: int) -> float:
         work = programs * splits
