@@ -296,6 +296,16 @@ _FAKE_SM90 = textwrap.dedent(
     JITFunction._do_compile = compile_stand_in
     JITFunction.run = counted_run
     KernelLaunch.__call__ = recorded_call
+
+
+    def packed_row(rng, total):
+        # A training row: documents of random lengths packed back to back (1 to 16 of them); its varlen
+        # keywords and its number of documents.
+        bounds = [0, *sorted(rng.sample(range(1, total), rng.randrange(16))), total]
+        cu = torch.tensor(bounds, dtype=torch.int32)
+        longest = max(b - a for a, b in zip(bounds, bounds[1:]))
+        varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+        return varlen, len(bounds) - 1
     """
 )
 
@@ -503,11 +513,7 @@ _PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
     k, v = (torch.randn(total, heads_kv, head_dim, dtype=torch.float16) for _ in range(2))
     first = None
     for step in range(60):
-        # A training row: documents of random lengths packed back to back (1 to 16 of them).
-        bounds = [0, *sorted(rng.sample(range(1, total), rng.randrange(16))), total]
-        cu = torch.tensor(bounds, dtype=torch.int32)
-        longest = max(b - a for a, b in zip(bounds, bounds[1:]))
-        varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+        varlen, documents = packed_row(rng, total)
         out, lse = fwd.attn_fwd(q, k, v, 0.125, True, window_size=(-1, 0), config=fwd_config, **varlen)
         bwd.attn_bwd(
             torch.randn_like(out), q, k, v, out, lse, 0.125, True, window_size=(-1, 0), config=bwd_config,
@@ -515,7 +521,7 @@ _PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
         )
         if first is None:
             first = list(COMPILES)
-        assert COMPILES == first, (step, len(bounds) - 1, longest, COMPILES[len(first):])
+        assert COMPILES == first, (step, documents, COMPILES[len(first):])
     print("ok")
     """
 )
@@ -537,16 +543,13 @@ _HOPPER_PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
     for options in (dict(causal=True, window_size=(-1, 0)), windowed):
         first = None
         for step in range(40):
-            bounds = [0, *sorted(rng.sample(range(1, total), rng.randrange(16))), total]
-            cu = torch.tensor(bounds, dtype=torch.int32)
-            longest = max(b - a for a, b in zip(bounds, bounds[1:]))
-            varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+            varlen, documents = packed_row(rng, total)
             causal = options.get("causal", False)
             rest = {n: o for n, o in options.items() if n != "causal"}
             hopper_fwd.attn_fwd(q, k, v, 0.125, causal, **rest, **varlen)
             if first is None:
                 first = list(COMPILES)
-            assert COMPILES == first, (step, len(bounds) - 1, longest, COMPILES[len(first):])
+            assert COMPILES == first, (step, documents, COMPILES[len(first):])
         assert COMPILES.count("attn_fwd_kernel") >= 1
         COMPILES.clear()
     print("ok")
