@@ -17,14 +17,17 @@ JOBS = [(d, name, causal, False) for d, table in bwd.VARIANTS.items() for name i
 JOBS += [(d, bwd.DEFAULT_VARIANT[d], causal, True) for d in bwd.VARIANTS for causal in MASKS]
 
 
-def test_hopper_bwd_every_variant_compiles_for_sm90():
-    procs = [start_compile(JOBS[i::2]) for i in range(2)]
+def _compile_failures(jobs) -> tuple[dict, list[str]]:
+    """Compile ``jobs`` in two subprocesses (one a core); the reports, and every failed check: wgmma and TMA
+    in the PTX, no local memory (spills), shared memory within a block's limit, and the TMA reduce-add in
+    the fused kernel exactly when it adds dQ (not deterministic). ptxas's stack frame is in each message."""
+    procs = [start_compile(jobs[i::2]) for i in range(2)]
     results = {}
     for proc in procs:
         results.update(finish_compile(proc))
     failures = []
-    for (d, name, causal, deterministic), kernels in results.items():
-        label = f"D={d} {name} causal={causal} deterministic={deterministic}"
+    for (d, name, mask, deterministic), kernels in results.items():
+        label = f"D={d} {name} mask={mask} deterministic={deterministic}"
         for report, has_reduce in kernels:
             fused = report.kernel == "attn_bwd_kernel"
             checks = {
@@ -34,7 +37,16 @@ def test_hopper_bwd_every_variant_compiles_for_sm90():
                 f"{report.shared_bytes} B of shared memory": report.shared_bytes <= MAX_SHARED_BYTES,
                 f"TMA reduce-add {has_reduce}": has_reduce == (fused and not deterministic),
             }
-            failures += [f"{label} {report.kernel}: {what}" for what, ok in checks.items() if not ok]
+            failures += [
+                f"{label} {report.kernel} (stack {report.stack_bytes} B): {what}"
+                for what, ok in checks.items()
+                if not ok
+            ]
+    return results, failures
+
+
+def test_hopper_bwd_every_variant_compiles_for_sm90():
+    results, failures = _compile_failures(JOBS)
     assert sorted(results) == sorted(JOBS)
     assert not failures, "\n".join(failures)
 
@@ -51,25 +63,7 @@ OPTION_JOBS = [
 def test_hopper_bwd_options_compile_for_sm90_without_local_memory():
     """Each option variant compiles with wgmma, TMA and the reduce-add, within shared memory, and without
     local memory; ptxas's stack frame (spilled registers) is reported in the failure message only."""
-    procs = [start_compile(OPTION_JOBS[i::2]) for i in range(2)]
-    results = {}
-    for proc in procs:
-        results.update(finish_compile(proc))
-    failures = []
-    for (d, name, mask, _), kernels in results.items():
-        for report, has_reduce in kernels:
-            checks = {
-                "no wgmma": report.has_wgmma,
-                "no TMA": report.has_tma,
-                f"{report.local_bytes} B of local memory": report.local_bytes == 0,
-                f"{report.shared_bytes} B of shared memory": report.shared_bytes <= MAX_SHARED_BYTES,
-                "no TMA reduce-add": has_reduce,
-            }
-            failures += [
-                f"D={d} {name} {mask} (stack {report.stack_bytes} B): {what}"
-                for what, ok in checks.items()
-                if not ok
-            ]
+    results, failures = _compile_failures(OPTION_JOBS)
     assert len(results) == len(OPTION_JOBS)
     assert not failures, "\n".join(failures)
 
