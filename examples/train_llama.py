@@ -15,8 +15,11 @@ from every CSV there, so runs with different ``--attn`` overlay.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import csv
+import io
 import math
+import pstats
 import random
 import sysconfig
 import time
@@ -115,6 +118,14 @@ def main() -> None:
         metavar="STEPS",
         help="profile this many steps after the untimed ones; writes <out-dir>/<attn>_profile.txt",
     )
+    parser.add_argument(
+        "--python-profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="cProfile this many steps after the untimed ones (where the host's Python time goes); writes "
+        "<out-dir>/<attn>_python_profile.txt",
+    )
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -151,6 +162,7 @@ def main() -> None:
         schedule = torch.profiler.schedule(wait=first_timed, warmup=0, active=args.profile, repeat=1)
         profiler = torch.profiler.profile(activities=activities, schedule=schedule)
         profiler.start()
+    python_profiler = cProfile.Profile() if args.python_profile > 0 else None
     with log_path.open("w", newline="") as log:
         writer = csv.writer(log)
         writer.writerow(["step", "loss"])
@@ -160,6 +172,10 @@ def main() -> None:
                 group["lr"] = learning_rate(step, args.steps, args.lr)
             if step == first_timed:
                 compiled = count_compilations()
+                if python_profiler is not None:
+                    python_profiler.enable()
+            if python_profiler is not None and step == first_timed + args.python_profile:
+                python_profiler.disable()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
@@ -188,6 +204,13 @@ def main() -> None:
         tables = [averages.table(sort_by=sort, row_limit=40, max_name_column_width=70) for sort in sorts]
         (args.out_dir / f"{args.attn}_profile.txt").write_text("\n\n".join(tables))
         print(tables[-1])
+    if python_profiler is not None:
+        python_profiler.disable()
+        report = io.StringIO()
+        stats = pstats.Stats(python_profiler, stream=report)
+        for sort in ("tottime", "cumulative"):
+            stats.sort_stats(sort).print_stats(45)
+        (args.out_dir / f"{args.attn}_python_profile.txt").write_text(report.getvalue())
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     print(
         f"attn={args.attn} context={args.context} tokens/s={timed_tokens / timed_seconds:,.0f} "

@@ -26,8 +26,11 @@
 #      runs with FLASHTILE_HOPPER_FWD_VARLEN=1
 #   j  the sixth session's last call: the training pairs in both orders (sdpa, flashtile, flashtile, sdpa),
 #      then bench --decode --quick and scripts/decode_check.py (the new split heuristic at every cache length)
+#   l  the seventh session's host call: scripts/host_profile_packed.py (the example's attention layer: host µs
+#      against SDPA, cProfile of the forward and the backward), the example's steps under cProfile
+#      (flashtile, then sdpa), then a training pair sdpa, flashtile (150 steps)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -226,8 +229,20 @@ case "$part" in
     cp "$work"/train1/loss.png "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  l)
+    begin
+    step host_profile 90 python3 scripts/host_profile_packed.py --out "$work/host_profile.txt"
+    train=(python3 examples/train_llama.py --context 8192 --steps 40 --python-profile 20 --out-dir "$work/train")
+    step python_profile_flashtile 70 "${train[@]}" --attn flashtile
+    step python_profile_sdpa 70 "${train[@]}" --attn sdpa
+    pair=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/pair")
+    step train_sdpa 60 "${pair[@]}" --attn sdpa
+    step train_flashtile 60 "${pair[@]}" --attn flashtile
+    cp "$work"/host_profile.txt "$work"/train/*_python_profile.txt "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
