@@ -17,6 +17,8 @@ import io
 import itertools
 import pstats
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from launch_overhead import host_us, kernels_ms, per_call_event_ms
 
 from flashtile import flash_attn_varlen_func, ops
+from flashtile.autograd import FlashAttnFunction
 
 TOTAL, HEADS, HEADS_KV, HEAD_DIM = 8192, 8, 2, 64
 DOCUMENT_ENDS = [0, 412, 1630, 1904, 3300, 4821, 5002, 6950, 8192]
@@ -101,6 +104,47 @@ def main() -> None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
         say(f"\n== cProfile of 50 calls: {name}, by own time\n{text.getvalue()}")
+    # The backward as the autograd engine runs it (its device thread): wall time inside
+    # FlashAttnFunction.backward and a cProfile of it there, against an empty Function's engine overhead.
+    inner = FlashAttnFunction.backward
+    spent, threads, inside = [], set(), cProfile.Profile()
+
+    def timed_backward(ctx, *grads):
+        threads.add(threading.get_ident())
+        inside.enable()
+        begin = time.perf_counter()
+        result = inner(ctx, *grads)
+        spent.append(time.perf_counter() - begin)
+        inside.disable()
+        return result
+
+    FlashAttnFunction.backward = staticmethod(timed_backward)
+    for _ in range(50):
+        fwd_bwd()
+    torch.cuda.synchronize()
+    FlashAttnFunction.backward = staticmethod(inner)
+    text = io.StringIO()
+    pstats.Stats(inside, stream=text).sort_stats("tottime").print_stats(30)
+    say(
+        f"\n== FlashAttnFunction.backward in the engine: {sum(spent) / len(spent) * 1e6:.1f} µs a call "
+        f"(profiled), thread {'main' if threads == {threading.get_ident()} else 'other'}\n{text.getvalue()}"
+    )
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    def identity_fwd_bwd():
+        return torch.autograd.grad(Identity.apply(q), (q,), dout)
+
+    for _ in range(5):
+        identity_fwd_bwd()
+    say(f"empty autograd.Function fwd+bwd host µs: {host_us(identity_fwd_bwd):.1f}")
     if args.out:
         args.out.write_text(report.getvalue())
 

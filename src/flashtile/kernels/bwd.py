@@ -744,9 +744,10 @@ def attn_bwd(
             *km.list_args("q", True), km.aux,
         )  # fmt: skip
         if per_head:
-            # Each K/V head's gradient is the sum over the query heads of its group (in fp32, then rounded).
+            # Each K/V head's gradient is the sum over the query heads of its group (in fp32, rounded as
+            # it is written: one reduction kernel, no fp32 temporary and copy).
             for target, per_query_head in ((grads[1], dk_out), (grads[2], dv_out)):
-                target.copy_(per_query_head.unflatten(-2, (heads_kv, -1)).sum(dim=-2))
+                torch.sum(per_query_head.unflatten(-2, (heads_kv, -1)), dim=-2, out=target)
     if dq_launch is not None:
         dq_launch(
             q, k, v, dout, lse, delta, grads[0], *options, sink, dsink_rows, *km.list_args("kv", False),
