@@ -29,8 +29,11 @@
 #   l  the seventh session's host call: scripts/host_profile_packed.py (the example's attention layer: host µs
 #      against SDPA, cProfile of the forward and the backward), the example's steps under cProfile
 #      (flashtile, then sdpa), then a training pair sdpa, flashtile (150 steps)
+#   m  the seventh session's option forwards: the GPU tests named by the arguments, bench --options softcap
+#      alibi (half of softcap's exponentials on the FMA pipes, ALiBi's distances in fp32), then softcap with
+#      all exponentials on the MUFU (FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu) to compare
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -241,8 +244,19 @@ case "$part" in
     cp "$work"/host_profile.txt "$work"/train/*_python_profile.txt "$OUT"/ 2>/dev/null
     finish
     ;;
+  m)
+    begin
+    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_tests_m.xml" "$@"
+    step bench_options 150 python3 -m flashtile bench --options softcap alibi --out-dir "$work/bench"
+    step bench_softcap_mufu 90 env FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu python3 -m flashtile bench --options softcap \
+      --peers flashtile --out-dir "$work/bench_mufu"
+    cp "$work"/gpu_tests_m.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    cp "$work"/bench_mufu/bench_options.csv "$OUT"/bench_options_mufu.csv 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

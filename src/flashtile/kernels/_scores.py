@@ -43,5 +43,7 @@ def base2_scores(
         t = qk
         s = qk * qk_scale
     if HAS_ALIBI:
-        s = s - alibi_slope * tl.abs(rows + diag_offset - cols).to(tl.float32)
+        # Positions convert before they broadcast: an int-to-float conversion is a quarter-rate instruction
+        # (as exp2), one per row and per column, not per score; their difference is exact below 2^24.
+        s = s - alibi_slope * tl.abs((rows + diag_offset).to(tl.float32) - cols.to(tl.float32))
     return s, t

@@ -349,7 +349,9 @@ def _consumer(
                 score = st * qk_scale
             if HAS_ALIBI:
                 slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
-                score = score - slope * gl.abs((cols + diag_offset)[None, :] - rows[:, None]).to(gl.float32)
+                # Positions in fp32 before they broadcast: no quarter-rate int-to-float conversion per score.
+                dist = gl.abs((cols + diag_offset).to(gl.float32)[None, :] - rows.to(gl.float32)[:, None])
+                score = score - slope * dist
             pt = gl.exp2(score - lse[None, :])
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 pt = gl.where(rows[:, None] <= (cols + diag_offset)[None, :], pt, 0.0)
