@@ -30,8 +30,8 @@
 #      against SDPA, cProfile of the forward and the backward), the example's steps under cProfile
 #      (flashtile, then sdpa), then a training pair sdpa, flashtile (150 steps)
 #   m  the seventh session's option forwards: the GPU tests named by the arguments, bench --options softcap
-#      alibi (half of softcap's exponentials on the FMA pipes, ALiBi's distances in fp32), then softcap with
-#      all exponentials on the MUFU (FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu) to compare
+#      alibi (ALiBi's distances in fp32; at c6565ef also half of softcap's exponentials as an FMA-pipe
+#      polynomial, compared there with FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu: slower, so removed after)
 #
 #     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m [test files for a, c, e, f, h, i and k]
 #
@@ -249,10 +249,7 @@ case "$part" in
     step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
       --junitxml="$work/gpu_tests_m.xml" "$@"
     step bench_options 150 python3 -m flashtile bench --options softcap alibi --out-dir "$work/bench"
-    step bench_softcap_mufu 90 env FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu python3 -m flashtile bench --options softcap \
-      --peers flashtile --out-dir "$work/bench_mufu"
     cp "$work"/gpu_tests_m.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
-    cp "$work"/bench_mufu/bench_options.csv "$OUT"/bench_options_mufu.csv 2>/dev/null
     finish
     ;;
   *)

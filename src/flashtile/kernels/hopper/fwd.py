@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import torch
 from triton.experimental import gluon
@@ -56,42 +55,6 @@ NUM_WARPS = 4
 CONSUMER_REGS = gl.constexpr(240)
 # Runtime values: a window bound or a batch stride of 1 would otherwise compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
-# With softcap each score takes two MUFU instructions (tanh, exp2), as many cycles as its two wgmmas: half
-# of the unmasked tiles' exponentials then run as a polynomial on the FMA pipes (docs/design/hopper.md,
-# "Softcap's exponentials"). Read at import; FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu keeps them all on the MUFU.
-SOFTCAP_EXP2_SPLIT = gl.constexpr(os.environ.get("FLASHTILE_HOPPER_SOFTCAP_EXP2", "split") != "mufu")
-# 2^f on [−1/2, 1/2], degree 3, relative error ≤ 7.5e-5 (a weighted least-squares fit of the relative
-# error; P is rounded to 16 bits, 2^−9 or 2^−11, after).
-EXP2_C3 = gl.constexpr(0.0551716685295105)
-EXP2_C2 = gl.constexpr(0.2426111400127411)
-EXP2_C1 = gl.constexpr(0.6932609677314758)
-EXP2_C0 = gl.constexpr(0.9999280571937561)
-# 1.5·2^23: adding it rounds an fp32 |x| < 2^22 to an integer held in the low mantissa bits.
-ROUND_MAGIC = gl.constexpr(12582912.0)
-
-
-@gluon.jit
-def _exp2_fma(x):
-    """2^x for finite x ≤ 0 without the MUFU: x = n + f (n = round(x), |f| ≤ 1/2), 2^f by a polynomial,
-    n added to its exponent field. x is clamped at −125 (2^−125 where 2^x would be smaller; no row sum
-    of an unmasked tile is below 1, so that is 0 at fp32 precision)."""
-    x = gl.maximum(x, -125.0)
-    j = x + ROUND_MAGIC
-    f = x - (j - ROUND_MAGIC)
-    p = gl.fma(gl.fma(gl.fma(f, EXP2_C3, EXP2_C2), f, EXP2_C1), f, EXP2_C0)
-    bits = p.to(gl.int32, bitcast=True) + (j.to(gl.int32, bitcast=True) << 23)
-    return bits.to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _exp2_split(x):
-    """2^x of a score tile, its even columns on the MUFU and its odd ones by :func:`_exp2_fma` (a thread
-    holds column pairs of the wgmma accumulator, so the split and the join move no data)."""
-    rows: gl.constexpr = x.shape[0]
-    cols: gl.constexpr = x.shape[1]
-    even, odd = gl.split(gl.reshape(x, [rows, cols // 2, 2]))
-    p = gl.reshape(gl.join(gl.exp2(even), _exp2_fma(odd)), [rows, cols])
-    return gl.convert_layout(p, x.type.layout)
 
 
 @gluon.jit
@@ -234,13 +197,11 @@ def _tanh(x):
 def _softmax_step(
     s, m_i, l_i, n0, rows, scores, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
-    EXP2_SPLIT: gl.constexpr = False,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
     qk_scale`` or, with softcap or ALiBi, kernels/_scores.py's ``base2_scores``. ``rows``: the query rows
-    and the per-row terms :func:`_row_terms` computes once. EXP2_SPLIT (unmasked tiles only: every score
-    finite) takes half of the exponentials off the MUFU (:func:`_exp2_split`)."""
+    and the per-row terms :func:`_row_terms` computes once."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope = scores
     if MASKED:
@@ -254,9 +215,9 @@ def _softmax_step(
         s = _tanh(s * softcap_qk)
         s_scale = softcap_out
     if HAS_ALIBI:
-        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come: one
-        # subtraction and one FMA per score, in fp32 (exact distances below 2^24).
-        # Positions convert per row and per column, not per score; then one subtraction per score.
+        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come. Positions
+        # convert per row and per column, not per score: then one subtraction and one FMA per score, in fp32
+        # (exact distances below 2^24).
         cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
         dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
         s = s + (-alibi_slope / s_scale) * dist
@@ -265,10 +226,7 @@ def _softmax_step(
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-    if EXP2_SPLIT:
-        p = _exp2_split(s * s_scale - gl.expand_dims(m_ref, 1))
-    else:
-        p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
+    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -282,10 +240,6 @@ def _attn_fwd_steps(
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
     wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
-    # Softcap's unmasked tiles, except at D = 64 with ALiBi (fp32 P between tiles: its registers would spill).
-    EXP2_SPLIT: gl.constexpr = (
-        HAS_SOFTCAP and SOFTCAP_EXP2_SPLIT and not MASKED and (P_OPERAND or not HAS_ALIBI)
-    )
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -305,7 +259,7 @@ def _attn_fwd_steps(
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, (t_lo + j) * BLOCK_N, rows, scores, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N, EXP2_SPLIT,
+            HAS_ALIBI, BLOCK_N,
         )  # fmt: skip
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
