@@ -302,12 +302,13 @@ def test_fast_path_takes_the_options_and_declines_the_rest():
         dict(window_size=(8, 0)), dict(window_size=(-1, 4)), dict(window_size=(16, 16)),
         dict(window_size=(3, -1)), dict(softcap=5.0), dict(alibi_slopes=torch.ones(4, device="cuda")),
         dict(window_size=(8, 8), softcap=5.0, alibi_slopes=torch.ones(2, 4, device="cuda")),
+        # Packed batches too: the Gluon varlen forward passed its GPU cases (support.GPU_CHECKED_VARLEN).
+        dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32, device="cuda")),
     ]  # fmt: skip
     for options in taken:
         assert support.fwd_unsupported_reason(q, k, v, options) is None, options
     declined = {
         "dropout": dict(dropout_p=0.1),
-        "variable-length": dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32, device="cuda")),
         "block masks, mask_mod and score_mod": dict(mods=object()),
         "learnable_sink": dict(learnable_sink=torch.zeros(4, device="cuda")),
     }

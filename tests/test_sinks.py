@@ -226,7 +226,8 @@ def test_rows_without_keys_give_zero_and_the_sink_lse(device, seed):
     out, lse, _ = flash_attn_func(q, k, v, window_size=(2, 0), learnable_sink=sink, return_attn_probs=True)
     out.backward(torch.randn_like(out))
     assert (out[0, :50] == 0).all()
-    torch.testing.assert_close(lse[0, :, :50], sink.detach()[:, None].expand(2, 50), rtol=0, atol=0)
+    # The sink itself, to fp32 rounding (the GPU kernels take it through base 2 and back: 1 ulp off).
+    torch.testing.assert_close(lse[0, :, :50], sink.detach()[:, None].expand(2, 50), rtol=2**-22, atol=0)
     for t in (out, lse, q.grad, k.grad, v.grad, sink.grad):
         assert torch.isfinite(t).all()
     assert (q.grad[0, :50] == 0).all()
