@@ -358,3 +358,34 @@ def test_gluon_backward_takes_windows_softcap_and_alibi_only_with_the_knob(monke
             t[..., :1].expand(*t.shape[:-1], 256).contiguous().as_subclass(_ClaimsCuda) for t in (q, k, v)
         ]
         assert "256" in gluon_bwd.bwd_unsupported_reason(*wide, wide[0], options)
+
+
+def test_gluon_backward_takes_packed_batches_only_with_the_knob(monkeypatch):
+    """Until their GPU cases pass, packed (varlen) batches stay on the portable backward unless
+    FLASHTILE_HOPPER_BWD_VARLEN=1; with it the "keys" split takes them (windows and all), the D = 256
+    kernel and the deterministic dQ kernel do not, and the hopper backend routes them there."""
+    from flashtile.kernels import bwd as portable_bwd
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(gluon_bwd, "GPU_CHECKED_VARLEN", False)
+    q, k, v = (t[0].half().as_subclass(_ClaimsCuda) for t in _qkv(head_dim=64))
+    cu = torch.tensor([0, 3, q.shape[0]], dtype=torch.int32)
+    varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=q.shape[0] - 3, max_seqlen_k=q.shape[0] - 3)
+    monkeypatch.delenv(gluon_bwd.VARLEN_ENV, raising=False)
+    assert gluon_bwd.VARLEN_ENV in gluon_bwd.bwd_unsupported_reason(q, k, v, q, varlen)
+    monkeypatch.setenv(gluon_bwd.VARLEN_ENV, "1")
+    for options in ({}, {"window_size": (8, 0), "softcap": 5.0}):
+        assert gluon_bwd.bwd_unsupported_reason(q, k, v, q, {**varlen, **options}) is None
+    assert "deterministic" in gluon_bwd.bwd_unsupported_reason(q, k, v, q, {**varlen, "deterministic": True})
+    wide = [t[..., :1].expand(*t.shape[:-1], 256).contiguous().as_subclass(_ClaimsCuda) for t in (q, k, v)]
+    assert "256" in gluon_bwd.bwd_unsupported_reason(*wide, wide[0], varlen)
+    dense = q.unsqueeze(0)
+    assert "dimensions" in gluon_bwd.bwd_unsupported_reason(dense, dense, dense, dense, varlen)
+    calls = []
+    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append("gluon"))
+    monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append("portable"))
+    hopper.attn_bwd(q, q, k, v, q, None, 0.1, True, **varlen)
+    monkeypatch.delenv(gluon_bwd.VARLEN_ENV)
+    hopper.attn_bwd(q, q, k, v, q, None, 0.1, True, **varlen)
+    assert calls == ["gluon", "portable"]

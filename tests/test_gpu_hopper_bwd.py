@@ -5,6 +5,8 @@ N_q ≠ N_k, fully masked rows, NaN-poisoned outputs, no NaN from another batch 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -250,3 +252,119 @@ def test_hopper_bwd_options_stay_off_without_the_knob(hopper, monkeypatch):
     q = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16)
     reason = hopper.bwd_unsupported_reason(q, q, q, q, {"softcap": 30.0})
     assert (reason is None) == hopper.GPU_CHECKED_OPTIONS
+
+
+# Packed (varlen) batches in the fused kernel ("keys" split, D = 64/96/128): (N_q, N_k) per sequence with
+# empty ones, one-token ones, N_q ≠ N_k both ways and sequences longer than a K/V block and a query block.
+VARLEN_LENGTHS = [(5, 7), (0, 3), (1, 1), (130, 77), (3, 0), (257, 300), (64, 64), (1, 200), (77, 1)]
+VARLEN_CASES = [
+    # (head_dim, heads, heads_kv, dtype, causal, window, softcap, alibi slopes: None, "h" or "bh")
+    pytest.param(64, 4, 2, torch.bfloat16, True, (-1, 0), 0.0, None, id="d64-gqa-causal-bf16"),
+    pytest.param(64, 4, 4, torch.float16, False, (-1, -1), 0.0, None, id="d64-mha-full-fp16"),
+    pytest.param(128, 4, 1, torch.bfloat16, False, (-1, -1), 0.0, None, id="d128-mqa-full-bf16"),
+    pytest.param(128, 8, 2, torch.float16, True, (-1, 0), 0.0, None, id="d128-gqa-causal-fp16"),
+    pytest.param(96, 4, 2, torch.bfloat16, True, (-1, 0), 0.0, None, id="d96-gqa-causal-bf16"),
+    pytest.param(64, 4, 2, torch.float16, False, (40, 9), 5.0, "bh", id="d64-window-softcap-alibi-fp16"),
+    pytest.param(128, 4, 2, torch.bfloat16, True, (100, 0), 30.0, "h", id="d128-causal-window-cap-alibi"),
+    pytest.param(128, 4, 2, torch.bfloat16, False, (-1, 5), 0.0, None, id="d128-window-right5-bf16"),
+]
+
+
+def _packed(lengths, heads, heads_kv, head_dim, dtype):
+    cu_q, cu_k = (
+        torch.tensor([0, *itertools.accumulate(n[i] for n in lengths)], dtype=torch.int32, device="cuda")
+        for i in (0, 1)
+    )
+    q = torch.randn(int(cu_q[-1]), heads, head_dim, dtype=dtype, device="cuda")
+    k, v = (torch.randn(int(cu_k[-1]), heads_kv, head_dim, dtype=dtype, device="cuda") for _ in range(2))
+    longest = dict(max_seqlen_q=max(n[0] for n in lengths), max_seqlen_k=max(n[1] for n in lengths))
+    return q, k, v, torch.randn_like(q), dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **longest)
+
+
+def _varlen_grads(hopper, q, k, v, dout, varlen, causal, options):
+    """The portable forward's (out, lse) of the packed batch, then the fused kernel's gradients."""
+    scale = q.shape[-1] ** -0.5
+    fwd_window = (options["window_size"][0], 0) if causal else options["window_size"]
+    fwd_options = {**options, "window_size": fwd_window}
+    out, lse = portable_fwd.attn_fwd(q, k, v, scale, causal, **fwd_options, **varlen)
+    assert hopper.bwd_unsupported_reason(q, k, v, dout, {**fwd_options, **varlen}) is None
+    return hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, **options, **varlen)
+
+
+@pytest.fixture
+def gluon_varlen_bwd(hopper, monkeypatch):
+    monkeypatch.setenv(hopper.VARLEN_ENV, "1")
+    return hopper
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "heads", "heads_kv", "dtype", "causal", "window", "softcap", "alibi"), VARLEN_CASES
+)
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_hopper_bwd_varlen_matches_oracle(
+    head_dim, heads, heads_kv, dtype, causal, window, softcap, alibi, seed, gluon_varlen_bwd
+):
+    """dQ, dK, dV of a packed batch against the float64 oracle (sequence by sequence, 3× rule); sequences
+    without keys get dq = 0, without queries dk = dv = 0, never NaN."""
+    q, k, v, dout, varlen = _packed(VARLEN_LENGTHS, heads, heads_kv, head_dim, dtype)
+    batch = len(VARLEN_LENGTHS)
+    shape = {"h": (heads,), "bh": (batch, heads)}
+    slopes = None if alibi is None else torch.rand(shape[alibi], device="cuda") * 0.5 + 0.05
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    grads = _varlen_grads(gluon_varlen_bwd, q, k, v, dout, varlen, causal, options)
+
+    def reference(dtype_ref):
+        leaves = [t.detach().to(dtype_ref).requires_grad_() for t in (q, k, v)]
+        ref_out, _ = naive.attention_varlen(*leaves, **varlen, causal=causal, **options)
+        ref_out.backward(dout.to(dtype_ref))
+        return [t.grad for t in leaves]
+
+    for name, ours, ref, base in zip(
+        ("dq", "dk", "dv"), grads, reference(torch.float64), reference(dtype), strict=True
+    ):
+        assert ours.shape == ref.shape and ours.dtype == dtype
+        assert not ours.isnan().any(), name
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+    cu_q, cu_k = varlen["cu_seqlens_q"].tolist(), varlen["cu_seqlens_k"].tolist()
+    for b, (sq, sk) in enumerate(VARLEN_LENGTHS):
+        if sk == 0:
+            assert (grads[0][cu_q[b] : cu_q[b + 1]] == 0).all()
+        if sq == 0:
+            keys = slice(cu_k[b], cu_k[b + 1])
+            assert (grads[1][keys] == 0).all() and (grads[2][keys] == 0).all()
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_hopper_bwd_varlen_neighbours_do_not_leak(head_dim, causal, seed, gluon_varlen_bwd):
+    """The rows past a sequence's ends are its neighbours' (read, then masked): scaling every other
+    sequence's q, k, v and dout by 64 leaves this sequence's dK, dV bitwise and its dQ (added up by
+    atomic reduces, in any order) within fp32 rounding."""
+    lengths = [(300, 200), (130, 257), (77, 64)]
+    q, k, v, dout, varlen = _packed(lengths, 4, 2, head_dim, torch.bfloat16)
+    options = dict(window_size=(-1, -1), softcap=0.0, alibi_slopes=None)
+    grads = _varlen_grads(gluon_varlen_bwd, q, k, v, dout, varlen, causal, options)
+    cu_q, cu_k = varlen["cu_seqlens_q"].tolist(), varlen["cu_seqlens_k"].tolist()
+    rq, rk = slice(cu_q[1], cu_q[2]), slice(cu_k[1], cu_k[2])
+    louder = []
+    for t, rows in ((q, rq), (k, rk), (v, rk), (dout, rq)):
+        loud = t * 64
+        loud[rows] = t[rows]
+        louder.append(loud)
+    loud_grads = _varlen_grads(gluon_varlen_bwd, *louder, varlen, causal, options)
+    assert torch.equal(grads[1][rk], loud_grads[1][rk]) and torch.equal(grads[2][rk], loud_grads[2][rk])
+    torch.testing.assert_close(grads[0][rq].float(), loud_grads[0][rq].float(), rtol=2**-7, atol=1e-4)
+
+
+def test_hopper_bwd_varlen_stays_off_without_the_knob(hopper, monkeypatch):
+    monkeypatch.delenv(hopper.VARLEN_ENV, raising=False)
+    q = torch.randn(10, 2, 64, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32, device="cuda")
+    varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=6, max_seqlen_k=6)
+    reason = hopper.bwd_unsupported_reason(q, q, q, q, varlen)
+    assert (reason is None) == hopper.GPU_CHECKED_VARLEN
+    monkeypatch.setenv(hopper.VARLEN_ENV, "1")
+    assert hopper.bwd_unsupported_reason(q, q, q, q, varlen) is None
+    assert "deterministic" in hopper.bwd_unsupported_reason(q, q, q, q, {**varlen, "deterministic": True})
+    wide = torch.randn(10, 2, 256, device="cuda", dtype=torch.bfloat16)
+    assert "256" in hopper.bwd_unsupported_reason(wide, wide, wide, wide, varlen)

@@ -58,11 +58,18 @@ OPTION_JOBS = [
     for name in bwd.VARIANTS[d]
     for mask in ("causal+softcap", "local+softcap+alibi", "alibi")
 ]
+# Packed (varlen) batches: the "keys" split's default variants, plain, causal and with every option.
+OPTION_JOBS += [
+    (d, bwd.DEFAULT_VARIANT[d], mask, False)
+    for d in (64, 128)
+    for mask in ("varlen", "causal+varlen", "local+softcap+alibi+varlen")
+]
 
 
 def test_hopper_bwd_options_compile_for_sm90_without_local_memory():
-    """Each option variant compiles with wgmma, TMA and the reduce-add, within shared memory, and without
-    local memory; ptxas's stack frame (spilled registers) is reported in the failure message only."""
+    """Each option variant (and packed batches) compiles with wgmma, TMA and the reduce-add, within shared
+    memory, and without local memory; ptxas's stack frame (spilled registers) is reported in the failure
+    message only."""
     results, failures = _compile_failures(OPTION_JOBS)
     assert len(results) == len(OPTION_JOBS)
     assert not failures, "\n".join(failures)

@@ -557,6 +557,48 @@ _HOPPER_PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
 )
 
 
+_HOPPER_BWD_PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
+    """
+    import random
+
+    # The Gluon backward on packed rows (causal, GQA 8/2, D = 64, then a window with softcap and ALiBi at
+    # D = 128): the number of documents, the longest and the window's clamps change at every step, the
+    # compiled kernels do not.
+    rng = random.Random(0)
+    total, heads, heads_kv = 8192, 8, 2
+    for head_dim, options in ((64, ((-1, 0), 0.0, None)), (128, ((100, 7), 30.0, torch.rand(heads)))):
+        q = torch.randn(total, heads, head_dim, dtype=torch.bfloat16)
+        k, v = (torch.randn(total, heads_kv, head_dim, dtype=torch.bfloat16) for _ in range(2))
+        out, lse = torch.randn_like(q), torch.randn(heads, total)
+        first = None
+        for step in range(40):
+            varlen, documents = packed_row(rng, total)
+            packed = tuple(varlen.values())
+            causal = options[0] == (-1, 0)
+            args = (torch.randn_like(q), q, k, v, out, lse, 0.125, causal, False, *options, packed)
+            grads = hopper_bwd._launch(*args)
+            assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+            if first is None:
+                first = list(COMPILES)
+            assert COMPILES == first, (step, documents, COMPILES[len(first):])
+        assert COMPILES.count("attn_bwd_kernel") == 1, COMPILES
+        COMPILES.clear()
+    print("ok")
+    """
+)
+
+
+def test_gluon_varlen_backward_packed_training_compiles_once() -> None:
+    """The Gluon backward's packed batches (FLASHTILE_HOPPER_BWD_VARLEN): forty packed rows of 8192 tokens,
+    under Triton's binder for sm_90, compile its three kernels at the first row only."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", _HOPPER_BWD_PACKED_TRAINING_CHECK], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
 def test_gluon_varlen_packed_training_compiles_once() -> None:
     """The Gluon forward's packed batches (FLASHTILE_HOPPER_FWD_VARLEN): forty packed rows of 8192 tokens,
     under Triton's binder for sm_90, compile its kernel at the first row only."""

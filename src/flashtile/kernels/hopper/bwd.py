@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels._launch_cache import KernelLaunch
-from flashtile.kernels._layout import cdiv
+from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import _tanh, option_arguments
@@ -54,6 +54,10 @@ LOG2_E_C = gl.constexpr(LOG2_E)
 # 2026-11-23); FLASHTILE_HOPPER_BWD_OPTIONS=1 takes them there where this is off.
 GPU_CHECKED_OPTIONS = True
 OPTIONS_ENV = "FLASHTILE_HOPPER_BWD_OPTIONS"
+# Packed (varlen) batches in the fused kernel: off until their GPU cases pass; FLASHTILE_HOPPER_BWD_VARLEN=1
+# takes them there meanwhile.
+GPU_CHECKED_VARLEN = False
+VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
@@ -157,7 +161,8 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
     )
 
 
-@triton.jit
+# Packed batches change the totals at every step: no specialisation on them.
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_pad", "num_m_blocks"])
 def attn_bwd_preprocess_kernel(
     o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr,
     stride_ob, stride_on, stride_oh, stride_dob, stride_don, stride_doh,
@@ -236,6 +241,13 @@ def _q_blocks(
 
 
 @gluon.jit
+def _in_sequence(rows, cols, seqlen_q, seqlen_k):
+    """Which (key row, query column) pairs of an Sᵀ tile lie in the sequence (packed batches: the rows
+    past its ends are the next sequence's)."""
+    return (rows < seqlen_k)[:, None] & (cols < seqlen_q)[None, :]
+
+
+@gluon.jit
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
@@ -245,14 +257,14 @@ def _producer(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes
+    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off = sizes
     kv3: gl.constexpr = k_desc.layout
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
-        k_desc, [b, n0, h_kv * HEAD_DIM], kv_bar, _rows3(k_smem, BN, HEAD_DIM, kv3)
+        k_desc, [b, k_off + n0, h_kv * HEAD_DIM], kv_bar, _rows3(k_smem, BN, HEAD_DIM, kv3)
     )
     tma.async_copy_global_to_shared(
-        v_desc, [b, n0, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
+        v_desc, [b, k_off + n0, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
     )
     m_first, m_end = _q_blocks(
         n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
@@ -264,18 +276,18 @@ def _producer(
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         m0 = (m_first + it % per_head) * BM
-        row_stats = (b * H + h) * seqlen_pad + m0
+        row_stats = (b * H + h) * seqlen_pad + q_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
         bar = q_ready.index(s)
         mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            q_desc, [b, m0, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
+            q_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
         )
         tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
         bar = do_ready.index(s)
         mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            do_desc, [b, m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
+            do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
         )
         tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
 
@@ -285,15 +297,18 @@ def _consumer(
     descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
     DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, which: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
+    which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
-    stride_alibi_b), read under their switches."""
-    dq_desc, dk_desc, dv_desc = descs
+    stride_alibi_b), read under their switches. IS_VARLEN: the sequence's rows start at packed rows q_off
+    and k_off; the rows past its ends (the next sequence's) are masked out of P and dS, and dK, dV go out
+    by row-masked pointer stores to dk_ptr, dv_ptr."""
+    dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, GROUP = sizes
+    b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
@@ -348,11 +363,13 @@ def _consumer(
             else:
                 score = st * qk_scale
             if HAS_ALIBI:
-                slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+                slope = gl.load(alibi_ptr + seq * stride_alibi_b + h) * LOG2_E_C
                 # Positions in fp32 before they broadcast: no quarter-rate int-to-float conversion per score.
                 dist = gl.abs((cols + diag_offset).to(gl.float32)[None, :] - rows.to(gl.float32)[:, None])
                 score = score - slope * dist
             pt = gl.exp2(score - lse[None, :])
+            if IS_VARLEN:
+                pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 pt = gl.where(rows[:, None] <= (cols + diag_offset)[None, :], pt, 0.0)
             if IS_LOCAL:
@@ -368,8 +385,14 @@ def _consumer(
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
+            if IS_VARLEN:
+                # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
+                dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
         else:
             pt = gl.exp2(st * qk_scale - lse[None, :])
+            if IS_VARLEN:
+                cols = m0 + gl.arange(0, BM, layout=col_layout)
+                pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
             # Only the blocks that cross the diagonal hold keys a query must not see.
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
@@ -377,6 +400,9 @@ def _consumer(
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
+            if IS_VARLEN:
+                cols = m0 + gl.arange(0, BM, layout=col_layout)
+                dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
             p_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
         ds_lo = dst.to(dtype)
@@ -416,7 +442,7 @@ def _consumer(
             stage.store(dq)
             fence_async_shared()
             # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
-            row0 = m0 + which * (BM - DQ_ROWS)
+            row0 = q_off + m0 + which * (BM - DQ_ROWS)
             col0 = h * HEAD_DIM + which * (HEAD_DIM - DQ_COLS)
             _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
         else:
@@ -424,21 +450,32 @@ def _consumer(
             mbarrier.arrive(qdo_empty.index(s))
     tma.store_wait(0)
 
-    out3: gl.constexpr = dk_desc.layout
-    stage = dkv_smem.index(which)
-    row0 = n0 + which * WG_ROWS
-    stage.store(dv.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(
-        dv_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
-    )
-    tma.store_wait(0)
-    stage.store((dk * softmax_scale).to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(
-        dk_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
-    )
-    tma.store_wait(0)
+    if IS_VARLEN:
+        # A TMA box would overwrite the next sequence's rows: row-masked stores from the registers, into
+        # packed (total_k, H_KV, D) rows of H_KV·D elements.
+        key_rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, acc_layout))
+        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+        row_elems = (H // GROUP) * HEAD_DIM
+        offsets = (k_off + key_rows).to(gl.int64)[:, None] * row_elems + (h_kv * HEAD_DIM + dims)[None, :]
+        keep = (key_rows < seqlen_k)[:, None] & (dims < HEAD_DIM)[None, :]
+        gl.store(dv_ptr + offsets, dv.to(dtype), mask=keep)
+        gl.store(dk_ptr + offsets, (dk * softmax_scale).to(dtype), mask=keep)
+    else:
+        out3: gl.constexpr = dk_desc.layout
+        stage = dkv_smem.index(which)
+        row0 = n0 + which * WG_ROWS
+        stage.store(dv.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(
+            dv_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
+        )
+        tma.store_wait(0)
+        stage.store((dk * softmax_scale).to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(
+            dk_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
+        )
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -547,18 +584,29 @@ def _consumer_dim(
     tma.store_wait(0)
 
 
-@gluon.jit(do_not_specialize=["window_left", "window_right", "stride_alibi_b"])
+# Sizes stay runtime values: packed training changes the totals and the block count at every step.
+@gluon.jit(
+    do_not_specialize=[
+        "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "window_left", "window_right", "stride_alibi_b",
+    ]
+)  # fmt: skip
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
-    alibi_ptr, seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
+    alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr,
+    seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
     HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, SPLIT: gl.constexpr,
     DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, IS_VARLEN: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
-    window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only."""
+    window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only.
+
+    IS_VARLEN ("keys" split only): q/k/v/dO/dQ are packed (1, total, H·D) behind the descriptors,
+    seqlen_q/k the totals, sequence b the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into
+    [0, total]); the row statistics are (H, seqlen_pad) over the packed query rows; dK and dV go to the
+    packed tensors at dk_ptr, dv_ptr (docs/design/hopper_bwd.md, "Variable length")."""
     pid = gl.program_id(0)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
@@ -567,6 +615,22 @@ def attn_bwd_kernel(
     h_kv = bh_kv % H_KV
     n0 = n_block * BN
     dtype: gl.constexpr = q_desc.dtype
+    q_off = 0
+    k_off = 0
+    if IS_VARLEN:
+        q_off = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), seqlen_q)
+        q_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b + 1), q_off), seqlen_q)
+        k_off = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b), 0), seqlen_k)
+        k_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b + 1), k_off), seqlen_k)
+        seqlen_q = q_end - q_off
+        seqlen_k = k_end - k_off
+    # The sequence (its ALiBi slopes' row) and the descriptors' batch coordinate: one batch of packed rows.
+    seq = b
+    if IS_VARLEN:
+        b = 0
+    if n0 >= seqlen_k:
+        # A block past this sequence's keys (the grid covers the longest): nothing to do.
+        return
 
     tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HEAD_DIM], dtype)
     q_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, HEAD_DIM], dtype)
@@ -599,7 +663,9 @@ def attn_bwd_kernel(
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
-    load_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right)
+    load_sizes = (
+        b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off,
+    )  # fmt: skip
     options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     if SPLIT == "dim":
         # P and dS as [query, key] tiles, double-buffered: a warpgroup may run one block ahead.
@@ -625,14 +691,16 @@ def attn_bwd_kernel(
         ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_tile)
         dkv_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, HEAD_DIM], out_tile)
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
+        keys_descs = (dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
+        keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq)
         gl.warp_specialize(
             [
-                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN,
-                             NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, 0)),
-                (_consumer, (descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN,
-                             NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, 1)),
+                (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
+                             BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, 0)),
+                (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
+                             BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT)),
             ],
@@ -766,6 +834,11 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     return t if fits else t.contiguous()
 
 
+def varlen_enabled() -> bool:
+    """Whether packed batches run in the fused kernel (``GPU_CHECKED_VARLEN``, or the knob)."""
+    return GPU_CHECKED_VARLEN or os.environ.get(VARLEN_ENV, "").strip() == "1"
+
+
 def options_enabled() -> bool:
     """Whether windows, softcap and ALiBi run in the fused kernel (``GPU_CHECKED_OPTIONS``, or the knob)."""
     return GPU_CHECKED_OPTIONS or os.environ.get(OPTIONS_ENV, "").strip() == "1"
@@ -782,9 +855,16 @@ def bwd_unsupported_reason(
         return "the Gluon backward needs a GPU of compute capability 9.x (Hopper)"
     if q.dtype not in SUPPORTED_DTYPES or any(t.dtype != q.dtype for t in (k, v, dout)):
         return f"dtype {q.dtype}: the Gluon backward takes float16 or bfloat16 for q, k, v and dout alike"
-    if options.get("cu_seqlens_q") is not None or q.dim() != 4:
-        return "variable-length (packed) batches"
+    varlen = options.get("cu_seqlens_q") is not None
+    if varlen and not varlen_enabled():
+        return f"variable-length (packed) batches (not yet GPU-checked here: {VARLEN_ENV}=1 takes them)"
+    if q.dim() != (3 if varlen else 4):
+        return f"q of {q.dim()} dimensions"
     head_dim = q.shape[-1]
+    if varlen and PADDED_HEAD_DIM.get(head_dim, head_dim) == 256:
+        return "variable-length (packed) batches at head dims 192 and 256"
+    if varlen and options.get("deterministic"):
+        return "variable-length (packed) batches with deterministic=True"
     if head_dim not in SUPPORTED_HEAD_DIMS:
         return f"head dim {head_dim}: the Gluon backward takes {SUPPORTED_HEAD_DIMS}"
     if v.shape[-1] != head_dim:
@@ -811,8 +891,8 @@ def bwd_unsupported_reason(
         return "learnable_sink"
     if q.numel() == 0 or k.numel() == 0:
         return "empty tensors (nothing to launch)"
-    batch, seqlen_q, heads, _ = q.shape
-    if batch * heads * cdiv(seqlen_q, _MAX_BLOCK_M) * _MAX_BLOCK_M >= 2**31:
+    rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+    if q.shape[-2] * (cdiv(rows, _MAX_BLOCK_M) + 1) * _MAX_BLOCK_M >= 2**31:
         return "more than 2³¹ rows of row statistics"
     return None
 
@@ -851,7 +931,10 @@ def attn_bwd(
     if reason is not None:
         raise FlashtileValueError(f"the Hopper backward does not support these inputs: {reason}")
     is_causal = window_size == (-1, 0)
-    extra = (window_size, softcap, alibi_slopes)
+    packed = None
+    if options.get("cu_seqlens_q") is not None:
+        packed = tuple(options[n] for n in ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"))
+    extra = (window_size, softcap, alibi_slopes, packed)
     head_dim = q.shape[-1]
     padded = PADDED_HEAD_DIM.get(head_dim)
     if padded is None:
@@ -865,7 +948,7 @@ def attn_bwd(
 PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr")
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
-    "alibi_ptr",
+    "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
@@ -886,13 +969,18 @@ def _bwd_launches(
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     alibi_stride: int | None = None,
+    varlen: tuple[int, int, int] | None = None,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
     three, which the preprocess reads by pointer; the window (causal as (−1, 0)), softcap and the ALiBi
-    slopes' batch stride (None without slopes) as the forward's :func:`option_arguments` takes them."""
+    slopes' batch stride (None without slopes) as the forward's :func:`option_arguments` takes them.
+    Packed batches: ``shape_q`` (1, total_q, H, D), ``shape_k`` (total_k, H_KV) and ``varlen`` (number
+    of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
+    longest sequence, whose lengths also clamp the window."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
+    longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
     bm, bn = cfg.block_m, cfg.block_n
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     qk_scale = softmax_scale * LOG2_E
@@ -907,20 +995,21 @@ def _bwd_launches(
         ),
         {},
     )  # fmt: skip
-    num_n_blocks = cdiv(seqlen_k, bn)
+    num_n_blocks = cdiv(longest[1], bn)
+    sequences = batch if varlen is None else varlen[0]
     sizes = dict(
         seqlen_q=seqlen_q, seqlen_k=seqlen_k, seqlen_pad=seqlen_pad, H=heads, GROUP=heads // heads_kv
     )
     scales = dict(qk_scale=qk_scale, softmax_scale=softmax_scale)
-    opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, seqlen_q, seqlen_k)
+    opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, *longest)
     # The plain causal mask keeps its own code (IS_CAUSAL); IS_LOCAL is any other window.
     opts["IS_LOCAL"] = opts["IS_LOCAL"] and not is_causal
     fused = KernelLaunch(
-        attn_bwd_kernel, (num_n_blocks * batch * heads_kv,), device, FUSED_POINTERS,
+        attn_bwd_kernel, (num_n_blocks * sequences * heads_kv,), device, FUSED_POINTERS,
         dict(
             **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
-            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, **opts,
+            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None, **opts,
         ),
         {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
@@ -956,9 +1045,23 @@ def _launch(
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
+    packed: tuple[torch.Tensor, torch.Tensor, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kernels for validated inputs whose head dim has a kernel (64, 128, 256); the window with
-    causal's (−1, 0) when ``is_causal``."""
+    causal's (−1, 0) when ``is_causal``. ``packed``: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    max_seqlen_k) of a varlen batch, whose q/k/v/dout/out are (total, H, D) and LSE (H, total_q)."""
+    varlen = None
+    cu_q = cu_k = None
+    if packed is not None:
+        cu_q, cu_k, max_q, max_k = packed
+        sequences = cu_q.shape[0] - 1
+        if 0 in (q.shape[0], k.shape[0], sequences, max_q, max_k):
+            # No pair of a query and a key: every gradient is 0 (and a TMA map over zero rows is invalid).
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        varlen = (sequences, grid_seqlen(max_q), grid_seqlen(max_k))
+        # One batch of packed rows: the descriptors' batch coordinate is 0, the preprocess's rows the total.
+        q, k, v, dout, out = (t.unsqueeze(0) for t in (q, k, v, dout, out))
+        lse = lse.unsqueeze(0)
     batch, seqlen_q, heads, head_dim = q.shape
     _, cfg = select_variant(head_dim)
     bm, bn = cfg.block_m, cfg.block_n
@@ -969,11 +1072,15 @@ def _launch(
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     preprocess, fused, finish = _bwd_launches(
         device, tuple(q.shape), tuple(k.shape[1:3]), softmax_scale, is_causal, deterministic, cfg,
-        out.stride()[:3], dout.stride()[:3], tuple(window_size), softcap, alibi_stride_b(slopes),
+        out.stride()[:3], dout.stride()[:3], tuple(window_size), softcap, alibi_stride_b(slopes), varlen,
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
-    # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0).
-    lse2, delta = torch.empty((2, batch * heads * seqlen_pad), dtype=torch.float32, device=device)
+    # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
+    # packed batches read up to a block past their last row: one more block, zeros or another head's.
+    extra_rows = 0 if varlen is None else bm
+    lse2, delta = torch.empty(
+        (2, batch * heads * seqlen_pad + extra_rows), dtype=torch.float32, device=device
+    )
     dk = torch.empty(k.shape, dtype=k.dtype, device=device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=device)
     dq = torch.empty(q.shape, dtype=q.dtype, device=device)
@@ -988,6 +1095,8 @@ def _launch(
         _row_stats_descriptor(lse2, bm), _row_stats_descriptor(delta, bm),
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
         _descriptor(dv, out_rows, out_cols), slopes,
+        # Dense launches pass the row statistics for the boundaries they do not read.
+        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv,
     )  # fmt: skip
     if deterministic:
         finish(
@@ -996,4 +1105,6 @@ def _launch(
         )  # fmt: skip
     else:
         finish(dq_accum, dq)
+    if varlen is not None:
+        return dq[0], dk[0], dv[0]
     return dq, dk, dv

@@ -3,6 +3,7 @@ made: every variant the launcher can pick, in a subprocess (a compiler abort end
 
     python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:causal:deterministic 64:m128:full:reduce
     python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:local+softcap+alibi:reduce
+    python -m flashtile.kernels.hopper.bwd_compile bf16 64:m64:causal+varlen:reduce
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 
 # (head dim, variant name, mask, deterministic), and (report, has the TMA reduce) per kernel. The mask is
 # causal (True) or not (False), or option words joined by "+": "causal" or "local" (a window with both
-# sides), "softcap", "alibi".
+# sides), "softcap", "alibi", "varlen" (packed batches).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
@@ -68,6 +69,7 @@ def compile_here(
         HAS_WINDOW_LEFT="local" in words,
         HAS_SOFTCAP="softcap" in words,
         HAS_ALIBI="alibi" in words,
+        IS_VARLEN="varlen" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
@@ -80,7 +82,10 @@ def compile_here(
             q_desc=_desc(dtype, q_block), k_desc=_desc(dtype, kv_block), v_desc=_desc(dtype, kv_block),
             do_desc=_desc(dtype, q_block), lse_desc=_desc("fp32", [bm]), delta_desc=_desc("fp32", [bm]),
             dq_desc=_desc("fp32", [1, dq_rows, dq_cols]), dk_desc=_desc(dtype, out_block),
-            dv_desc=_desc(dtype, out_block),
+            dv_desc=_desc(dtype, out_block), dk_ptr=f"*{dtype}", dv_ptr=f"*{dtype}",
+            # Dense launches pass the row statistics for the boundaries they do not read.
+            cu_seqlens_q_ptr="*i32" if switches["IS_VARLEN"] else "*fp32",
+            cu_seqlens_k_ptr="*i32" if switches["IS_VARLEN"] else "*fp32",
         ),
         dict(
             HEAD_DIM=d, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split,
