@@ -32,8 +32,11 @@
 #   m  the seventh session's option forwards: the GPU tests named by the arguments, bench --options softcap
 #      alibi (ALiBi's distances in fp32; at c6565ef also half of softcap's exponentials as an FMA-pipe
 #      polynomial, compared there with FLASHTILE_HOPPER_SOFTCAP_EXP2=mufu: slower, so removed after)
+#   n  the seventh session's Gluon varlen backward: the GPU tests named by the arguments with
+#      FLASHTILE_HOPPER_BWD_VARLEN=1, bench --options varlen with it, training runs (flashtile with it, sdpa,
+#      flashtile with it; 150 steps)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -252,8 +255,21 @@ case "$part" in
     cp "$work"/gpu_tests_m.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  n)
+    begin
+    step gpu_tests 250 env FLASHTILE_HOPPER_BWD_VARLEN=1 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+      --junitxml="$work/gpu_tests_n.xml" "$@"
+    step bench_varlen 90 env FLASHTILE_HOPPER_BWD_VARLEN=1 python3 -m flashtile bench --options varlen \
+      --out-dir "$work/bench"
+    train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
+    step train_flashtile_1 45 env FLASHTILE_HOPPER_BWD_VARLEN=1 "${train[@]}" --attn flashtile
+    step train_sdpa 45 "${train[@]}" --attn sdpa
+    step train_flashtile_2 45 env FLASHTILE_HOPPER_BWD_VARLEN=1 "${train[@]}" --attn flashtile
+    cp "$work"/gpu_tests_n.xml "$work"/bench/*.csv "$work"/train/loss.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
