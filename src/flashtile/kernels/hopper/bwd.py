@@ -251,9 +251,12 @@ def _in_sequence(rows, cols, seqlen_q, seqlen_k):
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    IS_VARLEN: gl.constexpr = False,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
-    group, each pair on its own barrier so Sᵀ can start before dO lands."""
+    group, each pair on its own barrier so Sᵀ can start before dO lands. Packed batches: Q and dO only (a
+    sequence's row statistics start at any row, and a 1-D TMA box must start 16-byte aligned; the
+    consumers load them)."""
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty = bars
@@ -279,17 +282,20 @@ def _producer(
         row_stats = (b * H + h) * seqlen_pad + q_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
         bar = q_ready.index(s)
-        mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
+        stats_bytes: gl.constexpr = 0 if IS_VARLEN else lse_desc.block_type.nbytes
+        mbarrier.expect(bar, q_desc.block_type.nbytes + stats_bytes)
         tma.async_copy_global_to_shared(
             q_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
         )
-        tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
+        if not IS_VARLEN:
+            tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
         bar = do_ready.index(s)
-        mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
+        mbarrier.expect(bar, do_desc.block_type.nbytes + stats_bytes)
         tma.async_copy_global_to_shared(
             do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
         )
-        tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
+        if not IS_VARLEN:
+            tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
 
 
 @gluon.jit
@@ -305,10 +311,10 @@ def _consumer(
     stride_alibi_b), read under their switches. IS_VARLEN: the sequence's rows start at packed rows q_off
     and k_off; the rows past its ends (the next sequence's) are masked out of P and dS, and dK, dV go out
     by row-masked pointer stores to dk_ptr, dv_ptr."""
-    dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
+    dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr, lse2_ptr, delta_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
+    b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq, seqlen_pad = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
@@ -352,7 +358,13 @@ def _consumer(
         st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(do_ready.index(s), phase)
         dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        lse = lse_smem.index(s).load(col_layout)
+        if IS_VARLEN:
+            # This block's rows of the (H, seqlen_pad) statistics (past the sequence: masked below).
+            stats = h * seqlen_pad + q_off + m0 + gl.arange(0, BM, layout=col_layout)
+            lse = gl.load(lse2_ptr + stats)
+            delta = gl.load(delta_ptr + stats)
+        else:
+            lse = lse_smem.index(s).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
         if HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL:
             # The forward's base-2 score: softcap · tanh(s / softcap), then −slope · |i + N_k − N_q − j|.
@@ -382,7 +394,8 @@ def _consumer(
             p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if HAS_SOFTCAP:
                 pt = pt * (1.0 - capped * capped)
-            delta = delta_smem.index(s).load(col_layout)
+            if not IS_VARLEN:
+                delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN:
@@ -397,7 +410,8 @@ def _consumer(
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
-            delta = delta_smem.index(s).load(col_layout)
+            if not IS_VARLEN:
+                delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN:
@@ -592,7 +606,7 @@ def _consumer_dim(
 )  # fmt: skip
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
-    alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr,
+    alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
     HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, SPLIT: gl.constexpr,
@@ -691,8 +705,8 @@ def attn_bwd_kernel(
         ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_tile)
         dkv_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, HEAD_DIM], out_tile)
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
-        keys_descs = (dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
-        keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq)
+        keys_descs = (dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr, lse2_ptr, delta_ptr)
+        keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq, seqlen_pad)
         gl.warp_specialize(
             [
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
@@ -702,7 +716,7 @@ def attn_bwd_kernel(
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             IS_LOCAL, HAS_WINDOW_LEFT)),
+                             IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN)),
             ],
             [4, 1],
             [240, 24],
@@ -948,7 +962,7 @@ def attn_bwd(
 PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr")
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
-    "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr",
+    "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr", "lse2_ptr", "delta_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
@@ -1076,7 +1090,7 @@ def _launch(
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
-    # packed batches read up to a block past their last row: one more block, zeros or another head's.
+    # packed batches read up to a block past their last row (uninitialised or another head's: masked).
     extra_rows = 0 if varlen is None else bm
     lse2, delta = torch.empty(
         (2, batch * heads * seqlen_pad + extra_rows), dtype=torch.float32, device=device
@@ -1096,7 +1110,7 @@ def _launch(
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
-        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv,
+        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta,
     )  # fmt: skip
     if deterministic:
         finish(
