@@ -254,10 +254,10 @@ def _producer(
     IS_VARLEN: gl.constexpr = False,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
-    group, each pair on its own barrier so Sᵀ can start before dO lands. Packed batches: Q and dO only (a
-    sequence's row statistics start at any row, and a 1-D TMA box must start 16-byte aligned; the
-    consumers load them)."""
-    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
+    group, each pair on its own barrier so Sᵀ can start before dO lands. Packed batches: a sequence's row
+    statistics start at any row, and a 1-D TMA box must start 16-byte aligned, so this warp loads them
+    itself and stores them to the ring before it arrives on the barriers (whose arrival releases them)."""
+    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, lse2_ptr, delta_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty = bars
     b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off = sizes
@@ -281,6 +281,13 @@ def _producer(
         m0 = (m_first + it % per_head) * BM
         row_stats = (b * H + h) * seqlen_pad + q_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
+        if IS_VARLEN:
+            # Rows past the sequence (the next one's, or beyond the last: the buffer has a spare block) are
+            # masked by the consumers.
+            stats_layout: gl.constexpr = gl.BlockedLayout([BM // 32], [32], [1], [0])
+            stats = row_stats + gl.arange(0, BM, layout=stats_layout)
+            lse_smem.index(s).store(gl.load(lse2_ptr + stats))
+            delta_smem.index(s).store(gl.load(delta_ptr + stats))
         bar = q_ready.index(s)
         stats_bytes: gl.constexpr = 0 if IS_VARLEN else lse_desc.block_type.nbytes
         mbarrier.expect(bar, q_desc.block_type.nbytes + stats_bytes)
@@ -311,10 +318,10 @@ def _consumer(
     stride_alibi_b), read under their switches. IS_VARLEN: the sequence's rows start at packed rows q_off
     and k_off; the rows past its ends (the next sequence's) are masked out of P and dS, and dK, dV go out
     by row-masked pointer stores to dk_ptr, dv_ptr."""
-    dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr, lse2_ptr, delta_ptr = descs
+    dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq, seqlen_pad = sizes
+    b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
@@ -358,13 +365,7 @@ def _consumer(
         st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(do_ready.index(s), phase)
         dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        if IS_VARLEN:
-            # This block's rows of the (H, seqlen_pad) statistics (past the sequence: masked below).
-            stats = h * seqlen_pad + q_off + m0 + gl.arange(0, BM, layout=col_layout)
-            lse = gl.load(lse2_ptr + stats)
-            delta = gl.load(delta_ptr + stats)
-        else:
-            lse = lse_smem.index(s).load(col_layout)
+        lse = lse_smem.index(s).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
         if HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL:
             # The forward's base-2 score: softcap · tanh(s / softcap), then −slope · |i + N_k − N_q − j|.
@@ -394,8 +395,7 @@ def _consumer(
             p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if HAS_SOFTCAP:
                 pt = pt * (1.0 - capped * capped)
-            if not IS_VARLEN:
-                delta = delta_smem.index(s).load(col_layout)
+            delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN:
@@ -410,8 +410,7 @@ def _consumer(
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
-            if not IS_VARLEN:
-                delta = delta_smem.index(s).load(col_layout)
+            delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN:
@@ -675,7 +674,7 @@ def attn_bwd_kernel(
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
     sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
-    load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
+    load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, lse2_ptr, delta_ptr)
     load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
     load_sizes = (
         b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off,
@@ -705,8 +704,8 @@ def attn_bwd_kernel(
         ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_tile)
         dkv_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, HEAD_DIM], out_tile)
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
-        keys_descs = (dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr, lse2_ptr, delta_ptr)
-        keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq, seqlen_pad)
+        keys_descs = (dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
+        keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq)
         gl.warp_specialize(
             [
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
