@@ -33,15 +33,19 @@ print("ok", [float(t.float().abs().max()) for t in g])
 """
 
 CASES = [
-    ("dense", 64, None), ("dense", 128, None),
-    ("varlen", 64, [(128, 128)]), ("varlen", 64, [(64, 64), (64, 64)]), ("varlen", 64, [(100, 90), (30, 77)]),
+    ("dense", 64, None),
+    ("dense", 128, None),
+    ("varlen", 64, [(128, 128)]),
+    ("varlen", 64, [(64, 64), (64, 64)]),
+    ("varlen", 64, [(100, 90), (30, 77)]),
     ("varlen", 128, [(128, 128)]),
 ]
 env = {**os.environ, "FLASHTILE_HOPPER_BWD_VARLEN": "1"}
 for kind, d, lengths in CASES:
     r = subprocess.run([sys.executable, "-c", CASE.format(kind=kind, d=d, lengths=lengths)], env=env,
                        capture_output=True, text=True, timeout=120)  # fmt: skip
-    tail = (r.stdout + r.stderr).strip().splitlines()[-1:] if r.returncode == 0 else (r.stderr.strip().splitlines()[-2:])
+    lines = (r.stdout if r.returncode == 0 else r.stderr).strip().splitlines()
+    tail = lines[-1:] if r.returncode == 0 else lines[-2:]
     print(kind, d, lengths, "rc", r.returncode, tail, flush=True)
 if len(sys.argv) > 1:
     kind, d, lengths = CASES[int(sys.argv[1])]

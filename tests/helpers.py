@@ -3,6 +3,7 @@ vocabulary the kernel and API tests share: head layouts, result names, one optio
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -61,3 +62,23 @@ class OptionCase:
         parts += [f"alibi-{self.alibi}"] if self.alibi else []
         parts += [f"drop{self.dropout_p}"] if self.dropout_p else []
         return "-".join([*parts, str(self.dtype).removeprefix("torch.")])
+
+
+def packed_batch(
+    lengths: list[tuple[int, int]],
+    heads: int,
+    heads_kv: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: str = "cuda",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """Random packed q (total_q, H, D), k and v (total_k, H_KV, D) of sequences with (N_q, N_k) =
+    ``lengths``, and the varlen keywords (int32 cu_seqlens_q/k, max_seqlen_q/k)."""
+    cu_q, cu_k = (
+        torch.tensor([0, *itertools.accumulate(n[i] for n in lengths)], dtype=torch.int32, device=device)
+        for i in (0, 1)
+    )
+    q = torch.randn(int(cu_q[-1]), heads, head_dim, dtype=dtype, device=device)
+    k, v = (torch.randn(int(cu_k[-1]), heads_kv, head_dim, dtype=dtype, device=device) for _ in range(2))
+    longest = dict(max_seqlen_q=max(n[0] for n in lengths), max_seqlen_k=max(n[1] for n in lengths))
+    return q, k, v, dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **longest)

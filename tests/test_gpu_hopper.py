@@ -15,7 +15,7 @@ from flashtile import backend, flash_attn_func
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels import configs
 from flashtile.reference import naive
-from tests.helpers import HEAD_LAYOUTS, assert_matches_oracle
+from tests.helpers import HEAD_LAYOUTS, assert_matches_oracle, packed_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -349,17 +349,6 @@ def _varlen_id(case) -> str:
     return "-".join(["varlen", *parts, str(dtype).removeprefix("torch.")])
 
 
-def _packed(lengths, heads, heads_kv, d, dtype):
-    cu_q, cu_k = (
-        torch.tensor([0, *itertools.accumulate(n[i] for n in lengths)], dtype=torch.int32, device="cuda")
-        for i in (0, 1)
-    )
-    q = torch.randn(int(cu_q[-1]), heads, d, dtype=dtype, device="cuda")
-    k, v = (torch.randn(int(cu_k[-1]), heads_kv, d, dtype=dtype, device="cuda") for _ in range(2))
-    longest = dict(max_seqlen_q=max(n[0] for n in lengths), max_seqlen_k=max(n[1] for n in lengths))
-    return q, k, v, dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **longest)
-
-
 @pytest.fixture
 def gluon_varlen(monkeypatch: pytest.MonkeyPatch) -> None:
     from flashtile.kernels.hopper import support
@@ -373,7 +362,7 @@ def test_gluon_varlen_fwd_matches_oracle(seed, case):
     d, layout, dtype, causal, window, softcap, alibi = case
     heads, heads_kv = HEAD_LAYOUTS[layout]
     lengths = VARLEN_LENGTHS
-    q, k, v, varlen = _packed(lengths, heads, heads_kv, d, dtype)
+    q, k, v, varlen = packed_batch(lengths, heads, heads_kv, d, dtype)
     slopes = _slopes(alibi, len(lengths), heads)
     options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
     out, lse = _fwd(q, k, v, d**-0.5, causal, **options, **varlen)
@@ -403,7 +392,7 @@ def test_gluon_varlen_fwd_packed_equals_each_sequence_alone(seed, head_dim, caus
     # Bitwise: a sequence's rows do not depend on its neighbours (their keys are masked, their rows never
     # written), so the packed batch gives what each sequence gives run alone through the same kernel.
     lengths = VARLEN_LENGTHS
-    q, k, v, varlen = _packed(lengths, 4, 2, head_dim, torch.bfloat16)
+    q, k, v, varlen = packed_batch(lengths, 4, 2, head_dim, torch.bfloat16)
     slopes = _slopes(alibi, 1, 4)
     options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
     out, lse = _fwd(q, k, v, head_dim**-0.5, causal, **options, **varlen)
@@ -425,7 +414,7 @@ def test_gluon_varlen_fwd_agrees_with_the_dense_gluon_fwd(seed):
     # Each sequence of a packed batch against the dense Gluon forward on it alone (the same tiles: keys past
     # the sequence masked in varlen, zeros in dense), and its LSE in the (H, total_q) layout.
     lengths = [(1, 5), (200, 130), (0, 4), (65, 65), (129, 300)]
-    q, k, v, varlen = _packed(lengths, 4, 2, 128, torch.float16)
+    q, k, v, varlen = packed_batch(lengths, 4, 2, 128, torch.float16)
     out, lse = _fwd(q, k, v, 0.125, True, window_size=(-1, 0), **varlen)
     bounds_q = list(itertools.pairwise(varlen["cu_seqlens_q"].tolist()))
     bounds_k = list(itertools.pairwise(varlen["cu_seqlens_k"].tolist()))
@@ -452,7 +441,7 @@ def test_gluon_varlen_through_the_api_and_its_backward(seed, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(hopper_fwd, "attn_fwd", spy)
-    q, k, v, varlen = _packed([(100, 120), (1, 1), (300, 257)], 4, 2, 128, torch.bfloat16)
+    q, k, v, varlen = packed_batch([(100, 120), (1, 1), (300, 257)], 4, 2, 128, torch.bfloat16)
     leaves = [t.requires_grad_() for t in (q, k, v)]
     cu = (varlen["cu_seqlens_q"], varlen["cu_seqlens_k"], varlen["max_seqlen_q"], varlen["max_seqlen_k"])
     out = flash_attn_varlen_func(*leaves, *cu, causal=True)

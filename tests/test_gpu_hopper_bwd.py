@@ -5,15 +5,13 @@ N_q ≠ N_k, fully masked rows, NaN-poisoned outputs, no NaN from another batch 
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
 from flashtile.kernels import fwd as portable_fwd
 from flashtile.kernels.hopper import bwd as hopper_bwd
 from flashtile.reference import naive
-from tests.helpers import assert_matches_oracle
+from tests.helpers import assert_matches_oracle, packed_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -186,6 +184,17 @@ def test_backend_backward_keeps_a_causal_sliding_window(head_dim, seed, hopper):
         assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
 
 
+def _assert_grads_match(grads, reference, dtype, seed):
+    """dq, dk, dv against ``reference(torch.float64)`` under the 3× rule, ``reference(dtype)`` the
+    low-precision baseline; shapes and dtypes as the inputs', no NaN."""
+    for name, ours, ref, base in zip(
+        ("dq", "dk", "dv"), grads, reference(torch.float64), reference(dtype), strict=True
+    ):
+        assert ours.shape == ref.shape and ours.dtype == dtype
+        assert not ours.isnan().any(), name
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+
+
 OPTION_CASES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, window, softcap, alibi slopes' shape)
     pytest.param(2, 300, 300, 4, 2, 128, True, (64, 0), 0.0, None, id="causal-window64-d128"),
@@ -239,12 +248,7 @@ def test_hopper_bwd_options_match_oracle(
         ref_out.backward(dout.to(dtype_ref))
         return [t.grad for t in leaves]
 
-    for name, ours, ref, base in zip(
-        ("dq", "dk", "dv"), grads, reference(torch.float64), reference(dtype), strict=True
-    ):
-        assert ours.shape == ref.shape and ours.dtype == dtype
-        assert not ours.isnan().any(), name
-        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+    _assert_grads_match(grads, reference, dtype, seed)
 
 
 def test_hopper_bwd_options_stay_off_without_the_knob(hopper, monkeypatch):
@@ -268,17 +272,6 @@ VARLEN_CASES = [
     pytest.param(128, 4, 2, torch.bfloat16, True, (100, 0), 30.0, "h", id="d128-causal-window-cap-alibi"),
     pytest.param(128, 4, 2, torch.bfloat16, False, (-1, 5), 0.0, None, id="d128-window-right5-bf16"),
 ]
-
-
-def _packed(lengths, heads, heads_kv, head_dim, dtype):
-    cu_q, cu_k = (
-        torch.tensor([0, *itertools.accumulate(n[i] for n in lengths)], dtype=torch.int32, device="cuda")
-        for i in (0, 1)
-    )
-    q = torch.randn(int(cu_q[-1]), heads, head_dim, dtype=dtype, device="cuda")
-    k, v = (torch.randn(int(cu_k[-1]), heads_kv, head_dim, dtype=dtype, device="cuda") for _ in range(2))
-    longest = dict(max_seqlen_q=max(n[0] for n in lengths), max_seqlen_k=max(n[1] for n in lengths))
-    return q, k, v, torch.randn_like(q), dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **longest)
 
 
 def _varlen_grads(hopper, q, k, v, dout, varlen, causal, options):
@@ -306,7 +299,8 @@ def test_hopper_bwd_varlen_matches_oracle(
 ):
     """dQ, dK, dV of a packed batch against the float64 oracle (sequence by sequence, 3× rule); sequences
     without keys get dq = 0, without queries dk = dv = 0, never NaN."""
-    q, k, v, dout, varlen = _packed(VARLEN_LENGTHS, heads, heads_kv, head_dim, dtype)
+    q, k, v, varlen = packed_batch(VARLEN_LENGTHS, heads, heads_kv, head_dim, dtype)
+    dout = torch.randn_like(q)
     batch = len(VARLEN_LENGTHS)
     shape = {"h": (heads,), "bh": (batch, heads)}
     slopes = None if alibi is None else torch.rand(shape[alibi], device="cuda") * 0.5 + 0.05
@@ -319,12 +313,7 @@ def test_hopper_bwd_varlen_matches_oracle(
         ref_out.backward(dout.to(dtype_ref))
         return [t.grad for t in leaves]
 
-    for name, ours, ref, base in zip(
-        ("dq", "dk", "dv"), grads, reference(torch.float64), reference(dtype), strict=True
-    ):
-        assert ours.shape == ref.shape and ours.dtype == dtype
-        assert not ours.isnan().any(), name
-        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+    _assert_grads_match(grads, reference, dtype, seed)
     cu_q, cu_k = varlen["cu_seqlens_q"].tolist(), varlen["cu_seqlens_k"].tolist()
     for b, (sq, sk) in enumerate(VARLEN_LENGTHS):
         if sk == 0:
@@ -341,7 +330,8 @@ def test_hopper_bwd_varlen_neighbours_do_not_leak(head_dim, causal, seed, gluon_
     sequence's q, k, v and dout by 64 leaves this sequence's dK, dV bitwise and its dQ (added up by
     atomic reduces, in any order) within fp32 rounding."""
     lengths = [(300, 200), (130, 257), (77, 64)]
-    q, k, v, dout, varlen = _packed(lengths, 4, 2, head_dim, torch.bfloat16)
+    q, k, v, varlen = packed_batch(lengths, 4, 2, head_dim, torch.bfloat16)
+    dout = torch.randn_like(q)
     options = dict(window_size=(-1, -1), softcap=0.0, alibi_slopes=None)
     grads = _varlen_grads(gluon_varlen_bwd, q, k, v, dout, varlen, causal, options)
     cu_q, cu_k = varlen["cu_seqlens_q"].tolist(), varlen["cu_seqlens_k"].tolist()

@@ -482,6 +482,15 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
 )
 
 
+def _run_sm90_check(script: str) -> None:
+    """Run a fake-sm_90 check script (compiled kernels, Triton's binder) in a fresh process; it prints ok."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
 def test_launchers_pass_the_compiled_kernels_what_triton_does() -> None:
     """Every launch the launchers build (dense, causal GQA with a padded head dim, seqlen 1, window +
     softcap + ALiBi + dropout, varlen, block-sparse with and without aux tensors, sinks, V head dims, a
@@ -489,11 +498,7 @@ def test_launchers_pass_the_compiled_kernels_what_triton_does() -> None:
     FLASHTILE_CACHED_LAUNCH=1 the second call hands each compiled kernel exactly the arguments Triton's
     launch gave it, without Triton; and, under Triton's binder for sm_90, pointers with one cache
     signature get one specialisation, whichever pointer moves."""
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    result = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER_CHECK], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    _run_sm90_check(_LAUNCHER_CHECK)
 
 
 _PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
@@ -591,34 +596,20 @@ _HOPPER_BWD_PACKED_TRAINING_CHECK = _FAKE_SM90 + textwrap.dedent(
 def test_gluon_varlen_backward_packed_training_compiles_once() -> None:
     """The Gluon backward's packed batches (FLASHTILE_HOPPER_BWD_VARLEN): forty packed rows of 8192 tokens,
     under Triton's binder for sm_90, compile its three kernels at the first row only."""
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    result = subprocess.run(
-        [sys.executable, "-c", _HOPPER_BWD_PACKED_TRAINING_CHECK], env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    _run_sm90_check(_HOPPER_BWD_PACKED_TRAINING_CHECK)
 
 
 def test_gluon_varlen_packed_training_compiles_once() -> None:
     """The Gluon forward's packed batches (FLASHTILE_HOPPER_FWD_VARLEN): forty packed rows of 8192 tokens,
     under Triton's binder for sm_90, compile its kernel at the first row only."""
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    result = subprocess.run(
-        [sys.executable, "-c", _HOPPER_PACKED_TRAINING_CHECK], env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    _run_sm90_check(_HOPPER_PACKED_TRAINING_CHECK)
 
 
 def test_packed_training_compiles_each_kernel_once() -> None:
     """Varlen training changes the longest sequence and the number of sequences every step: under
     Triton's binder for sm_90, sixty packed rows of 8192 tokens (causal, GQA 8/2, D = 64) compile the
     forward's and backward's kernels at the first row only (a compilation mid-run costs seconds)."""
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    result = subprocess.run(
-        [sys.executable, "-c", _PACKED_TRAINING_CHECK], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    _run_sm90_check(_PACKED_TRAINING_CHECK)
 
 
 def _fwd_bwd(call, tensors, dout):

@@ -45,7 +45,7 @@ from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
-from flashtile.kernels.hopper.fwd import _tanh, option_arguments
+from flashtile.kernels.hopper.fwd import _sequence_rows, _tanh, option_arguments
 
 LOG2_E = 1.4426950408889634
 # Kernels may read only constexpr globals.
@@ -632,10 +632,8 @@ def attn_bwd_kernel(
     q_off = 0
     k_off = 0
     if IS_VARLEN:
-        q_off = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), seqlen_q)
-        q_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b + 1), q_off), seqlen_q)
-        k_off = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b), 0), seqlen_k)
-        k_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b + 1), k_off), seqlen_k)
+        q_off, q_end = _sequence_rows(cu_seqlens_q_ptr, b, seqlen_q)
+        k_off, k_end = _sequence_rows(cu_seqlens_k_ptr, b, seqlen_k)
         seqlen_q = q_end - q_off
         seqlen_k = k_end - k_off
     # The sequence (its ALiBi slopes' row) and the descriptors' batch coordinate: one batch of packed rows.

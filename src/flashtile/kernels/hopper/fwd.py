@@ -58,6 +58,15 @@ WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
 
 
 @gluon.jit
+def _sequence_rows(cu_seqlens_ptr, b, total):
+    """Sequence b's packed rows [start, end), clamped into [0, total] (a bad cu_seqlens reads no row past
+    the packed tensor)."""
+    start = gl.minimum(gl.maximum(gl.load(cu_seqlens_ptr + b), 0), total)
+    end = gl.minimum(gl.maximum(gl.load(cu_seqlens_ptr + b + 1), start), total)
+    return start, end
+
+
+@gluon.jit
 def _tile_view(buf, desc):
     """A 2-D [rows, D] shared tile seen as the box ``desc`` moves (same bytes): [1, rows, 1, D] over a
     dense (B, N, H, D) tensor, [rows, 1, D] over a packed (total, H, D) one."""
@@ -413,10 +422,8 @@ def attn_fwd_kernel(
     m0 = m_block * BLOCK_M
     total_q = seqlen_q
     if IS_VARLEN:
-        q_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), seqlen_q)
-        q_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b + 1), q_start), seqlen_q)
-        k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b), 0), seqlen_k)
-        k_end = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + b + 1), k_start), seqlen_k)
+        q_start, q_end = _sequence_rows(cu_seqlens_q_ptr, b, seqlen_q)
+        k_start, k_end = _sequence_rows(cu_seqlens_k_ptr, b, seqlen_k)
         # From here on seqlen_q/k are this sequence's lengths, as in the dense kernel.
         seqlen_q = q_end - q_start
         seqlen_k = k_end - k_start
