@@ -132,6 +132,40 @@ def measure_hopper(reps: int) -> None:
         print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
 
 
+def measure_packed(reps: int) -> None:
+    """The training example's attention: one packed row (4 documents, 1024 tokens here), GQA 8/2, D = 64,
+    causal; the portable launchers through the API, and the Gluon varlen launchers."""
+    total, heads, heads_kv, head_dim = 1024, 8, 2, 64
+    cu = torch.tensor([0, 100, 356, 700, total], dtype=torch.int32)
+    longest = 344
+    varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+    q, dout = (torch.randn(total, heads, head_dim, dtype=torch.float16) for _ in range(2))
+    k, v = (torch.randn(total, heads_kv, head_dim, dtype=torch.float16) for _ in range(2))
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    out, lse = torch.randn_like(q), torch.randn(heads, total)
+    packed = (cu, cu, longest, longest)
+
+    def api_fwd_bwd():
+        o = flashtile.flash_attn_varlen_func(qg, kg, vg, cu, cu, longest, longest, causal=True)
+        return torch.autograd.grad(o, (qg, kg, vg), dout)
+
+    rows = {
+        "flash_attn_varlen_func, fwd + bwd": api_fwd_bwd,
+        "  kernels.bwd.attn_bwd (portable)": lambda: bwd.attn_bwd(
+            dout, q, k, v, out, lse, head_dim**-0.5, True, window_size=(-1, 0), **varlen
+        ),
+        "  kernels.hopper.fwd.attn_fwd (Gluon)": lambda: hopper_fwd.attn_fwd(
+            q, k, v, head_dim**-0.5, True, window_size=(-1, 0), **varlen
+        ),
+        "  kernels.hopper.bwd (Gluon, 3 launches)": lambda: hopper_bwd._launch(
+            dout, q, k, v, out, lse, head_dim**-0.5, True, False, (-1, 0), 0.0, None, packed
+        ),
+    }
+    print(f"\npacked row (total {total}, 4 documents, H={heads} H_kv={heads_kv} D={head_dim} fp16, causal)")
+    for name, fn in rows.items():
+        print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2000)
@@ -142,6 +176,7 @@ def main() -> None:
     for causal in (False, True):
         measure(causal, args.reps)
     measure_hopper(args.reps)
+    measure_packed(args.reps)
 
 
 if __name__ == "__main__":
