@@ -43,7 +43,7 @@ def base2_scores(
         t = qk
         s = qk * qk_scale
     if HAS_ALIBI:
-        # Positions convert before they broadcast: an int-to-float conversion is a quarter-rate instruction
-        # (as exp2), one per row and per column, not per score; their difference is exact below 2^24.
+        # Positions convert before they broadcast (a conversion per row and per column, not per score); the
+        # fp32 difference is exact below 2^24 and its absolute value is free in the FMA that uses it.
         s = s - alibi_slope * tl.abs((rows + diag_offset).to(tl.float32) - cols.to(tl.float32))
     return s, t

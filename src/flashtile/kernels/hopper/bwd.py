@@ -378,7 +378,7 @@ def _consumer(
                 score = st * qk_scale
             if HAS_ALIBI:
                 slope = gl.load(alibi_ptr + seq * stride_alibi_b + h) * LOG2_E_C
-                # Positions in fp32 before they broadcast: no quarter-rate int-to-float conversion per score.
+                # Positions in fp32 before they broadcast: no integer abs and conversion per score.
                 dist = gl.abs((cols + diag_offset).to(gl.float32)[None, :] - rows.to(gl.float32)[:, None])
                 score = score - slope * dist
             pt = gl.exp2(score - lse[None, :])
