@@ -55,6 +55,8 @@ NEW_TESTS=(tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_gpu_
   tests/test_gpu_transformers.py)
 OLD_TESTS=(tests/test_kernel_options.py tests/test_gpu_api.py tests/test_kernels.py tests/test_gpu_hardening.py
   tests/test_cli_bench.py)
+# The GPU tests of a part: 4 xdist workers share the GPU (8 ran out of memory on the float64 oracles).
+pytest_gpu=(python3 -m pytest -m gpu -q -p no:cacheprovider -n 4)
 start=$SECONDS
 deadline=${FLASHTILE_PART_S:-520}
 summary="$OUT/summary.txt"
@@ -98,6 +100,21 @@ finish() {
   cat "$summary"
 }
 
+# A varlen call (parts k and n): the GPU tests named by the arguments, bench --options varlen and training
+# runs flashtile / sdpa / flashtile (150 steps), with KNOB=1 where flashtile runs.
+#     varlen_call KNOB TESTS_S BENCH_S TRAIN_S PART [test files]
+varlen_call() {
+  local knob=$1 tests_s=$2 bench_s=$3 train_s=$4 name=$5
+  shift 5
+  step gpu_tests "$tests_s" env "$knob=1" "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_$name.xml" "$@"
+  step bench_varlen "$bench_s" env "$knob=1" python3 -m flashtile bench --options varlen --out-dir "$work/bench"
+  local train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
+  step train_flashtile_1 "$train_s" env "$knob=1" "${train[@]}" --attn flashtile
+  step train_sdpa "$train_s" "${train[@]}" --attn sdpa
+  step train_flashtile_2 "$train_s" env "$knob=1" "${train[@]}" --attn flashtile
+  cp "$work/gpu_tests_$name.xml" "$work"/bench/*.csv "$work"/train/loss.png "$OUT"/ 2>/dev/null
+}
+
 case "$part" in
   a)
     tests=("$@")
@@ -124,7 +141,7 @@ case "$part" in
     step hopper_bwd_timing 150 python3 scripts/hopper_bwd_check.py --only 64:m64-cols,64:m128,256 \
       --skip-correctness --timeout 100
     step bench_options 150 python3 -m flashtile bench --options --out-dir "$work/bench"
-    step gpu_tests_rest 600 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 --durations=15 \
+    step gpu_tests_rest 600 "${pytest_gpu[@]}" --durations=15 \
       --junitxml="$work/gpu_tests_rest.xml" "${tests[@]}"
     cp "$work"/train/loss.png "$work"/bench/bench_options.csv "$OUT"/ 2>/dev/null
     finish
@@ -133,8 +150,7 @@ case "$part" in
     # What changed without a GPU at the end of the fourth session, first: dropout's eight-keys-per-Philox
     # draws and the block-list helper (their GPU cases, then the dropout rows' speed), then training.
     begin
-    step gpu_dropout_masks 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_dropout_masks.xml" tests/test_kernel_options.py tests/test_gpu_api.py \
+    step gpu_dropout_masks 240 "${pytest_gpu[@]}" --junitxml="$work/gpu_dropout_masks.xml" tests/test_kernel_options.py tests/test_gpu_api.py \
       tests/test_block_sparse.py tests/test_launch_cache.py -k "drop or mask or sparse or direct"
     step bench_options 150 python3 -m flashtile bench --options --out-dir "$work/bench"
     train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
@@ -166,8 +182,7 @@ case "$part" in
     # The sanitizer cases not yet run under memcheck are compiled (run once, unsanitised) beside the tests.
     timeout 200 python3 scripts/sanitize_kernels.py --start 157 > "$work/precompile.log" 2>&1 &
     precompile=$!
-    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_tests_f.xml" "$@"
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_f.xml" "$@"
     wait $precompile
     echo "== precompile: exit $?" >> "$summary"
     train=(python3 examples/train_llama.py --context 8192 --steps 40 --profile 10 --out-dir "$work/train")
@@ -190,8 +205,7 @@ case "$part" in
     ;;
   h)
     begin
-    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_tests_h.xml" tests/test_decode_kernel.py tests/test_gpu_kvcache.py "$@"
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_h.xml" tests/test_decode_kernel.py tests/test_gpu_kvcache.py "$@"
     step bench_decode 70 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
     step decode_check 120 python3 scripts/decode_check.py --quick
     train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
@@ -202,8 +216,7 @@ case "$part" in
     ;;
   i)
     begin
-    step gpu_tests 240 env FLASHTILE_HOPPER_BWD_OPTIONS=1 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_tests_i.xml" "$@"
+    step gpu_tests 240 env FLASHTILE_HOPPER_BWD_OPTIONS=1 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_i.xml" "$@"
     step bench_options 200 env FLASHTILE_HOPPER_BWD_OPTIONS=1 python3 -m flashtile bench --options window \
       softcap alibi --out-dir "$work/bench"
     step bench_decode 60 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
@@ -212,15 +225,7 @@ case "$part" in
     ;;
   k)
     begin
-    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_tests_k.xml" "$@"
-    step bench_varlen 120 env FLASHTILE_HOPPER_FWD_VARLEN=1 python3 -m flashtile bench --options varlen \
-      --out-dir "$work/bench"
-    train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
-    step train_flashtile_1 50 env FLASHTILE_HOPPER_FWD_VARLEN=1 "${train[@]}" --attn flashtile
-    step train_sdpa 50 "${train[@]}" --attn sdpa
-    step train_flashtile_2 50 env FLASHTILE_HOPPER_FWD_VARLEN=1 "${train[@]}" --attn flashtile
-    cp "$work"/gpu_tests_k.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    varlen_call FLASHTILE_HOPPER_FWD_VARLEN 200 120 50 k "$@"
     finish
     ;;
   j)
@@ -249,23 +254,14 @@ case "$part" in
     ;;
   m)
     begin
-    step gpu_tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_tests_m.xml" "$@"
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_m.xml" "$@"
     step bench_options 150 python3 -m flashtile bench --options softcap alibi --out-dir "$work/bench"
     cp "$work"/gpu_tests_m.xml "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
   n)
     begin
-    step gpu_tests 250 env FLASHTILE_HOPPER_BWD_VARLEN=1 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
-      --junitxml="$work/gpu_tests_n.xml" "$@"
-    step bench_varlen 90 env FLASHTILE_HOPPER_BWD_VARLEN=1 python3 -m flashtile bench --options varlen \
-      --out-dir "$work/bench"
-    train=(python3 examples/train_llama.py --context 8192 --steps 150 --out-dir "$work/train")
-    step train_flashtile_1 45 env FLASHTILE_HOPPER_BWD_VARLEN=1 "${train[@]}" --attn flashtile
-    step train_sdpa 45 "${train[@]}" --attn sdpa
-    step train_flashtile_2 45 env FLASHTILE_HOPPER_BWD_VARLEN=1 "${train[@]}" --attn flashtile
-    cp "$work"/gpu_tests_n.xml "$work"/bench/*.csv "$work"/train/loss.png "$OUT"/ 2>/dev/null
+    varlen_call FLASHTILE_HOPPER_BWD_VARLEN 250 90 45 n "$@"
     finish
     ;;
   *)
