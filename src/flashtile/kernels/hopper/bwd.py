@@ -249,6 +249,14 @@ def _in_sequence(rows, cols, seqlen_q, seqlen_k):
 
 
 @gluon.jit
+def _stats_row(it, b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM: gl.constexpr):
+    """The first row-statistics row of the producer's block ``it`` (head h_kv·GROUP + it // per_head,
+    query block m_first + it % per_head) in the (B·H, seqlen_pad) buffer."""
+    h = h_kv * GROUP + it // per_head
+    return (b * H + h) * seqlen_pad + q_off + (m_first + it % per_head) * BM
+
+
+@gluon.jit
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
@@ -274,8 +282,19 @@ def _producer(
         n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
     )
     per_head = gl.maximum(m_end - m_first, 0)
+    blocks = GROUP * per_head
     q3: gl.constexpr = q_desc.layout
-    for it in range(GROUP * per_head):
+    if IS_VARLEN:
+        # Software-pipelined by one block: the next block's row statistics load while this block's wait and
+        # copies run, so no block waits a memory latency before its Q and dO copies are issued.
+        stats_layout: gl.constexpr = gl.BlockedLayout([BM // 32], [32], [1], [0])
+        stats_cols = gl.arange(0, BM, layout=stats_layout)
+        # Nothing to load where no query sees these keys (the loop below does not run).
+        first = _stats_row(0, b, h_kv, m_first, gl.maximum(per_head, 1), seqlen_pad, q_off, H, GROUP, BM)
+        some = stats_cols < BM * gl.minimum(blocks, 1)
+        lse_next = gl.load(lse2_ptr + first + stats_cols, mask=some)
+        delta_next = gl.load(delta_ptr + first + stats_cols, mask=some)
+    for it in range(blocks):
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
@@ -285,10 +304,14 @@ def _producer(
         if IS_VARLEN:
             # Rows past the sequence (the next one's, or beyond the last: the buffer has a spare block) are
             # masked by the consumers.
-            stats_layout: gl.constexpr = gl.BlockedLayout([BM // 32], [32], [1], [0])
-            stats = row_stats + gl.arange(0, BM, layout=stats_layout)
-            lse_smem.index(s).store(gl.load(lse2_ptr + stats))
-            delta_smem.index(s).store(gl.load(delta_ptr + stats))
+            lse_smem.index(s).store(lse_next)
+            delta_smem.index(s).store(delta_next)
+            # The last block loads its own rows again (an address in bounds, never stored).
+            following = _stats_row(
+                gl.minimum(it + 1, blocks - 1), b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM
+            )
+            lse_next = gl.load(lse2_ptr + following + stats_cols)
+            delta_next = gl.load(delta_ptr + following + stats_cols)
         bar = q_ready.index(s)
         stats_bytes: gl.constexpr = 0 if IS_VARLEN else lse_desc.block_type.nbytes
         mbarrier.expect(bar, q_desc.block_type.nbytes + stats_bytes)
@@ -362,6 +385,9 @@ def _consumer(
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
 
+        # Packed batches: only a block reaching past the sequence's last query or key holds the next
+        # sequence's rows.
+        at_end = (m0 + BM > seqlen_q) | (n0 + BN > seqlen_k)
         mbarrier.wait(q_ready.index(s), phase)
         st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(do_ready.index(s), phase)
@@ -382,7 +408,7 @@ def _consumer(
                 dist = gl.abs((cols + diag_offset).to(gl.float32)[None, :] - rows.to(gl.float32)[:, None])
                 score = score - slope * dist
             pt = gl.exp2(score - lse[None, :])
-            if IS_VARLEN:
+            if IS_VARLEN and at_end:
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 pt = gl.where(rows[:, None] <= (cols + diag_offset)[None, :], pt, 0.0)
@@ -399,12 +425,12 @@ def _consumer(
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
-            if IS_VARLEN:
+            if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
         else:
             pt = gl.exp2(st * qk_scale - lse[None, :])
-            if IS_VARLEN:
+            if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
             # Only the blocks that cross the diagonal hold keys a query must not see.
@@ -414,7 +440,7 @@ def _consumer(
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
-            if IS_VARLEN:
+            if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
             p_op = gl.convert_layout(pt.to(dtype), a_layout)
