@@ -145,6 +145,18 @@ def main() -> None:
     for _ in range(5):
         identity_fwd_bwd()
     say(f"empty autograd.Function fwd+bwd host µs: {host_us(identity_fwd_bwd):.1f}")
+    # Every operator's CPU time in both threads (the engine's device thread runs the backward).
+    for name, fn in (("flashtile varlen fwd+bwd", fwd_bwd),
+                     ("sdpa cudnn fwd+bwd", sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION))):  # fmt: skip
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(
+            sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60
+        )
+        say(f"\n== torch.profiler, 20 calls of {name}, by self CPU time\n{table}")
     if args.out:
         args.out.write_text(report.getvalue())
 

@@ -86,9 +86,9 @@ KERNELS = {"empty": (empty_kernel, 1.0), "smem": (smem_kernel, 2.0), "mbarrier":
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kernels", nargs="*", choices=list(KERNELS), default=list(KERNELS))
+    parser.add_argument("kernels", nargs="*", choices=list(KERNELS), help="default: all three")
     args = parser.parse_args()
-    for name in args.kernels:
+    for name in args.kernels or list(KERNELS):
         kernel, expected = KERNELS[name]
         out = torch.zeros(ROWS, device="cuda")
         kernel[(1,)](out, num_warps=4)
