@@ -2,13 +2,16 @@
 memory of its own? If it does, the reports on the Hopper kernels at their entry (docs/design/hopper.md,
 "compute-sanitizer racecheck") come from Gluon's partition hand-off, not from our TMA rings.
 
-Three kernels, each launched once on a Hopper GPU:
+Four kernels, each launched once on a Hopper GPU:
   empty      a default partition that stores one value per thread to global memory and a 1-warp worker
              that does nothing: no shared memory is allocated by this code;
   smem       the same, the default partition also writing and reading back a shared tile (a CTA barrier
              orders them: no hazard of ours);
   mbarrier   a worker that writes a shared tile and arrives on an mbarrier, a default partition that waits
-             on it and reads the tile (ordered by the mbarrier only, as the kernels' rings are).
+             on it and reads the tile (ordered by the mbarrier only, as the kernels' rings are);
+  shaped     the fused kernels' partition shape (a 4-warp default, 4-warp and 1-warp workers, 240/24
+             registers, maxnreg 168): the 1-warp worker fills a shared tile four times through a one-slot
+             ring (full/empty mbarriers), the default sums it (output 4.0).
 
     compute-sanitizer --tool racecheck python scripts/racecheck_warp_specialize.py [empty|smem|mbarrier]
 """
@@ -81,7 +84,55 @@ def mbarrier_kernel(out_ptr):
     )
 
 
-KERNELS = {"empty": (empty_kernel, 1.0), "smem": (smem_kernel, 2.0), "mbarrier": (mbarrier_kernel, 3.0)}
+@gluon.jit
+def _loop_then_store(out_ptr, tile, full, empty, steps):
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    acc = gl.zeros([128], gl.float32, layout)
+    for i in range(steps):
+        mbarrier.wait(full, i & 1)
+        acc += tile.load(layout)
+        mbarrier.arrive(empty)
+    gl.store(out_ptr + gl.arange(0, 128, layout=layout), acc / steps)
+
+
+@gluon.jit
+def _idle_warpgroup(out_ptr, tile, full, empty, steps):
+    pass
+
+
+@gluon.jit
+def _write_every_step(out_ptr, tile, full, empty, steps):
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    for i in range(steps):
+        mbarrier.wait(empty, (i & 1) ^ 1)
+        tile.store(gl.full([128], 4.0, gl.float32, layout))
+        mbarrier.arrive(full)
+
+
+@gluon.jit
+def shaped_kernel(out_ptr, steps):
+    tile = gl.allocate_shared_memory(gl.float32, [128], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(full, count=1)
+    mbarrier.init(empty, count=1)
+    gl.warp_specialize(
+        [
+            (_loop_then_store, (out_ptr, tile, full, empty, steps)),
+            (_idle_warpgroup, (out_ptr, tile, full, empty, steps)),
+            (_write_every_step, (out_ptr, tile, full, empty, steps)),
+        ],
+        [4, 1],
+        [240, 24],
+    )
+
+
+KERNELS = {
+    "empty": (empty_kernel, 1.0),
+    "smem": (smem_kernel, 2.0),
+    "mbarrier": (mbarrier_kernel, 3.0),
+    "shaped": (shaped_kernel, 4.0),
+}
 
 
 def main() -> None:
@@ -91,7 +142,10 @@ def main() -> None:
     for name in args.kernels or list(KERNELS):
         kernel, expected = KERNELS[name]
         out = torch.zeros(ROWS, device="cuda")
-        kernel[(1,)](out, num_warps=4)
+        if name == "shaped":
+            kernel[(1,)](out, 4, num_warps=4, maxnreg=168)
+        else:
+            kernel[(1,)](out, num_warps=4)
         torch.cuda.synchronize()
         ok = bool((out == expected).all())
         print(f"[{name}] ran, output {'as expected' if ok else 'WRONG'}", flush=True)

@@ -194,14 +194,19 @@ def test_hopper_backward_routes_between_the_gluon_and_the_portable_kernel(monkey
     reason = None if gluon_covers else "sliding windows"
     monkeypatch.setattr(gluon_bwd, "bwd_unsupported_reason", lambda *a: reason)
     monkeypatch.delenv(gluon_bwd.VARIANT_ENV, raising=False)
-    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append(("gluon", kw)))
+    # The router checks once and launches the accepted call without checking again.
+    monkeypatch.setattr(gluon_bwd, "launch_supported", lambda *a: calls.append(("gluon", a)))
     monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append(("portable", kw)))
     q, k, v = _qkv()
     hopper.attn_bwd(q, q, k, v, q, None, 0.1, True, window_size=(-1, 0), deterministic=True)
-    kind, keywords = calls[0]
+    kind, arguments = calls[0]
     assert kind == ("gluon" if gluon_covers else "portable")
     # deterministic=True reaches the Gluon backward (its second dQ kernel); the portable one is always so.
-    assert ("deterministic" in keywords) == gluon_covers
+    if gluon_covers:
+        window, deterministic = arguments[7:9]
+        assert (window, deterministic) == ((-1, 0), True)
+    else:
+        assert "deterministic" not in arguments
 
 
 class _ClaimsCuda(torch.Tensor):
@@ -325,14 +330,18 @@ def test_hopper_backward_keeps_a_causal_sliding_window(monkeypatch, causal, wind
     monkeypatch.delenv(gluon_bwd.VARIANT_ENV, raising=False)
     monkeypatch.delenv(gluon_bwd.OPTIONS_ENV, raising=False)
     monkeypatch.setattr(gluon_bwd, "GPU_CHECKED_OPTIONS", checked)
-    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append(("gluon", kw["window_size"])))
+    # The Gluon launch gets the window with causal's right side 0 (window_size, the 8th argument).
+    monkeypatch.setattr(gluon_bwd, "launch_supported", lambda *a: calls.append(("gluon", a[7])))
     monkeypatch.setattr(
         portable_bwd, "attn_bwd", lambda *a, **kw: calls.append(("portable", kw["window_size"]))
     )
     q, k, v = (t.half().as_subclass(_ClaimsCuda) for t in _qkv(head_dim=64))
     hopper.attn_bwd(q, q, k, v, q, None, 0.1, causal, window_size=window)
     plain = window in ((-1, -1), (-1, 0))
-    assert calls == [("gluon" if checked or plain else "portable", passed)]
+    if checked or plain:
+        assert calls == [("gluon", (passed[0], 0) if causal else passed)]
+    else:
+        assert calls == [("portable", passed)]
 
 
 def test_gluon_backward_takes_windows_softcap_and_alibi_only_with_the_knob(monkeypatch):
@@ -383,7 +392,7 @@ def test_gluon_backward_takes_packed_batches_only_with_the_knob(monkeypatch):
     dense = q.unsqueeze(0)
     assert "dimensions" in gluon_bwd.bwd_unsupported_reason(dense, dense, dense, dense, varlen)
     calls = []
-    monkeypatch.setattr(gluon_bwd, "attn_bwd", lambda *a, **kw: calls.append("gluon"))
+    monkeypatch.setattr(gluon_bwd, "launch_supported", lambda *a: calls.append("gluon"))
     monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: calls.append("portable"))
     hopper.attn_bwd(q, q, k, v, q, None, 0.1, True, **varlen)
     monkeypatch.delenv(gluon_bwd.VARLEN_ENV)

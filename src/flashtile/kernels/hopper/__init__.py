@@ -63,7 +63,14 @@ def attn_bwd(
     window = bwd_window(causal, options.get("window_size", (-1, -1)))
     reason = gluon_bwd.bwd_unsupported_reason(q, k, v, dout, {**options, "window_size": window})
     if reason is None and gluon_bwd.routed_by_default(q.shape[-1]):
-        return gluon_bwd.attn_bwd(dout, q, k, v, out, lse, softmax_scale, causal, **options)
+        rest = {
+            name: value for name, value in options.items()
+            if name not in ("window_size", "deterministic", "softcap", "alibi_slopes")
+        }  # fmt: skip
+        return gluon_bwd.launch_supported(
+            dout, q, k, v, out, lse, softmax_scale, window, options.get("deterministic", False),
+            options.get("softcap", 0.0), options.get("alibi_slopes"), rest,
+        )  # fmt: skip
     from flashtile.kernels.bwd import attn_bwd as portable_bwd
 
     options.pop("deterministic", None)  # the portable backward has no atomics: always deterministic

@@ -165,13 +165,15 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 # Packed batches change the totals at every step: no specialisation on them.
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_pad", "num_m_blocks"])
 def attn_bwd_preprocess_kernel(
-    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr,
+    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr, dq_accum_ptr,
     stride_ob, stride_on, stride_oh, stride_dob, stride_don, stride_doh,
     seqlen_q, seqlen_pad, num_m_blocks, H,
-    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ZERO_DQ: tl.constexpr,
 ):  # fmt: skip
     """Δ = rowsum(O ∘ dO) and the LSE in base 2 into [B·H, seqlen_pad] rows the fused kernel reads by
-    1-D TMA; padding rows and rows with no visible key get LSE = +inf (their P is exactly 0) and Δ = 0."""
+    1-D TMA; padding rows and rows with no visible key get LSE = +inf (their P is exactly 0) and Δ = 0.
+    ZERO_DQ: also zero these rows of the fp32 dQ accumulator (B, N, H, D) the fused kernel adds into (one
+    launch and one allocation fewer than a separate memset)."""
     pid = tl.program_id(0).to(tl.int64)
     m_block = pid % num_m_blocks
     bh = pid // num_m_blocks
@@ -195,6 +197,10 @@ def attn_bwd_preprocess_kernel(
     lse = tl.where(lse == -float("inf"), float("inf"), lse) * 1.4426950408889634
     tl.store(delta_ptr + bh * seqlen_pad + offs_m, delta, mask=offs_m < seqlen_pad)
     tl.store(lse2_ptr + bh * seqlen_pad + offs_m, lse, mask=offs_m < seqlen_pad)
+    if ZERO_DQ:
+        rows = (b * seqlen_q + offs_m) * H + h
+        zeros = tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32)
+        tl.store(dq_accum_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=in_range[:, None])
 
 
 @triton.jit
@@ -847,12 +853,21 @@ def attn_bwd_dq_kernel(
     tma.store_wait(0)
 
 
+def _dims4(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and strides of t as (B, N, H, D): a packed (total, H, D) tensor is one batch (no view made:
+    a view costs host time at every call)."""
+    if t.dim() == 3:
+        return (1, *t.shape), (t.numel(), *t.stride())
+    return tuple(t.shape), t.stride()
+
+
 def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> CheckedDescriptor:
-    """A rank-3 descriptor over t (B, N, H, D) seen as [B, N, H·D], block [1, rows, cols] (cols = D by
-    default): the sequence is a dimension of its own, so a block never reaches into the next batch."""
-    batch, seqlen, heads, head_dim = t.shape
+    """A rank-3 descriptor over t (B, N, H, D), or packed (total, H, D), seen as [B, N, H·D], block
+    [1, rows, cols] (cols = D by default): the sequence is a dimension of its own, so a block never reaches
+    into the next batch."""
+    (batch, seqlen, heads, head_dim), strides = _dims4(t)
     box = (1, rows, head_dim if cols is None else cols)
-    return descriptor(t, (batch, seqlen, heads * head_dim), (t.stride(0), t.stride(1), 1), box)
+    return descriptor(t, (batch, seqlen, heads * head_dim), (strides[0], strides[1], 1), box)
 
 
 def _row_stats_descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
@@ -863,11 +878,12 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     """``t`` if a rank-3 descriptor can read it (heads packed, last dim contiguous, 16-byte aligned), else a
     contiguous copy."""
     es = t.element_size()
+    shape, strides = _dims4(t)
     fits = (
-        t.stride(3) == 1
-        and t.stride(2) == t.shape[3]
+        strides[3] == 1
+        and strides[2] == shape[3]
         and t.data_ptr() % 16 == 0
-        and all((s * es) % 16 == 0 for s in t.stride()[:2])
+        and all((s * es) % 16 == 0 for s in strides[:2])
     )
     return t if fits else t.contiguous()
 
@@ -968,6 +984,28 @@ def attn_bwd(
     reason = bwd_unsupported_reason(q, k, v, dout, checked)
     if reason is not None:
         raise FlashtileValueError(f"the Hopper backward does not support these inputs: {reason}")
+    return launch_supported(
+        dout, q, k, v, out, lse, softmax_scale, window_size, deterministic, softcap, alibi_slopes, options
+    )
+
+
+def launch_supported(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    window_size: tuple[int, int],
+    deterministic: bool,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    options: Mapping[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`attn_bwd` for a call :func:`bwd_unsupported_reason` has accepted (the backend's router checks
+    once: the check costs host time at every layer of every step); ``window_size`` has causal's right side
+    0 already, ``options`` the other launcher keywords."""
     is_causal = window_size == (-1, 0)
     packed = None
     if options.get("cu_seqlens_q") is not None:
@@ -983,7 +1021,7 @@ def attn_bwd(
 
 
 # The tensors of each launch, in its kernel's parameter order.
-PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr")
+PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "dq_accum_ptr")
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
     "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr", "lse2_ptr", "delta_ptr",
@@ -1029,7 +1067,7 @@ def _bwd_launches(
             stride_ob=out_strides[0], stride_on=out_strides[1], stride_oh=out_strides[2],
             stride_dob=dout_strides[0], stride_don=dout_strides[1], stride_doh=dout_strides[2],
             seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=seqlen_pad // bm, H=heads,
-            HEAD_DIM=head_dim, BLOCK=bm,
+            HEAD_DIM=head_dim, BLOCK=bm, ZERO_DQ=not deterministic,
         ),
         {},
     )  # fmt: skip
@@ -1097,10 +1135,9 @@ def _launch(
             # No pair of a query and a key: every gradient is 0 (and a TMA map over zero rows is invalid).
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         varlen = (sequences, grid_seqlen(max_q), grid_seqlen(max_k))
-        # One batch of packed rows: the descriptors' batch coordinate is 0, the preprocess's rows the total.
-        q, k, v, dout, out = (t.unsqueeze(0) for t in (q, k, v, dout, out))
-        lse = lse.unsqueeze(0)
-    batch, seqlen_q, heads, head_dim = q.shape
+    # Packed rows are one batch (_dims4): the descriptors' batch coordinate is 0, the preprocess's rows the
+    # total; q, k, v, dout, out and the gradients stay (total, H, D), the LSE (H, total_q).
+    (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
     _, cfg = select_variant(head_dim)
     bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
@@ -1109,8 +1146,9 @@ def _launch(
     device = q.device
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     preprocess, fused, finish = _bwd_launches(
-        device, tuple(q.shape), tuple(k.shape[1:3]), softmax_scale, is_causal, deterministic, cfg,
-        out.stride()[:3], dout.stride()[:3], tuple(window_size), softcap, alibi_stride_b(slopes), varlen,
+        device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
+        deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
+        alibi_stride_b(slopes), varlen,
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
@@ -1124,8 +1162,9 @@ def _launch(
     dq = torch.empty(q.shape, dtype=q.dtype, device=device)
     dq_rows, dq_cols = cfg.dq_box(head_dim)
     out_rows, out_cols = cfg.out_box(head_dim)
-    preprocess(out, dout, lse, lse2, delta)
-    dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=device)
+    # The fp32 dQ sum, zeroed by the preprocess (the deterministic dQ kernel writes dQ itself).
+    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=device)
+    preprocess(out, dout, lse, lse2, delta, lse2 if dq_accum is None else dq_accum)
     # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
     dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, dq_rows, 1, dq_cols))
     fused(
@@ -1143,6 +1182,4 @@ def _launch(
         )  # fmt: skip
     else:
         finish(dq_accum, dq)
-    if varlen is not None:
-        return dq[0], dk[0], dv[0]
     return dq, dk, dv
