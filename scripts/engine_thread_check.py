@@ -64,10 +64,10 @@ def main() -> None:
 
     qd, kd, vd = (t.detach() for t in (q, k, v))
     varlen = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
-    out, lse = ops.run_attn_fwd(qd, kd, vd, HEAD_DIM**-0.5, True, "auto", -1, 0, **varlen)
+    out, lse = ops.run_attn_fwd(qd, kd, vd, HEAD_DIM**-0.5, True, "hopper", -1, 0, **varlen)
 
     def bwd_only():
-        return ops.run_attn_bwd(dout, qd, kd, vd, out, lse, HEAD_DIM**-0.5, True, "auto", -1, 0, **varlen)
+        return ops.run_attn_bwd(dout, qd, kd, vd, out, lse, HEAD_DIM**-0.5, True, "hopper", -1, 0, **varlen)
 
     def python_in_engine():
         return torch.autograd.grad(PythonInBackward.apply(q), (q,), dout)
