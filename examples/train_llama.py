@@ -15,6 +15,7 @@ from every CSV there, so runs with different ``--attn`` overlay.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import csv
 import io
@@ -103,13 +104,23 @@ def main() -> None:
     parser.add_argument("--attn", choices=["flashtile", "sdpa", "eager"], default="flashtile")
     parser.add_argument("--context", type=int, default=8192, help="tokens per packed row (2k-16k)")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--hidden", type=int, default=512)
+    # 8 heads of 128 (Llama's head dim) by default.
+    parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--backward-thread",
+        choices=["caller", "engine"],
+        default="caller",
+        help="where autograd runs the backward, for every --attn alike: this thread "
+        "(torch.autograd.set_multithreading_enabled(False)) or PyTorch's per-device thread, where Python "
+        "code such as flashtile's backward launchers runs about twice as slow "
+        "(scripts/engine_thread_check.py)",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path("train-results"))
     parser.add_argument(
         "--profile",
@@ -145,6 +156,12 @@ def main() -> None:
     # bf16 autocast on the GPU (flashtile's kernels take fp16/bf16); float32 on the CPU.
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
+    # One GPU needs no second thread for its backward.
+    backward_thread = (
+        contextlib.nullcontext
+        if args.backward_thread == "engine"
+        else lambda: torch.autograd.set_multithreading_enabled(False)
+    )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     log_path = args.out_dir / f"{args.attn}_loss.csv"
     rows = packed_rows(documents(args.seed), args.context)
@@ -181,7 +198,8 @@ def main() -> None:
             start = time.perf_counter()
             with autocast:
                 loss = model(input_ids=ids, position_ids=position_ids, labels=ids, use_cache=False).loss
-            loss.backward()
+            with backward_thread():
+                loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

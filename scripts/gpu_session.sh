@@ -36,7 +36,11 @@
 #      FLASHTILE_HOPPER_BWD_VARLEN=1, bench --options varlen with it, training runs (flashtile with it, sdpa,
 #      flashtile with it; 150 steps)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n [test files for a, c, e, f, h, i and k]
+#   o  the eighth session's training call: the example at hidden 1024 (its new default: 8 heads of 128) and
+#      512, the backward on the calling thread (--backward-thread caller, the new default) and in autograd's
+#      device thread, flashtile then sdpa (300 steps each)
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -264,8 +268,22 @@ case "$part" in
     varlen_call FLASHTILE_HOPPER_BWD_VARLEN 250 90 45 n "$@"
     finish
     ;;
+  o)
+    begin
+    for hidden in 1024 512; do
+      for thread in caller engine; do
+        train=(python3 examples/train_llama.py --context 8192 --steps 300 --hidden "$hidden"
+          --backward-thread "$thread" --out-dir "$work/train_${hidden}_${thread}")
+        step "train_flashtile_${hidden}_${thread}" 70 "${train[@]}" --attn flashtile
+        step "train_sdpa_${hidden}_${thread}" 70 "${train[@]}" --attn sdpa
+        cp "$work/train_${hidden}_${thread}/loss.png" "$OUT/loss_${hidden}_${thread}.png" 2>/dev/null
+      done
+    done
+    grep -h "tokens/s" "$work"/train_*.log | tee "$OUT/tokens.txt"
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
