@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument(
         "--backward-thread",
         choices=["caller", "engine"],
-        default="caller",
+        default="engine",
         help="where autograd runs the backward, for every --attn alike: this thread "
         "(torch.autograd.set_multithreading_enabled(False)) or PyTorch's per-device thread, where Python "
         "code such as flashtile's backward launchers runs about twice as slow "
@@ -156,7 +156,7 @@ def main() -> None:
     # bf16 autocast on the GPU (flashtile's kernels take fp16/bf16); float32 on the CPU.
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
-    # One GPU needs no second thread for its backward.
+    # PyTorch's default is the engine's device thread; one GPU needs no second thread for its backward.
     backward_thread = (
         contextlib.nullcontext
         if args.backward_thread == "engine"

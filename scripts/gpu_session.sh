@@ -37,8 +37,8 @@
 #      flashtile with it; 150 steps)
 #
 #   o  the eighth session's training call: the example at hidden 1024 (its new default: 8 heads of 128) and
-#      512, the backward on the calling thread (--backward-thread caller, the new default) and in autograd's
-#      device thread, flashtile then sdpa (300 steps each)
+#      512, the backward on the calling thread (--backward-thread caller) and in autograd's device thread
+#      (engine, PyTorch's default), flashtile then sdpa (300 steps each)
 #
 #     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o [test files for a, c, e, f, h, i and k]
 #
