@@ -44,22 +44,27 @@ PROGRAMS_PER_SM = 2
 
 @triton.jit
 def _cache_rows(
-    k_base, v_base, bt_row, first_slot, slots, slot_ok, num_blocks, stride_kn, stride_vn, stride_kp,
-    stride_vp, MASKED: tl.constexpr, IS_PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    k_base, v_base, bt_row, first_slot, last_slot, slots, slot_ok, num_blocks, stride_kn, stride_vn,
+    stride_kp, stride_vp, MASKED: tl.constexpr, IS_PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
     TILE_IN_PAGE: tl.constexpr, PAGE_IN_REGISTER: tl.constexpr,
 ):  # fmt: skip
-    """Addresses of cache slots ``slots`` (from ``first_slot`` on) of the program's sequence and KV head in K
-    and V, through int64 offsets. MASKED: only the slots of ``slot_ok`` are looked up in the block table;
-    TILE_IN_PAGE: the tile lies in one page, whose number is one scalar load; PAGE_IN_REGISTER: that load
-    goes straight to a register (docs/design/decode.md, "Paged loads")."""
+    """Addresses of cache slots ``slots`` (from ``first_slot`` on; ``last_slot`` is the last slot of the
+    loop's range) of the program's sequence and KV head in K and V, through int64 offsets. MASKED: only the
+    slots of ``slot_ok`` are looked up in the block table; TILE_IN_PAGE: the tile lies in one page, whose
+    number is one scalar load; PAGE_IN_REGISTER: that load goes straight to a register (docs/design/decode.md,
+    "Paged loads")."""
     if IS_PAGED:
         if TILE_IN_PAGE and PAGE_IN_REGISTER:
             # Through tl.load, the pipeliner would copy the page number to shared memory asynchronously,
             # and the copies' FIFO order makes each step wait for every K/V copy in flight (wait_group 0).
+            # The pipeliner also issues this pure load, unpredicated, for the step after the loop's last:
+            # clamped into the loop's slots, it never reads past the block table's row (memcheck found a
+            # read one entry past the last row's end when the last key filled its page).
+            page_slot = tl.maximum(tl.minimum(first_slot, last_slot), 0)
             page = tl.inline_asm_elementwise(
                 "ld.global.nc.b32 $0, [$1];",
                 "=r,l",
-                [bt_row + first_slot // PAGE_SIZE],
+                [bt_row + page_slot // PAGE_SIZE],
                 dtype=tl.int32,
                 is_pure=True,
                 pack=1,
@@ -95,8 +100,9 @@ def _attn_decode_steps(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         key_ok = offs_n < end_n
         k_rows, v_rows = _cache_rows(
-            k_base, v_base, bt_row, leftpad + n0, leftpad + offs_n, key_ok, num_blocks, stride_kn, stride_vn,
-            stride_kp, stride_vp, MASKED, IS_PAGED, PAGE_SIZE, TILE_IN_PAGE, PAGE_IN_REGISTER,
+            k_base, v_base, bt_row, leftpad + n0, leftpad + end_n - 1, leftpad + offs_n, key_ok, num_blocks,
+            stride_kn, stride_vn, stride_kp, stride_vp, MASKED, IS_PAGED, PAGE_SIZE, TILE_IN_PAGE,
+            PAGE_IN_REGISTER,
         )  # fmt: skip
         if MASKED or BLOCK_D != HEAD_DIM:
             load_ok = key_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
