@@ -57,9 +57,9 @@ def _cache_rows(
         if TILE_IN_PAGE and PAGE_IN_REGISTER:
             # Through tl.load, the pipeliner would copy the page number to shared memory asynchronously,
             # and the copies' FIFO order makes each step wait for every K/V copy in flight (wait_group 0).
-            # The pipeliner also issues this pure load, unpredicated, for the step after the loop's last:
-            # clamped into the loop's slots, it never reads past the block table's row (memcheck found a
-            # read one entry past the last row's end when the last key filled its page).
+            # Pure, it can be issued unpredicated for a step past the loop's last (memcheck found a read one
+            # entry past the last row's end when the last key filled its page): clamped into the loop's
+            # slots, it never reads past the block table's row.
             page_slot = tl.maximum(tl.minimum(first_slot, last_slot), 0)
             page = tl.inline_asm_elementwise(
                 "ld.global.nc.b32 $0, [$1];",
