@@ -40,7 +40,10 @@
 #      512, the backward on the calling thread (--backward-thread caller) and in autograd's device thread
 #      (engine, PyTorch's default), flashtile then sdpa (300 steps each)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o [test files for a, c, e, f, h, i and k]
+#   p  first after the eighth session: memcheck over the decode group (the paged page-number clamp, not yet
+#      run on a GPU), then the decode, KV-cache, transformers and CLI GPU tests
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -282,8 +285,19 @@ case "$part" in
     grep -h "tokens/s" "$work"/train_*.log | tee "$OUT/tokens.txt"
     finish
     ;;
+  p)
+    begin
+    # Fill Triton's cache outside the sanitizer (compiling inside it is slow), then memcheck the decode group.
+    step precompile_decode 120 python3 scripts/sanitize_kernels.py --only decode
+    step memcheck_decode 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    step gpu_tests 260 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_p.xml" tests/test_decode_kernel.py \
+      tests/test_gpu_kvcache.py tests/test_gpu_transformers.py tests/test_cli_bench.py "$@"
+    cp "$work/gpu_tests_p.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
