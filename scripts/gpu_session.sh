@@ -41,7 +41,8 @@
 #      (engine, PyTorch's default), flashtile then sdpa (300 steps each)
 #
 #   p  first after the eighth session: memcheck over the decode group (the paged page-number clamp, not yet
-#      run on a GPU), then the decode, KV-cache, transformers and CLI GPU tests
+#      run on a GPU) and the hopper_options group (Gluon packed and option cases, new), then the decode,
+#      KV-cache, transformers and CLI GPU tests
 #
 #     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p [test files for a, c, e, f, h, i and k]
 #
@@ -287,10 +288,11 @@ case "$part" in
     ;;
   p)
     begin
-    # Fill Triton's cache outside the sanitizer (compiling inside it is slow), then memcheck the decode group.
-    step precompile_decode 120 python3 scripts/sanitize_kernels.py --only decode
-    step memcheck_decode 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    # Fill Triton's cache outside the sanitizer (compiling inside it is slow), then memcheck the decode group and
+    # the Gluon option and packed cases (new in the eighth session, not yet run).
+    step precompile 150 python3 scripts/sanitize_kernels.py --only decode,hopper_options
+    step memcheck 180 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode,hopper_options
     step gpu_tests 260 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_p.xml" tests/test_decode_kernel.py \
       tests/test_gpu_kvcache.py tests/test_gpu_transformers.py tests/test_cli_bench.py "$@"
     cp "$work/gpu_tests_p.xml" "$OUT"/ 2>/dev/null

@@ -13,7 +13,11 @@ Groups (``--only`` takes a comma-separated subset):
   dims other than Q/K's (192/128, 576/512, 64/24);
 - ``portable``: the portable Triton forward and backward at 7 odd shapes (seqlens 1 to 300, head dims 32 to
   256, GQA/MQA), dense and with four option mixes (windows, softcap, ALiBi, dropout), three varlen batches
-  with empty sequences, a batch with bad ``cu_seqlens`` (clamped), and the dropout-mask kernel.
+  with empty sequences, a batch with bad ``cu_seqlens`` (clamped), and the dropout-mask kernel;
+- ``hopper_options``: the Gluon forward and backward (D 64/128) on packed batches (an empty sequence, N_q >
+  N_k and N_q < N_k, a neighbour read past each end) and with windows, softcap and ALiBi, dense and packed;
+  skipped unless the GPU has compute capability 9.x. Last in the list, so the other groups' case numbers
+  stay those of earlier logs.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
         python scripts/sanitize_kernels.py
@@ -42,7 +46,7 @@ import triton
 import triton.language as tl
 
 # The newest kernels first: a memcheck run cut short by its time box has checked them.
-GROUPS = ("hopper", "decode", "mods", "portable")
+GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options")
 
 SHAPES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
@@ -514,7 +518,46 @@ def decode_cases() -> Iterator[Case]:
     )
 
 
-BUILDERS = {"hopper": hopper_cases, "decode": decode_cases, "mods": mods_cases, "portable": portable_cases}
+# (options, packed?) of the Gluon option cases: causal throughout (windows bottom-right aligned).
+HOPPER_OPTIONS = [
+    ({}, True),
+    (dict(window_size=(37, 0), softcap=20.0, alibi=True), True),
+    (dict(window_size=(5, 0), softcap=5.0), False),
+    (dict(window_size=(-1, 0), alibi=True), False),
+]
+HOPPER_PACKED = [(17, 17), (0, 5), (129, 255), (64, 33)]
+
+
+def hopper_option_cases() -> Iterator[Case]:
+    K = T.kernels
+    for i, (options, packed) in enumerate(HOPPER_OPTIONS):
+        for d in HOPPER_BWD_DIMS:
+            dtype = DTYPES[i % 2]
+            form = f"packed {HOPPER_PACKED}" if packed else "(2, 77, 129, 4, 2)"
+            label = f"hopper_options fwd+bwd {_name(dtype)} D={d} {form} {options}"
+
+            def run(label=label, options=options, packed=packed, d=d, dtype=dtype):
+                if packed:
+                    q, k, v, varlen = varlen_inputs(HOPPER_PACKED, 4, 2, d, d, dtype)
+                    batch = len(HOPPER_PACKED)
+                else:
+                    q = randn(2, 77, 4, d, dtype=dtype)
+                    k, v = (randn(2, 129, 2, d, dtype=dtype) for _ in range(2))
+                    varlen, batch = {}, 2
+                kw = option_kwargs(options, batch, 4)
+                kw.setdefault("window_size", (-1, 0))
+                fwd_bwd(label, K.hopper_fwd, K.hopper_bwd, q, k, v, True, **kw, **varlen)
+
+            yield Case("hopper_options", label, run)
+
+
+BUILDERS = {
+    "hopper": hopper_cases,
+    "decode": decode_cases,
+    "mods": mods_cases,
+    "portable": portable_cases,
+    "hopper_options": hopper_option_cases,
+}
 
 
 def parse_groups(text: str | None) -> list[str]:
@@ -565,12 +608,13 @@ def main() -> int:
     skipped = dict.fromkeys(groups, 0)
     index = 0
     for group in groups:
-        if group == "hopper" and T.hopper_skip:
-            print(f"hopper: skipped ({T.hopper_skip})", flush=True)
+        gluon = group.startswith("hopper")
+        if gluon and T.hopper_skip:
+            print(f"{group}: skipped ({T.hopper_skip})", flush=True)
         for case in BUILDERS[group]():
             index += 1
             skip = index < args.start or (index - 1) % shards != shard
-            if skip or (group == "hopper" and T.hopper_skip):
+            if skip or (gluon and T.hopper_skip):
                 skipped[group] += 1
                 continue
             print(f"[{index}] {case.label}", flush=True)
