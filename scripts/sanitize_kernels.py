@@ -45,7 +45,8 @@ import torch
 import triton
 import triton.language as tl
 
-# The newest kernels first: a memcheck run cut short by its time box has checked them.
+# The newest kernels first, so that a memcheck run cut short by its time box has checked them; groups added
+# later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
 GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options")
 
 SHAPES = [
