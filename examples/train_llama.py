@@ -9,6 +9,7 @@ from every CSV there, so runs with different ``--attn`` overlay.
 
     python examples/train_llama.py --attn flashtile --context 8192 --steps 300
     python examples/train_llama.py --attn sdpa --context 8192 --steps 300
+    python examples/train_llama.py --hidden 512 --backward-thread caller  # host-bound size, backward here
     python examples/train_llama.py --device cpu --context 256 --steps 5 --hidden 64 --layers 2  # smoke test
 """
 

@@ -6,7 +6,8 @@ D = 64, bf16, causal). Host µs a call, calls issued back to back:
     ``torch.autograd.set_multithreading_enabled(False)`` (the backward runs on the calling thread);
   - the backward's launcher called directly on this thread;
   - a pure-Python loop of fixed work, on this thread and inside an autograd.Function's backward on the
-    engine's device thread: whether Python itself runs slower there.
+    engine's device thread: whether Python itself runs slower there (two H100 runs disagreed; see
+    docs/design/host_path.md, "The backward in autograd's device thread").
 
     PYTHONPATH=src python scripts/engine_thread_check.py
 """
