@@ -47,3 +47,19 @@ def test_preprocess_rows_and_zeroed_dq(packed: bool, zero_dq: bool, seed: int) -
         assert (dq_accum == 0).all()
     else:
         assert dq_accum.isnan().all(), "the deterministic path leaves the accumulator alone"
+
+
+def test_packed_tensors_are_seen_as_one_batch_without_views() -> None:
+    """A packed (total, H, D) tensor is (1, total, H, D) to the descriptors and the preprocess: its strides
+    are the tensor's own behind a batch stride of its size; a layout TMA cannot read becomes a copy."""
+    packed = torch.empty(37, 3, 64, dtype=torch.float16)
+    shape, strides = bwd._dims4(packed)
+    assert shape == (1, 37, 3, 64)
+    assert strides == (37 * 3 * 64, 3 * 64, 64, 1)
+    dense = torch.empty(2, 37, 3, 64, dtype=torch.float16)
+    assert bwd._dims4(dense) == (tuple(dense.shape), dense.stride())
+    assert bwd._tma_ready(packed) is packed
+    # Heads not packed next to each other (a slice of a wider tensor): copied to a contiguous tensor.
+    sliced = torch.randn(37, 6, 64).half()[:, ::2]
+    ready = bwd._tma_ready(sliced)
+    assert ready is not sliced and ready.is_contiguous() and torch.equal(ready, sliced)
