@@ -284,9 +284,12 @@ def _varlen_grads(hopper, q, k, v, dout, varlen, causal, options):
     return hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, **options, **varlen)
 
 
-@pytest.fixture
-def gluon_varlen_bwd(hopper, monkeypatch):
+@pytest.fixture(params=[False, True], ids=["row-stores", "tma-stores"])
+def gluon_varlen_bwd(hopper, monkeypatch, request):
+    """The Gluon varlen backward, with dK/dV by row-masked stores (the default) and by TMA boxes inside each
+    sequence (the epilogue experiment of FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE)."""
     monkeypatch.setenv(hopper.VARLEN_ENV, "1")
+    monkeypatch.setenv(hopper.VARLEN_TMA_STORE_ENV, "1" if request.param else "0")
     return hopper
 
 

@@ -64,6 +64,9 @@ OPTION_JOBS += [
     for d in (64, 128)
     for mask in ("varlen", "causal+varlen", "local+softcap+alibi+varlen")
 ]
+# The packed epilogue's TMA-store experiment (FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1): its shared staging
+# tile is back, within the block's limit.
+OPTION_JOBS += [(d, bwd.DEFAULT_VARIANT[d], "causal+varlen+tmastore", False) for d in (64, 128)]
 
 
 def test_hopper_bwd_options_compile_for_sm90_without_local_memory():

@@ -59,6 +59,10 @@ OPTIONS_ENV = "FLASHTILE_HOPPER_BWD_OPTIONS"
 # FLASHTILE_HOPPER_BWD_VARLEN=1 takes them there.
 GPU_CHECKED_VARLEN = True
 VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
+# An experiment for the packed backward's epilogue, off by default until timed on a GPU: dK and dV of a
+# block wholly inside its sequence leave by TMA boxes instead of 2-byte row-masked stores (eighth session;
+# docs/design/hopper_bwd.md, "Variable length").
+VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
@@ -341,13 +345,14 @@ def _consumer(
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
     DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
-    which: gl.constexpr,
+    VARLEN_TMA_STORE: gl.constexpr, which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
     stride_alibi_b), read under their switches. IS_VARLEN: the sequence's rows start at packed rows q_off
     and k_off; the rows past its ends (the next sequence's) are masked out of P and dS, and dK, dV go out
-    by row-masked pointer stores to dk_ptr, dv_ptr."""
+    by row-masked pointer stores to dk_ptr, dv_ptr (VARLEN_TMA_STORE: by TMA boxes where the block lies
+    wholly inside its sequence, the pointer stores for a sequence's last block only)."""
     dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
@@ -497,31 +502,66 @@ def _consumer(
     tma.store_wait(0)
 
     if IS_VARLEN:
-        # A TMA box would overwrite the next sequence's rows: row-masked stores from the registers, into
-        # packed (total_k, H_KV, D) rows of H_KV·D elements.
-        key_rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, acc_layout))
-        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-        row_elems = (H // GROUP) * HEAD_DIM
-        offsets = (k_off + key_rows).to(gl.int64)[:, None] * row_elems + (h_kv * HEAD_DIM + dims)[None, :]
-        keep = (key_rows < seqlen_k)[:, None] & (dims < HEAD_DIM)[None, :]
-        gl.store(dv_ptr + offsets, dv.to(dtype), mask=keep)
-        gl.store(dk_ptr + offsets, (dk * softmax_scale).to(dtype), mask=keep)
+        # A block wholly inside its sequence can leave by TMA boxes; at a sequence's last block a box would
+        # overwrite the next sequence's rows.
+        if VARLEN_TMA_STORE:
+            if n0 + BN <= seqlen_k:
+                _store_dkv_boxes(
+                    dk, dv, dkv_smem, dk_desc, dv_desc, b, k_off + n0, h_kv, softmax_scale, which
+                )
+            else:
+                _store_dkv_rows(
+                    dk, dv, dk_ptr, dv_ptr, n0, k_off, seqlen_k, h_kv, H, GROUP, softmax_scale, which
+                )
+        else:
+            _store_dkv_rows(dk, dv, dk_ptr, dv_ptr, n0, k_off, seqlen_k, h_kv, H, GROUP, softmax_scale, which)
     else:
-        out3: gl.constexpr = dk_desc.layout
-        stage = dkv_smem.index(which)
-        row0 = n0 + which * WG_ROWS
-        stage.store(dv.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(
-            dv_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
-        )
-        tma.store_wait(0)
-        stage.store((dk * softmax_scale).to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(
-            dk_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
-        )
-        tma.store_wait(0)
+        _store_dkv_boxes(dk, dv, dkv_smem, dk_desc, dv_desc, b, n0, h_kv, softmax_scale, which)
+
+
+@gluon.jit
+def _store_dkv_rows(
+    dk, dv, dk_ptr, dv_ptr, n0, k_off, seqlen_k, h_kv, H, GROUP, softmax_scale, which: gl.constexpr
+):
+    """dV and scaled dK of one warpgroup's BN/2 key rows by row-masked pointer stores from the registers, into
+    packed (total_k, H_KV, D) rows of H_KV·D elements: the rows past the sequence's keys are not written."""
+    WG_ROWS: gl.constexpr = dk.shape[0]
+    HEAD_DIM: gl.constexpr = dk.shape[1]
+    acc_layout: gl.constexpr = dk.type.layout
+    dtype: gl.constexpr = dk_ptr.dtype.element_ty
+    key_rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, acc_layout))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    row_elems = (H // GROUP) * HEAD_DIM
+    offsets = (k_off + key_rows).to(gl.int64)[:, None] * row_elems + (h_kv * HEAD_DIM + dims)[None, :]
+    keep = (key_rows < seqlen_k)[:, None] & (dims < HEAD_DIM)[None, :]
+    gl.store(dv_ptr + offsets, dv.to(dtype), mask=keep)
+    gl.store(dk_ptr + offsets, (dk * softmax_scale).to(dtype), mask=keep)
+
+
+@gluon.jit
+def _store_dkv_boxes(
+    dk, dv, dkv_smem, dk_desc, dv_desc, b, first_row, h_kv, softmax_scale, which: gl.constexpr
+):
+    """dV and scaled dK of one warpgroup's BN/2 key rows, from ``first_row`` (the block's) on, staged in
+    shared memory and stored by TMA boxes."""
+    WG_ROWS: gl.constexpr = dk.shape[0]
+    HEAD_DIM: gl.constexpr = dk.shape[1]
+    dtype: gl.constexpr = dkv_smem.dtype
+    out3: gl.constexpr = dk_desc.layout
+    stage = dkv_smem.index(which)
+    row0 = first_row + which * WG_ROWS
+    stage.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(
+        dv_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
+    )
+    tma.store_wait(0)
+    stage.store((dk * softmax_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(
+        dk_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
+    )
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -645,6 +685,7 @@ def attn_bwd_kernel(
     DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
     COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, IS_VARLEN: gl.constexpr,
+    VARLEN_TMA_STORE: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
     window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only.
@@ -741,10 +782,10 @@ def attn_bwd_kernel(
             [
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, 0)),
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, 0)),
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, 1)),
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN)),
             ],
@@ -1046,6 +1087,7 @@ def _bwd_launches(
     softcap: float = 0.0,
     alibi_stride: int | None = None,
     varlen: tuple[int, int, int] | None = None,
+    varlen_tma_store: bool = False,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1053,7 +1095,8 @@ def _bwd_launches(
     slopes' batch stride (None without slopes) as the forward's :func:`option_arguments` takes them.
     Packed batches: ``shape_q`` (1, total_q, H, D), ``shape_k`` (total_k, H_KV) and ``varlen`` (number
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
-    longest sequence, whose lengths also clamp the window."""
+    longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the epilogue experiment of
+    ``VARLEN_TMA_STORE_ENV``."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1085,7 +1128,8 @@ def _bwd_launches(
         dict(
             **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
-            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None, **opts,
+            IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
+            VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
         ),
         {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
@@ -1149,6 +1193,7 @@ def _launch(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
+        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1",
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

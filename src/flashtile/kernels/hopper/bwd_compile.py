@@ -18,7 +18,8 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 
 # (head dim, variant name, mask, deterministic), and (report, has the TMA reduce) per kernel. The mask is
 # causal (True) or not (False), or option words joined by "+": "causal" or "local" (a window with both
-# sides), "softcap", "alibi", "varlen" (packed batches).
+# sides), "softcap", "alibi", "varlen" (packed batches), "tmastore" (with varlen: dK/dV by TMA boxes where
+# a block lies inside its sequence, FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
@@ -70,6 +71,7 @@ def compile_here(
         HAS_SOFTCAP="softcap" in words,
         HAS_ALIBI="alibi" in words,
         IS_VARLEN="varlen" in words,
+        VARLEN_TMA_STORE="tmastore" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
