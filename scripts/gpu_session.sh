@@ -42,7 +42,8 @@
 #
 #   p  first after the eighth session: memcheck over the decode group (the paged page-number clamp, not yet
 #      run on a GPU) and the hopper_options group (Gluon packed and option cases, new), then the decode,
-#      KV-cache, transformers and CLI GPU tests
+#      KV-cache, transformers and CLI GPU tests and the Gluon varlen backward's (both epilogues), then bench
+#      --options varlen without and with FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1
 #
 #     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p [test files for a, c, e, f, h, i and k]
 #
@@ -290,12 +291,21 @@ case "$part" in
     begin
     # Fill Triton's cache outside the sanitizer (compiling inside it is slow), then memcheck the decode group and
     # the Gluon option and packed cases (new in the eighth session, not yet run).
-    step precompile 150 python3 scripts/sanitize_kernels.py --only decode,hopper_options
-    step memcheck 180 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+    step precompile 100 python3 scripts/sanitize_kernels.py --only decode,hopper_options
+    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
       --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode,hopper_options
-    step gpu_tests 260 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_p.xml" tests/test_decode_kernel.py \
+    step gpu_tests 170 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_p.xml" tests/test_decode_kernel.py \
       tests/test_gpu_kvcache.py tests/test_gpu_transformers.py tests/test_cli_bench.py "$@"
-    cp "$work/gpu_tests_p.xml" "$OUT"/ 2>/dev/null
+    # The varlen cases run with the epilogue experiment off and on (the fixture's two parameters).
+    step gpu_tests_varlen 60 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_p_varlen.xml" \
+      tests/test_gpu_hopper_bwd.py -k varlen
+    # The epilogue experiment against the default, one run each (compare within this call only).
+    step bench_varlen 45 python3 -m flashtile bench --options varlen --out-dir "$work/bench"
+    step bench_varlen_tma 45 env FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1 python3 -m flashtile bench \
+      --options varlen --out-dir "$work/bench_tma"
+    cp "$work"/gpu_tests_p*.xml "$OUT"/ 2>/dev/null
+    cp "$work/bench/bench_options.csv" "$OUT/bench_options.csv" 2>/dev/null
+    cp "$work/bench_tma/bench_options.csv" "$OUT/bench_options_tma.csv" 2>/dev/null
     finish
     ;;
   *)
