@@ -309,7 +309,7 @@ def _producer(
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         m0 = (m_first + it % per_head) * BM
-        row_stats = (b * H + h) * seqlen_pad + q_off + m0
+        row_stats = _stats_row(it, b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM)
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
         if IS_VARLEN:
             # Rows past the sequence (the next one's, or beyond the last: the buffer has a spare block) are
