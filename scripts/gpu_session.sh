@@ -45,7 +45,11 @@
 #      KV-cache, transformers and CLI GPU tests and the Gluon varlen backward's (both epilogues), then bench
 #      --options varlen without and with FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p [test files for a, c, e, f, h, i and k]
+#   q  the ninth session's second call: the transformers and CLI GPU tests (the first call's box ran out in
+#      them), the training pair at the example's default (flashtile, sdpa; 300 steps), then memcheck over the
+#      sanitizer grid's mods and portable groups (not run since their kernels last changed)
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -308,8 +312,21 @@ case "$part" in
     cp "$work/bench_tma/bench_options.csv" "$OUT/bench_options_tma.csv" 2>/dev/null
     finish
     ;;
+  q)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_q.xml" tests/test_gpu_transformers.py \
+      tests/test_cli_bench.py "$@"
+    train=(python3 examples/train_llama.py --context 8192 --steps 300 --out-dir "$work/train")
+    step train_flashtile 90 "${train[@]}" --attn flashtile
+    step train_sdpa 70 "${train[@]}" --attn sdpa
+    step precompile 60 python3 scripts/sanitize_kernels.py --only mods,portable
+    step memcheck 300 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only mods,portable
+    cp "$work/gpu_tests_q.xml" "$work"/train/loss.png "$work"/train/*_loss.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
