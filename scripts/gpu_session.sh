@@ -49,7 +49,11 @@
 #      them), the training pair at the example's default (flashtile, sdpa; 300 steps), then memcheck over the
 #      sanitizer grid's mods and portable groups (not run since their kernels last changed)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q [test files for a, c, e, f, h, i and k]
+#   r  the ninth session's decode call: the decode GPU tests with the splits' merge both ways (a second
+#      kernel, or fused into the decode kernel), memcheck over the decode group with the fused merge, then
+#      scripts/decode_combine_check.py (the two merges at 3 and 2 stages against cuDNN, batch 1 and more)
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -325,8 +329,18 @@ case "$part" in
     cp "$work/gpu_tests_q.xml" "$work"/train/loss.png "$work"/train/*_loss.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  r)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_r.xml" tests/test_decode_kernel.py "$@"
+    step precompile 60 env FLASHTILE_DECODE_COMBINE=fused python3 scripts/sanitize_kernels.py --only decode
+    step memcheck 90 env FLASHTILE_DECODE_COMBINE=fused PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer \
+      --tool memcheck --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    step combine_check 200 python3 scripts/decode_combine_check.py
+    cp "$work/gpu_tests_r.xml" "$work/combine_check.log" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

@@ -23,6 +23,49 @@ LN_2 = tl.constexpr(math.log(2.0))
 
 
 @triton.jit
+def merge_parts(
+    o_rows, lse_rows, stride_ps, stride_ls, num_splits, row_ok, d_ok, offs_d,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, CACHE: tl.constexpr,
+):  # fmt: skip
+    """``(out, lse)`` fp32 of BLOCK_R rows whose part s lies at ``o_rows + s·stride_ps`` (the row's D values,
+    ``offs_d``) and ``lse_rows + s·stride_ls``. CACHE: the loads' cache modifier (".cg" reads partial results
+    other programs of the same launch wrote, from L2)."""
+    offs_s = tl.arange(0, BLOCK_S)
+    m = tl.full([BLOCK_R], -float("inf"), tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    den = tl.zeros([BLOCK_R], tl.float32)
+    # BLOCK_S parts at once: their loads are independent, so one memory latency serves them all; the o
+    # loads do not wait on the lse loads (a part's o is read whatever its lse and dropped below).
+    for s0 in range(0, num_splits, BLOCK_S):
+        parts = s0 + offs_s
+        ok = (parts < num_splits)[:, None] & row_ok[None, :]
+        lse_s = tl.load(
+            lse_rows[None, :] + parts[:, None] * stride_ls, mask=ok, other=-float("inf"), cache_modifier=CACHE
+        )
+        o_s = tl.load(
+            o_rows[None, :, None] + parts[:, None, None] * stride_ps + offs_d[None, None, :],
+            mask=ok[:, :, None] & d_ok[None, None, :],
+            other=0.0,
+            cache_modifier=CACHE,
+        ).to(tl.float32)  # [S, R, D]
+        m_new = tl.maximum(m, tl.max(lse_s, 0))
+        # A row no part saw so far keeps m = −inf: subtracting 0 instead avoids −inf − (−inf).
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        w = tl.math.exp2((lse_s - m_ref[None, :]) * LOG2_E)  # [S, R]
+        seen = lse_s > -float("inf")
+        alpha = tl.math.exp2((m - m_ref) * LOG2_E)
+        # 0·NaN is NaN: a part that saw no key must not be multiplied at all.
+        acc = acc * alpha[:, None] + tl.sum(tl.where(seen[:, :, None], w[:, :, None] * o_s, 0.0), 0)
+        den = den * alpha + tl.sum(w, 0)
+        m = m_new
+    empty = den == 0.0
+    out = acc / tl.where(empty, 1.0, den)[:, None]
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    lse = tl.where(empty, -float("inf"), m_ref + tl.math.log2(tl.where(empty, 1.0, den)) * LN_2)
+    return out, lse
+
+
+@triton.jit
 def attn_combine_kernel(
     o_part_ptr, lse_part_ptr, o_ptr, lse_ptr, num_splits, num_rows, N, H,
     stride_ps, stride_pb, stride_pn, stride_ph, stride_ls, stride_lb, stride_lh, stride_ln,
@@ -37,38 +80,12 @@ def attn_combine_kernel(
     n = (rows // H) % N
     b = rows // (H * N)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_s = tl.arange(0, BLOCK_S)
-    lse_rows = lse_part_ptr + b * stride_lb + h * stride_lh + n * stride_ln
-    o_rows = o_part_ptr + b * stride_pb + n * stride_pn + h * stride_ph
     d_ok = offs_d < HEAD_DIM
-
-    m = tl.full([BLOCK_R], -float("inf"), tl.float32)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
-    den = tl.zeros([BLOCK_R], tl.float32)
-    # BLOCK_S parts at once: their loads are independent, so one memory latency serves them all.
-    for s0 in range(0, num_splits, BLOCK_S):
-        parts = s0 + offs_s
-        ok = (parts < num_splits)[:, None] & row_ok[None, :]
-        lse_s = tl.load(lse_rows[None, :] + parts[:, None] * stride_ls, mask=ok, other=-float("inf"))
-        m_new = tl.maximum(m, tl.max(lse_s, 0))
-        # A row no part saw so far keeps m = −inf: subtracting 0 instead avoids −inf − (−inf).
-        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
-        w = tl.math.exp2((lse_s - m_ref[None, :]) * LOG2_E)  # [S, R]
-        seen = lse_s > -float("inf")
-        o_s = tl.load(
-            o_rows[None, :, None] + parts[:, None, None] * stride_ps + offs_d[None, None, :],
-            mask=seen[:, :, None] & d_ok[None, None, :],
-            other=0.0,
-        ).to(tl.float32)  # [S, R, D]
-        alpha = tl.math.exp2((m - m_ref) * LOG2_E)
-        # 0·NaN is NaN: a part that saw no key must not be multiplied at all.
-        acc = acc * alpha[:, None] + tl.sum(tl.where(seen[:, :, None], w[:, :, None] * o_s, 0.0), 0)
-        den = den * alpha + tl.sum(w, 0)
-        m = m_new
-    empty = den == 0.0
-    out = acc / tl.where(empty, 1.0, den)[:, None]
-    m_ref = tl.where(m == -float("inf"), 0.0, m)
-    lse = tl.where(empty, -float("inf"), m_ref + tl.math.log2(tl.where(empty, 1.0, den)) * LN_2)
+    out, lse = merge_parts(
+        o_part_ptr + b * stride_pb + n * stride_pn + h * stride_ph,
+        lse_part_ptr + b * stride_lb + h * stride_lh + n * stride_ln,
+        stride_ps, stride_ls, num_splits, row_ok, d_ok, offs_d, BLOCK_R, BLOCK_D, BLOCK_S, "",
+    )  # fmt: skip
     o_out = o_ptr + (b * stride_ob + n * stride_on + h * stride_oh)[:, None] + offs_d[None, :]
     tl.store(o_out, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
     tl.store(lse_ptr + b * stride_lse_b + h * stride_lse_h + n * stride_lse_n, lse, mask=row_ok)

@@ -1,0 +1,94 @@
+"""One GPU run: the split decode's merge by a second kernel against the merge by each row block's last split
+program (``fused_combine``), with 3 and 2 pipeline stages, at batch 1 against SDPA's cuDNN backend.
+
+    PYTHONPATH=src python scripts/decode_combine_check.py [--reps 100] [--rounds 3]
+
+Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
+variants alternate within each round, so a slow phase of the machine falls on all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_check import HEAD_DIM, Problem
+
+from flashtile.bench.decode import copy_bandwidth, graph_time_ms
+from flashtile.kernels import configs
+from flashtile.kernels.decode import decode_fwd
+
+
+def variants(problem: Problem) -> dict[str, object]:
+    default = configs.decode_config(HEAD_DIM, torch.device("cuda"))
+    two = configs.DecodeConfig(default.MAX_BLOCK_M, default.BLOCK_N, default.num_warps, 2)
+
+    def ours(fused: bool, config: configs.DecodeConfig):
+        def call(i: int) -> torch.Tensor:
+            k, v, table = problem.caches[i][:3]
+            return decode_fwd(
+                problem.q, k, v, problem.seqlens, softmax_scale=HEAD_DIM**-0.5, block_table=table,
+                window_size=(-1, 0), config=config, fused_combine=fused,
+            )[0]  # fmt: skip
+
+        return call
+
+    return {
+        "kernel, 3 stages": ours(False, default),
+        "fused, 3 stages": ours(True, default),
+        "kernel, 2 stages": ours(False, two),
+        "fused, 2 stages": ours(True, two),
+        "sdpa cudnn": lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    shapes = [(1, 4096), (1, 16384), (1, 32768), (1, 65536), (1, 131072), (4, 16384), (16, 16384)]
+    print("shape,variant,round,p20_us,p50_us,p80_us", flush=True)
+    for batch, seqlen in shapes:
+        problem = Problem(batch, seqlen, 4)
+        calls = variants(problem)
+        ref = calls["kernel, 3 stages"](0)
+        for name, call in calls.items():
+            if name.startswith("sdpa"):
+                continue
+            err, base = problem.check(call(0))
+            diff = (call(0).float() - ref.float()).abs().max().item()
+            verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
+            print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}; "
+                  f"against the kernel merge {diff:.2e}", flush=True)  # fmt: skip
+        p50s: dict[str, list[float]] = {name: [] for name in calls}
+        for r in range(args.rounds):
+            for name, call in calls.items():
+                fns = [lambda i=i, call=call: call(i) for i in range(problem.copies)]
+                p20, p50, p80 = graph_time_ms(fns, reps=args.reps)
+                p50s[name].append(p50)
+                row = f"{p20 * 1e3:.2f},{p50 * 1e3:.2f},{p80 * 1e3:.2f}"
+                print(f"{problem.label()},{name},{r},{row}", flush=True)
+        cudnn = statistics.median(p50s["sdpa cudnn"])
+        for name, times in p50s.items():
+            ms = statistics.median(times)
+            tbs = problem.kv_bytes / (ms * 1e-3) / 1e12
+            print(f"## {problem.label()} {name:<18} {ms * 1e3:8.2f} µs  {tbs:5.2f} TB/s  "
+                  f"{cudnn / ms:5.2f}x cuDNN", flush=True)  # fmt: skip
+        del problem, calls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
