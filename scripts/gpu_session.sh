@@ -51,9 +51,12 @@
 #
 #   r  the ninth session's decode call: the decode GPU tests with the splits' merge both ways (a second
 #      kernel, or fused into the decode kernel), memcheck over the decode group with the fused merge, then
-#      scripts/decode_combine_check.py (the two merges at 3 and 2 stages against cuDNN, batch 1 and more)
+#      the stage check (at b28c56a named decode_combine_check.py, timing the two merges at 3 and 2 stages;
+#      the fused merge was slower and is gone)
+#   s  the ninth session's last call: the decode, KV-cache and transformers GPU tests (2 stages for short
+#      splits), bench --decode --quick, scripts/decode_stages_check.py
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -335,12 +338,21 @@ case "$part" in
     step precompile 60 env FLASHTILE_DECODE_COMBINE=fused python3 scripts/sanitize_kernels.py --only decode
     step memcheck 90 env FLASHTILE_DECODE_COMBINE=fused PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer \
       --tool memcheck --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
-    step combine_check 200 python3 scripts/decode_combine_check.py
+    step combine_check 200 python3 scripts/decode_stages_check.py
     cp "$work/gpu_tests_r.xml" "$work/combine_check.log" "$OUT"/ 2>/dev/null
     finish
     ;;
+  s)
+    begin
+    step gpu_tests 230 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s.xml" tests/test_decode_kernel.py \
+      tests/test_gpu_kvcache.py tests/test_gpu_transformers.py "$@"
+    step bench_decode 70 python3 -m flashtile bench --decode --quick --out-dir "$work/bench"
+    step stages_check 90 python3 scripts/decode_stages_check.py
+    cp "$work/gpu_tests_s.xml" "$work/stages_check.log" "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

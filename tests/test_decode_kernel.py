@@ -22,7 +22,7 @@ import torch
 
 from flashtile.kernels import configs, decode
 from flashtile.kernels.combine import attn_combine
-from flashtile.kernels.decode import COMBINE_ENV, MIN_TILES_PER_SPLIT, decode_fwd, num_splits_heuristic
+from flashtile.kernels.decode import MIN_TILES_PER_SPLIT, decode_fwd, num_splits_heuristic
 from flashtile.reference import naive
 from tests.helpers import assert_matches_oracle
 
@@ -229,37 +229,13 @@ def _params(cases, marks=()):
     return [pytest.param(c, id=c.id, marks=marks) for c in cases]
 
 
-@pytest.fixture(params=["kernel", "fused"])
-def combine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The splits' merge both ways: a second kernel, or the last split program of each row block."""
-    monkeypatch.setenv(COMBINE_ENV, request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("case", [*_params(CPU_CASES), *_params(_gpu_cases(), marks=(pytest.mark.gpu,))])
-@pytest.mark.usefixtures("nan_poisoned_allocations", "combine")
+@pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_decode_matches_oracle(case: DecodeCase, seed: int) -> None:
     check_case(case, seed)
 
 
 @pytest.mark.usefixtures("nan_poisoned_allocations")
-def test_fused_combine_leaves_its_counters_at_zero(combine: str, seed: int) -> None:
-    # Every launch resets the counters it counted on: the next launch, here with more splits, starts at 0.
-    case = DecodeCase((150, 33, 0), seqlen_q=2, heads=4, heads_kv=2, page_size=16, num_splits=3)
-    inputs = make_inputs(case)
-    decode._COUNTERS.clear()
-    check_case(case, seed)
-    assert bool(decode._COUNTERS) == (combine == "fused")
-    assert all(int(c.count_nonzero()) == 0 for c in decode._COUNTERS.values())
-    many = DecodeCase(**{**case.__dict__, "num_splits": 7})
-    out, lse = run_decode(many, inputs)
-    out3, lse3 = run_decode(case, inputs)
-    torch.testing.assert_close(out, out3, rtol=1e-3, atol=1e-3)
-    torch.testing.assert_close(lse, lse3, rtol=1e-5, atol=1e-5)
-    assert all(int(c.count_nonzero()) == 0 for c in decode._COUNTERS.values())
-
-
-@pytest.mark.usefixtures("nan_poisoned_allocations", "combine")
 def test_empty_sequences_give_zero_and_minus_inf(seed: int) -> None:
     case = DecodeCase((0, 0), seqlen_q=2, page_size=16, num_splits=3)
     out, lse = run_decode(case, make_inputs(case))
@@ -267,7 +243,6 @@ def test_empty_sequences_give_zero_and_minus_inf(seed: int) -> None:
     assert torch.isneginf(lse).all()
 
 
-@pytest.mark.usefixtures("combine")
 def test_splits_partition_the_keys_exactly(seed: int) -> None:
     # Every split count gives the same answer to within fp32 rounding: no key is lost or counted twice.
     case = DecodeCase((150, 33), seqlen_q=2, heads=2, heads_kv=1, page_size=16, dtype=torch.float32)
@@ -352,7 +327,6 @@ _SM90_DECODE_COPIES = textwrap.dedent(
             IS_PAGED=paged, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, IS_LOCAL=False, HAS_WINDOW_LEFT=False,
             HAS_SOFTCAP=False, FAST_TANH=True, HAS_ALIBI=False, DOT_FP32=False, PAGE_IN_REGISTER=True,
             batch_idx_ptr=None, leftpad_ptr=None, alibi_ptr=None,
-            FUSED_COMBINE=False, MERGE_R=8, MERGE_S=8, out_ptr=None, out_lse_ptr=None, counter_ptr=None,
         )
         if not paged:
             constexprs["block_table_ptr"] = None
@@ -416,3 +390,22 @@ def test_heuristic_puts_two_programs_on_every_sm_for_a_small_batch(monkeypatch: 
     # Past half of the SMs, waves of one program an SM, each nearly full.
     splits = num_splits_heuristic(100, 1 << 17, 64, device, per_sm=2)
     assert (100 * splits) / (-(-100 * splits // 132) * 132) >= 0.95, splits
+
+
+@pytest.mark.parametrize(("splits", "stages"), [(32, 2), (8, 3)])
+def test_splits_of_two_tiles_or_fewer_run_two_stages(
+    monkeypatch: pytest.MonkeyPatch, splits: int, stages: int
+) -> None:
+    # A 4k cache of 64-key tiles in 32 splits gives each 2 tiles, too few for a third stage to fetch.
+    monkeypatch.setattr(decode.configs, "decode_config", lambda *_: configs.DecodeConfig(64, 64, 4, 3))
+    launched = {}
+    monkeypatch.setattr(
+        decode, "launch", lambda kernel, grid, device, *args, **kwargs: launched.update(kwargs)
+    )
+    monkeypatch.setattr(decode, "attn_combine", lambda *args, **kwargs: None)
+    q = torch.randn(1, 1, 8, 64)
+    cache = torch.randn(1, 4096, 2, 64)
+    decode_fwd(
+        q, cache, cache, torch.full((1,), 4096, dtype=torch.int32), softmax_scale=0.125, num_splits=splits
+    )
+    assert launched["num_stages"] == stages

@@ -12,8 +12,8 @@ one. Only slots of valid keys are ever read: slots and pages past a sequence may
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 
 import torch
 import triton
@@ -24,7 +24,7 @@ from flashtile.kernels._layout import cdiv, launch
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
 from flashtile.kernels._tiles import dot_operand
-from flashtile.kernels.combine import attn_combine, merge_parts
+from flashtile.kernels.combine import attn_combine
 from flashtile.kernels.fwd import LOG2_E, dot_options, positive_scale
 
 LN_2 = tl.constexpr(math.log(2.0))
@@ -41,10 +41,10 @@ SPLIT_EFFICIENCY = 0.95
 # 1.09-1.11x faster than 16 at 4k and 16k caches and as fast at 64k and 128k
 # (H100, docs/test-runs/2026-11-23-h100-session6/j/).
 PROGRAMS_PER_SM = 2
-# How the splits' partial results are merged: "kernel" (attn_combine, a second launch) or "fused" (the last
-# split program of each row block merges them; no second launch).
-COMBINE_ENV = "FLASHTILE_DECODE_COMBINE"
-DEFAULT_COMBINE = "kernel"
+# A split of this many key tiles or fewer runs at 2 pipeline stages, not 3: a third stage has no tile to
+# fetch (H200, batch 1, 4k cache, 33 splits of 2 tiles: 13.0 µs against 14.1; at 16k and more, 8 tiles a
+# split and up, 3 stages stay 6-9 % faster; docs/test-runs/2026-11-25-h100-session9/r/).
+SHALLOW_TILES_PER_SPLIT = 2
 
 
 @triton.jit
@@ -147,10 +147,8 @@ def _attn_decode_steps(
 @triton.jit(do_not_specialize=["window_left", "window_right"])
 def attn_decode_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seqlens_ptr, block_table_ptr, batch_idx_ptr, leftpad_ptr, alibi_ptr,
-    out_ptr, out_lse_ptr, counter_ptr,
     stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
     stride_os, stride_ob, stride_on, stride_oh, stride_ls, stride_lb, stride_lh, stride_ln,
-    stride_outb, stride_outn, stride_outh, stride_out_lse_b, stride_out_lse_h, stride_out_lse_n,
     stride_bt, stride_alibi_b,
     seqlen_q, capacity, num_blocks, num_m_blocks, num_splits, H_KV,
     qk_scale, window_left, window_right, softcap_qk, softcap_out,
@@ -159,7 +157,6 @@ def attn_decode_kernel(
     IS_PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_FP32: tl.constexpr, PAGE_IN_REGISTER: tl.constexpr,
-    FUSED_COMBINE: tl.constexpr, MERGE_R: tl.constexpr, MERGE_S: tl.constexpr,
 ):  # fmt: skip
     # Without leftpad every tile starts at a multiple of BLOCK_N: with pages a multiple of it, in one page.
     TILE_IN_PAGE: tl.constexpr = IS_PAGED and PAGE_SIZE % BLOCK_N == 0 and not HAS_LEFTPAD
@@ -254,47 +251,6 @@ def attn_decode_kernel(
     lse = (m_i + tl.math.log2(l_i)) * LN_2
     lse_rows = lse_ptr + split * stride_ls + b * stride_lb + heads * stride_lh + rows_i * stride_ln
     tl.store(lse_rows, lse, mask=row_ok)
-    if FUSED_COMBINE:
-        _merge_if_last(
-            o_ptr, lse_ptr, out_ptr, out_lse_ptr, counter_ptr, b, h_kv, m_block, seqlen_q, num_m_blocks,
-            num_splits, H_KV, stride_os, stride_ob, stride_on, stride_oh, stride_ls, stride_lb, stride_lh,
-            stride_ln, stride_outb, stride_outn, stride_outh, stride_out_lse_b, stride_out_lse_h,
-            stride_out_lse_n, GROUP, HEAD_DIM, BLOCK_D, BLOCK_M, MERGE_R, MERGE_S,
-        )  # fmt: skip
-
-
-@triton.jit
-def _merge_if_last(
-    o_part_ptr, lse_part_ptr, out_ptr, lse_ptr, counter_ptr, b, h_kv, m_block, seqlen_q, num_m_blocks,
-    num_splits, H_KV, stride_ps, stride_pb, stride_pn, stride_ph, stride_ls, stride_lb, stride_lh, stride_ln,
-    stride_ob, stride_on, stride_oh, stride_lse_b, stride_lse_h, stride_lse_n,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    MERGE_R: tl.constexpr, MERGE_S: tl.constexpr,
-):  # fmt: skip
-    """The combine inside the decode launch: the split program of (b, KV head, row block) that finishes last
-    merges every split's partial result into the output and resets the block's counter for the next launch
-    (docs/design/decode.md, "Combine in the decode kernel"). The counters start at 0 and end at 0."""
-    # Every thread's partial stores come before the count (CUTLASS's semaphore: barrier, then one release).
-    tl.debug_barrier()
-    counter = counter_ptr + (b * H_KV + h_kv) * num_m_blocks + m_block
-    done = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if done == num_splits - 1:
-        # MERGE_R covers the block's valid rows (fewer than BLOCK_M when the GQA group is small).
-        rows = m_block * BLOCK_M + tl.arange(0, MERGE_R)
-        row_ok = rows < GROUP * seqlen_q
-        rows_i = rows // GROUP
-        heads = h_kv * GROUP + rows % GROUP
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < HEAD_DIM
-        out, lse = merge_parts(
-            o_part_ptr + b * stride_pb + rows_i * stride_pn + heads * stride_ph,
-            lse_part_ptr + b * stride_lb + heads * stride_lh + rows_i * stride_ln,
-            stride_ps, stride_ls, num_splits, row_ok, d_ok, offs_d, MERGE_R, BLOCK_D, MERGE_S, ".cg",
-        )  # fmt: skip
-        o_out = out_ptr + (b * stride_ob + rows_i * stride_on + heads * stride_oh)[:, None] + offs_d[None, :]
-        tl.store(o_out, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
-        tl.store(lse_ptr + b * stride_lse_b + heads * stride_lse_h + rows_i * stride_lse_n, lse, mask=row_ok)
-        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 def programs_per_sm(head_dim: int, device: torch.device) -> int:
@@ -348,7 +304,6 @@ def decode_fwd(
     alibi_slopes: torch.Tensor | None = None,
     num_splits: int = 0,
     config: configs.DecodeConfig | None = None,
-    fused_combine: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``q`` over an already-updated KV cache, on validated inputs.
 
@@ -362,9 +317,7 @@ def decode_fwd(
     ``(B, H)``. ``num_splits`` 0 picks a split count (``num_splits_heuristic``).
 
     Returns ``out`` ``(B, N_q, H, D)`` in q's dtype and ``lse`` ``(B, H, N_q)`` fp32; a sequence with no
-    visible key gives ``out = 0`` and ``lse = −inf``. ``fused_combine``: the splits' merge by the last split
-    program of each row block (True) or by a second kernel (False); None reads ``FLASHTILE_DECODE_COMBINE``
-    (``fused`` or ``kernel``, default ``DEFAULT_COMBINE``).
+    visible key gives ``out = 0`` and ``lse = −inf``.
     """
     batch, seqlen_q, heads, head_dim = q.shape
     heads_kv = k_cache.shape[2]
@@ -391,20 +344,13 @@ def decode_fwd(
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)
     # More splits than key tiles would only add programs that see nothing.
     splits = max(1, min(splits, cdiv(capacity, cfg.BLOCK_N)))
+    if config is None and cdiv(cdiv(capacity, cfg.BLOCK_N), splits) <= SHALLOW_TILES_PER_SPLIT:
+        cfg = dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
     if splits == 1:
         o_part, lse_part = out[None], lse[None]
     else:
         o_part = torch.empty((splits, *out.shape), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((splits, *lse.shape), dtype=torch.float32, device=q.device)
-    if fused_combine is None:
-        fused_combine = os.environ.get(COMBINE_ENV, DEFAULT_COMBINE) == "fused"
-    fused = splits > 1 and fused_combine
-    counters = _split_counters(q.device, programs) if fused else None
-    merge_r = min(block_m, triton.next_power_of_2(packed_rows))
-    block_d = configs.block_d(head_dim)
-    merge_s = min(
-        triton.next_power_of_2(splits), max(1, configs.COMBINE_TILE_ELEMENTS // (merge_r * block_d))
-    )
 
     left, right = window_size
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
@@ -423,34 +369,18 @@ def decode_fwd(
     launch(
         attn_decode_kernel, (programs * splits,), q.device,
         q, k_cache, v_cache, o_part, lse_part, cache_seqlens, block_table, cache_batch_idx, cache_leftpad,
-        slopes, out, lse, counters,
+        slopes,
         q.stride(0), q.stride(1), q.stride(2), *k_cache.stride()[:3], *v_cache.stride()[:3],
-        *o_part.stride()[:4], *lse_part.stride(), *out.stride()[:3], *lse.stride(),
+        *o_part.stride()[:4], *lse_part.stride(),
         block_table.stride(0) if paged else 0,
         0 if slopes is None or slopes.dim() == 1 else slopes.stride(0),
         seqlen_q, capacity, k_cache.shape[0], num_m_blocks, splits, heads_kv,
         softmax_scale * LOG2_E, max(left, 0), right if right >= 0 else capacity + seqlen_q,
         softmax_scale / softcap if softcap > 0 else 0.0, softcap * LOG2_E,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_M=block_m,
         BLOCK_N=cfg.BLOCK_N, PAGE_SIZE=page_size, **switches,
-        FUSED_COMBINE=fused, MERGE_R=merge_r, MERGE_S=merge_s,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
     )  # fmt: skip
-    if splits > 1 and not fused:
+    if splits > 1:
         attn_combine(o_part, lse_part, out=out, lse=lse)
     return out, lse
-
-
-# Launches in one stream run one after another, so each stream's launches can share one set of counters.
-_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
-
-
-def _split_counters(device: torch.device, count: int) -> torch.Tensor:
-    """At least ``count`` int32 counters, zero, for the fused combine of launches on the current stream;
-    every launch leaves them zero again (allocated once: no memset per call, safe in CUDA graphs)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    found = _COUNTERS.get((device, stream))
-    if found is None or found.numel() < count:
-        found = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
-        _COUNTERS[(device, stream)] = found
-    return found

@@ -1,10 +1,12 @@
-"""One GPU run: the split decode's merge by a second kernel against the merge by each row block's last split
-program (``fused_combine``), with 3 and 2 pipeline stages, at batch 1 against SDPA's cuDNN backend.
+"""One GPU run: the split decode at 3 and 2 pipeline stages and at its default (2 stages for splits of 2
+tiles or fewer), against SDPA's cuDNN backend, at batch 1 and more.
 
-    PYTHONPATH=src python scripts/decode_combine_check.py [--reps 100] [--rounds 3]
+    PYTHONPATH=src python scripts/decode_stages_check.py [--reps 100] [--rounds 3]
 
 Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
-variants alternate within each round, so a slow phase of the machine falls on all of them.
+variants alternate within each round, so a slow phase of the machine falls on all of them. At b28c56a it
+also timed the splits' merge done by each row block's last split program instead of a second kernel:
+5-6 µs slower at batch 1 on an H200 (docs/design/decode.md, "Combine").
 """
 
 from __future__ import annotations
@@ -29,21 +31,20 @@ def variants(problem: Problem) -> dict[str, object]:
     default = configs.decode_config(HEAD_DIM, torch.device("cuda"))
     two = configs.DecodeConfig(default.MAX_BLOCK_M, default.BLOCK_N, default.num_warps, 2)
 
-    def ours(fused: bool, config: configs.DecodeConfig):
+    def ours(config: configs.DecodeConfig | None):
         def call(i: int) -> torch.Tensor:
             k, v, table = problem.caches[i][:3]
             return decode_fwd(
                 problem.q, k, v, problem.seqlens, softmax_scale=HEAD_DIM**-0.5, block_table=table,
-                window_size=(-1, 0), config=config, fused_combine=fused,
+                window_size=(-1, 0), config=config,
             )[0]  # fmt: skip
 
         return call
 
     return {
-        "kernel, 3 stages": ours(False, default),
-        "fused, 3 stages": ours(True, default),
-        "kernel, 2 stages": ours(False, two),
-        "fused, 2 stages": ours(True, two),
+        "default": ours(None),
+        "3 stages": ours(default),
+        "2 stages": ours(two),
         "sdpa cudnn": lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION),
     }
 
@@ -62,7 +63,7 @@ def main() -> int:
     for batch, seqlen in shapes:
         problem = Problem(batch, seqlen, 4)
         calls = variants(problem)
-        ref = calls["kernel, 3 stages"](0)
+        ref = calls["3 stages"](0)
         for name, call in calls.items():
             if name.startswith("sdpa"):
                 continue
@@ -70,7 +71,7 @@ def main() -> int:
             diff = (call(0).float() - ref.float()).abs().max().item()
             verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
             print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}; "
-                  f"against the kernel merge {diff:.2e}", flush=True)  # fmt: skip
+                  f"against 3 stages {diff:.2e}", flush=True)  # fmt: skip
         p50s: dict[str, list[float]] = {name: [] for name in calls}
         for r in range(args.rounds):
             for name, call in calls.items():
