@@ -1,5 +1,6 @@
 """One GPU run: the split decode at 3 and 2 pipeline stages and at its default (2 stages for splits of 2
-tiles or fewer), against SDPA's cuDNN backend, at batch 1 and more.
+tiles or fewer), with and without the combine's programmatic dependent launch (FLASHTILE_DECODE_PDL=1),
+against SDPA's cuDNN backend, at batch 1 and more.
 
     PYTHONPATH=src python scripts/decode_stages_check.py [--reps 100] [--rounds 3]
 
@@ -12,6 +13,7 @@ also timed the splits' merge done by each row block's last split program instead
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -24,7 +26,7 @@ from decode_check import HEAD_DIM, Problem
 
 from flashtile.bench.decode import copy_bandwidth, graph_time_ms
 from flashtile.kernels import configs
-from flashtile.kernels.decode import decode_fwd
+from flashtile.kernels.decode import PDL_ENV, decode_fwd
 
 
 def variants(problem: Problem) -> dict[str, object]:
@@ -41,8 +43,19 @@ def variants(problem: Problem) -> dict[str, object]:
 
         return call
 
+    def early(call):
+        def with_pdl(i: int) -> torch.Tensor:
+            os.environ[PDL_ENV] = "1"
+            try:
+                return call(i)
+            finally:
+                os.environ.pop(PDL_ENV)
+
+        return with_pdl
+
     return {
         "default": ours(None),
+        "default, PDL": early(ours(None)),
         "3 stages": ours(default),
         "2 stages": ours(two),
         "sdpa cudnn": lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION),

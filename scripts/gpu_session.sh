@@ -53,10 +53,14 @@
 #      kernel, or fused into the decode kernel), memcheck over the decode group with the fused merge, then
 #      the stage check (at b28c56a named decode_combine_check.py, timing the two merges at 3 and 2 stages;
 #      the fused merge was slower and is gone)
-#   s  the ninth session's last call: the decode, KV-cache and transformers GPU tests (2 stages for short
+#   s  the ninth session's fourth call: the decode, KV-cache and transformers GPU tests (2 stages for short
 #      splits), bench --decode --quick, scripts/decode_stages_check.py
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s [test files for a, c, e, f, h, i and k]
+#   t  the ninth session's PDL call: scripts/decode_stages_check.py (the default with and without
+#      FLASHTILE_DECODE_PDL=1, the combine launched while the split kernel runs), then the decode, KV-cache
+#      and transformers GPU tests with it
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -351,8 +355,16 @@ case "$part" in
     cp "$work/gpu_tests_s.xml" "$work/stages_check.log" "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
     finish
     ;;
+  t)
+    begin
+    step stages_check 90 python3 scripts/decode_stages_check.py
+    step gpu_tests 230 env FLASHTILE_DECODE_PDL=1 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_t.xml" \
+      tests/test_decode_kernel.py tests/test_gpu_kvcache.py tests/test_gpu_transformers.py "$@"
+    cp "$work/gpu_tests_t.xml" "$work/stages_check.log" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

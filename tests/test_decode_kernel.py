@@ -326,7 +326,7 @@ _SM90_DECODE_COPIES = textwrap.dedent(
             GROUP=8, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=cfg.BLOCK_N, PAGE_SIZE=64 if paged else 1,
             IS_PAGED=paged, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, IS_LOCAL=False, HAS_WINDOW_LEFT=False,
             HAS_SOFTCAP=False, FAST_TANH=True, HAS_ALIBI=False, DOT_FP32=False, PAGE_IN_REGISTER=True,
-            batch_idx_ptr=None, leftpad_ptr=None, alibi_ptr=None,
+            batch_idx_ptr=None, leftpad_ptr=None, alibi_ptr=None, EARLY_COMBINE=False,
         )
         if not paged:
             constexprs["block_table_ptr"] = None

@@ -14,6 +14,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from flashtile.kernels import configs
 from flashtile.kernels._layout import cdiv, launch
@@ -71,7 +72,12 @@ def attn_combine_kernel(
     stride_ps, stride_pb, stride_pn, stride_ph, stride_ls, stride_lb, stride_lh, stride_ln,
     stride_ob, stride_on, stride_oh, stride_lse_b, stride_lse_h, stride_lse_n,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
+    AFTER_PRIOR_GRID: tl.constexpr,
 ):  # fmt: skip
+    if AFTER_PRIOR_GRID:
+        # Launched early (programmatic dependent launch): wait until the kernel before it has finished and
+        # its partial results are visible.
+        gdc_wait()
     # Rows are (b, n, h) with h fastest: a block of rows is consecutive heads of one token, one contiguous
     # stretch of a (B, N, H, D) output.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -98,6 +104,7 @@ def attn_combine(
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float32,
+    after_prior_grid: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge S partial ``(out, lse)`` results of the same rows into one, in fp32.
 
@@ -106,6 +113,8 @@ def attn_combine(
     rows of no particular structure (taken as B = H = 1). Returns ``out`` ``(B, N, H, D)`` (``(R, D)``) in
     ``out_dtype`` and ``lse`` ``(B, H, N)`` (``(R,)``) fp32, or writes into the given ``out``/``lse`` of those
     shapes. Parts with ``lse = −∞`` contribute nothing; rows no part saw give ``out = 0``, ``lse = −∞``.
+    ``after_prior_grid`` (Hopper and later): launched with programmatic dependent launch, so that it starts
+    while the kernel that writes the parts, which must call ``gdc_launch_dependents``, is still running.
 
     >>> o = torch.ones(2, 3, 4)
     >>> l = torch.tensor([[0.0, float("-inf"), 1.0], [0.0, float("-inf"), float("-inf")]])
@@ -133,5 +142,6 @@ def attn_combine(
         o5, l4, o4, l3, parts, num_rows, seqlen, heads,
         *o5.stride()[:4], *l4.stride(), *o4.stride()[:3], *l3.stride(),
         HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_R=block_r, BLOCK_S=block_s,
+        AFTER_PRIOR_GRID=after_prior_grid, launch_pdl=after_prior_grid,
     )  # fmt: skip
     return out, lse

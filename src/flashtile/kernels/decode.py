@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from flashtile.kernels import configs
 from flashtile.kernels._layout import cdiv, launch
@@ -41,6 +43,9 @@ SPLIT_EFFICIENCY = 0.95
 # 1.09-1.11x faster than 16 at 4k and 16k caches and as fast at 64k and 128k
 # (H100, docs/test-runs/2026-11-23-h100-session6/j/).
 PROGRAMS_PER_SM = 2
+# FLASHTILE_DECODE_PDL=1: the combine kernel is launched with programmatic dependent launch (Hopper and
+# later), so that its launch overlaps the split kernel (an experiment, off by default until timed).
+PDL_ENV = "FLASHTILE_DECODE_PDL"
 # A split of this many key tiles or fewer runs at 2 pipeline stages, not 3: a third stage has no tile to
 # fetch (H200, batch 1, 4k cache, 33 splits of 2 tiles: 13.0 µs against 14.1; at 16k and more, 8 tiles a
 # split and up, 3 stages stay 6-9 % faster; docs/test-runs/2026-11-25-h100-session9/r/).
@@ -157,7 +162,12 @@ def attn_decode_kernel(
     IS_PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
     IS_LOCAL: tl.constexpr, HAS_WINDOW_LEFT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     FAST_TANH: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_FP32: tl.constexpr, PAGE_IN_REGISTER: tl.constexpr,
+    EARLY_COMBINE: tl.constexpr,
 ):  # fmt: skip
+    if EARLY_COMBINE:
+        # The combine kernel may launch now and wait on this grid (programmatic dependent launch), so its
+        # launch latency hides under this kernel.
+        gdc_launch_dependents()
     # Without leftpad every tile starts at a multiple of BLOCK_N: with pages a multiple of it, in one page.
     TILE_IN_PAGE: tl.constexpr = IS_PAGED and PAGE_SIZE % BLOCK_N == 0 and not HAS_LEFTPAD
     # Row blocks of one (b, KV head, split) are neighbours: they read the same keys, which stay in L2.
@@ -354,6 +364,7 @@ def decode_fwd(
 
     left, right = window_size
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    early_combine = splits > 1 and _early_combine(q.device)
     switches = dict(
         IS_PAGED=paged,
         HAS_BATCH_IDX=cache_batch_idx is not None and not paged,
@@ -365,6 +376,7 @@ def decode_fwd(
         FAST_TANH=not configs.is_interpreter(),
         HAS_ALIBI=slopes is not None,
         PAGE_IN_REGISTER=not configs.is_interpreter(),
+        EARLY_COMBINE=early_combine,
     )
     launch(
         attn_decode_kernel, (programs * splits,), q.device,
@@ -382,5 +394,13 @@ def decode_fwd(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
     )  # fmt: skip
     if splits > 1:
-        attn_combine(o_part, lse_part, out=out, lse=lse)
+        attn_combine(o_part, lse_part, out=out, lse=lse, after_prior_grid=early_combine)
     return out, lse
+
+
+def _early_combine(device: torch.device) -> bool:
+    """Whether the combine launches while the split kernel runs (``FLASHTILE_DECODE_PDL=1``, compute
+    capability 9.0 or later: programmatic dependent launch)."""
+    if os.environ.get(PDL_ENV, "0") != "1" or device.type != "cuda" or configs.is_interpreter():
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
