@@ -1,5 +1,5 @@
 """One GPU run: the split decode at 3 and 2 pipeline stages and at its default (2 stages for splits of 2
-tiles or fewer), with and without the combine's programmatic dependent launch (FLASHTILE_DECODE_PDL=1),
+tiles or fewer), with and without the combine's programmatic dependent launch (FLASHTILE_DECODE_PDL=0),
 against SDPA's cuDNN backend, at batch 1 and more.
 
     PYTHONPATH=src python scripts/decode_stages_check.py [--reps 100] [--rounds 3]
@@ -43,19 +43,19 @@ def variants(problem: Problem) -> dict[str, object]:
 
         return call
 
-    def early(call):
-        def with_pdl(i: int) -> torch.Tensor:
-            os.environ[PDL_ENV] = "1"
+    def without_pdl(call):
+        def call_without(i: int) -> torch.Tensor:
+            os.environ[PDL_ENV] = "0"
             try:
                 return call(i)
             finally:
                 os.environ.pop(PDL_ENV)
 
-        return with_pdl
+        return call_without
 
     return {
         "default": ours(None),
-        "default, PDL": early(ours(None)),
+        "default without PDL": without_pdl(ours(None)),
         "3 stages": ours(default),
         "2 stages": ours(two),
         "sdpa cudnn": lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION),

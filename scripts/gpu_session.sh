@@ -60,7 +60,10 @@
 #      FLASHTILE_DECODE_PDL=1, the combine launched while the split kernel runs), then the decode, KV-cache
 #      and transformers GPU tests with it
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t [test files for a, c, e, f, h, i and k]
+#   u  the ninth session's last call: bench --decode --quick, then the whole bench --decode grid (the
+#      combine by programmatic dependent launch now the default)
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -363,8 +366,16 @@ case "$part" in
     cp "$work/gpu_tests_t.xml" "$work/stages_check.log" "$OUT"/ 2>/dev/null
     finish
     ;;
+  u)
+    begin
+    step bench_decode_quick 60 python3 -m flashtile bench --decode --quick --out-dir "$work/quick"
+    step bench_decode 250 python3 -m flashtile bench --decode --out-dir "$work/bench"
+    cp "$work"/quick/bench_decode.csv "$OUT"/bench_decode_quick.csv 2>/dev/null
+    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

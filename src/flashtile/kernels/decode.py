@@ -43,8 +43,9 @@ SPLIT_EFFICIENCY = 0.95
 # 1.09-1.11x faster than 16 at 4k and 16k caches and as fast at 64k and 128k
 # (H100, docs/test-runs/2026-11-23-h100-session6/j/).
 PROGRAMS_PER_SM = 2
-# FLASHTILE_DECODE_PDL=1: the combine kernel is launched with programmatic dependent launch (Hopper and
-# later), so that its launch overlaps the split kernel (an experiment, off by default until timed).
+# The combine kernel is launched with programmatic dependent launch (Hopper and later), so that its launch
+# overlaps the split kernel: 0.4-0.8 µs less a step at batch 1 (H200: 4k cache 12.10 against 12.82 µs,
+# 16k 25.19 against 25.98; docs/test-runs/2026-11-25-h100-session9/t/). FLASHTILE_DECODE_PDL=0 turns it off.
 PDL_ENV = "FLASHTILE_DECODE_PDL"
 # A split of this many key tiles or fewer runs at 2 pipeline stages, not 3: a third stage has no tile to
 # fetch (H200, batch 1, 4k cache, 33 splits of 2 tiles: 13.0 µs against 14.1; at 16k and more, 8 tiles a
@@ -399,8 +400,8 @@ def decode_fwd(
 
 
 def _early_combine(device: torch.device) -> bool:
-    """Whether the combine launches while the split kernel runs (``FLASHTILE_DECODE_PDL=1``, compute
-    capability 9.0 or later: programmatic dependent launch)."""
-    if os.environ.get(PDL_ENV, "0") != "1" or device.type != "cuda" or configs.is_interpreter():
+    """Whether the combine launches while the split kernel runs: programmatic dependent launch, on compute
+    capability 9.0 or later unless ``FLASHTILE_DECODE_PDL=0``."""
+    if os.environ.get(PDL_ENV, "1") == "0" or device.type != "cuda" or configs.is_interpreter():
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
