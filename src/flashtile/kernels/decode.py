@@ -45,11 +45,11 @@ SPLIT_EFFICIENCY = 0.95
 PROGRAMS_PER_SM = 2
 # The combine kernel is launched with programmatic dependent launch (Hopper and later), so that its launch
 # overlaps the split kernel: 0.4-0.8 µs less a step at batch 1 (H200: 4k cache 12.10 against 12.82 µs,
-# 16k 25.19 against 25.98; docs/test-runs/2026-11-25-h100-session9/t/). FLASHTILE_DECODE_PDL=0 turns it off.
+# 16k 25.19 against 25.98; docs/test-runs/2026-11-25-session9/t/). FLASHTILE_DECODE_PDL=0 turns it off.
 PDL_ENV = "FLASHTILE_DECODE_PDL"
 # A split of this many key tiles or fewer runs at 2 pipeline stages, not 3: a third stage has no tile to
 # fetch (H200, batch 1, 4k cache, 33 splits of 2 tiles: 13.0 µs against 14.1; at 16k and more, 8 tiles a
-# split and up, 3 stages stay 6-9 % faster; docs/test-runs/2026-11-25-h100-session9/r/).
+# split and up, 3 stages stay 6-9 % faster; docs/test-runs/2026-11-25-session9/r/).
 SHALLOW_TILES_PER_SPLIT = 2
 
 
