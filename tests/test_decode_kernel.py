@@ -409,3 +409,68 @@ def test_splits_of_two_tiles_or_fewer_run_two_stages(
         q, cache, cache, torch.full((1,), 4096, dtype=torch.int32), softmax_scale=0.125, num_splits=splits
     )
     assert launched["num_stages"] == stages
+
+
+# Compiles the split kernel and the combine for sm_90 as a Hopper decode launches them (the combine by
+# programmatic dependent launch), and lists their grid-dependency instructions.
+_SM90_EARLY_COMBINE = textwrap.dedent(
+    """
+    import json
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from flashtile.kernels import combine, decode
+
+    def compile(fn, constexprs, pointers, options):
+        signature = {
+            name: "constexpr" if name in constexprs else pointers.get(name, "i32")
+            for name in fn.arg_names
+        }
+        source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+    split = compile(
+        decode.attn_decode_kernel,
+        dict(
+            GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, PAGE_SIZE=1, IS_PAGED=False,
+            HAS_BATCH_IDX=False, HAS_LEFTPAD=False, IS_LOCAL=True, HAS_WINDOW_LEFT=False, HAS_SOFTCAP=False,
+            FAST_TANH=True, HAS_ALIBI=False, DOT_FP32=False, PAGE_IN_REGISTER=True, EARLY_COMBINE=True,
+            block_table_ptr=None, batch_idx_ptr=None, leftpad_ptr=None, alibi_ptr=None,
+        ),
+        {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32",
+         "seqlens_ptr": "*i32", "qk_scale": "fp32", "softcap_qk": "fp32", "softcap_out": "fp32"},
+        {"num_warps": 4, "num_stages": 2},
+    )
+    merge = compile(
+        combine.attn_combine_kernel,
+        dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=1, BLOCK_S=64, AFTER_PRIOR_GRID=True),
+        {"o_part_ptr": "*fp32", "lse_part_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32"},
+        {"num_warps": 4, "launch_pdl": True},
+    )
+    def grid_dependency(kernel):
+        lines = kernel.asm["ptx"].splitlines()
+        return sorted({line.split(";")[0].strip() for line in lines if "griddepcontrol" in line})
+
+    found = {"split": grid_dependency(split), "combine": grid_dependency(merge)}
+    print(json.dumps({**found, "combine_launch_pdl": bool(merge.metadata.launch_pdl)}))
+    """
+)
+
+
+def test_hopper_combine_launches_while_the_split_kernel_runs() -> None:
+    """On Hopper the combine is launched by programmatic dependent launch: the split kernel lets it launch at
+    once (``griddepcontrol.launch_dependents``) and the combine waits for the split kernel's results
+    (``griddepcontrol.wait``) before it reads them."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", _SM90_EARLY_COMBINE], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == {
+        "split": ["griddepcontrol.launch_dependents"],
+        "combine": ["griddepcontrol.wait"],
+        "combine_launch_pdl": True,
+    }

@@ -26,11 +26,10 @@ LN_2 = tl.constexpr(math.log(2.0))
 @triton.jit
 def merge_parts(
     o_rows, lse_rows, stride_ps, stride_ls, num_splits, row_ok, d_ok, offs_d,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, CACHE: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """``(out, lse)`` fp32 of BLOCK_R rows whose part s lies at ``o_rows + s·stride_ps`` (the row's D values,
-    ``offs_d``) and ``lse_rows + s·stride_ls``. CACHE: the loads' cache modifier (".cg" reads partial results
-    other programs of the same launch wrote, from L2)."""
+    ``offs_d``) and ``lse_rows + s·stride_ls``."""
     offs_s = tl.arange(0, BLOCK_S)
     m = tl.full([BLOCK_R], -float("inf"), tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
@@ -40,14 +39,11 @@ def merge_parts(
     for s0 in range(0, num_splits, BLOCK_S):
         parts = s0 + offs_s
         ok = (parts < num_splits)[:, None] & row_ok[None, :]
-        lse_s = tl.load(
-            lse_rows[None, :] + parts[:, None] * stride_ls, mask=ok, other=-float("inf"), cache_modifier=CACHE
-        )
+        lse_s = tl.load(lse_rows[None, :] + parts[:, None] * stride_ls, mask=ok, other=-float("inf"))
         o_s = tl.load(
             o_rows[None, :, None] + parts[:, None, None] * stride_ps + offs_d[None, None, :],
             mask=ok[:, :, None] & d_ok[None, None, :],
             other=0.0,
-            cache_modifier=CACHE,
         ).to(tl.float32)  # [S, R, D]
         m_new = tl.maximum(m, tl.max(lse_s, 0))
         # A row no part saw so far keeps m = −inf: subtracting 0 instead avoids −inf − (−inf).
@@ -90,7 +86,7 @@ def attn_combine_kernel(
     out, lse = merge_parts(
         o_part_ptr + b * stride_pb + n * stride_pn + h * stride_ph,
         lse_part_ptr + b * stride_lb + h * stride_lh + n * stride_ln,
-        stride_ps, stride_ls, num_splits, row_ok, d_ok, offs_d, BLOCK_R, BLOCK_D, BLOCK_S, "",
+        stride_ps, stride_ls, num_splits, row_ok, d_ok, offs_d, BLOCK_R, BLOCK_D, BLOCK_S,
     )  # fmt: skip
     o_out = o_ptr + (b * stride_ob + n * stride_on + h * stride_oh)[:, None] + offs_d[None, :]
     tl.store(o_out, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
