@@ -63,7 +63,11 @@
 #   u  the ninth session's last call: bench --decode --quick, then the whole bench --decode grid (the
 #      combine by programmatic dependent launch now the default)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u [test files for a, c, e, f, h, i and k]
+#   v  for the next session: scripts/decode_two_speeds.py (batch 1 at 64k and 128k with the caches allocated
+#      fresh, after a freed large block and shifted: the two speeds of the ninth session's decode grid), then
+#      test_cli_bench and memcheck over the portable cases the ninth session did not reach
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -374,8 +378,18 @@ case "$part" in
     cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
     finish
     ;;
+  v)
+    begin
+    step two_speeds 120 python3 scripts/decode_two_speeds.py
+    step gpu_tests 120 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_v.xml" tests/test_cli_bench.py "$@"
+    step precompile 90 python3 scripts/sanitize_kernels.py --only portable --start 60
+    step memcheck 180 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only portable --start 60
+    cp "$work/gpu_tests_v.xml" "$work/two_speeds.log" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
