@@ -329,3 +329,19 @@ def test_gpu_block_mask_from_kernels_default_tiles(seed: int) -> None:
     torch.testing.assert_close(
         flashtile.flash_attn_func(q, k, v, block_mask=bm), flashtile.flash_attn_func(q, k, v, causal=True)
     )
+
+
+def test_which_block_masks_the_hopper_kernels_take() -> None:
+    # A block mask alone, of 128/256-row blocks, on dense batches; the rest names what sends it elsewhere.
+    from flashtile.kernels.hopper.support import block_mask_unsupported_reason as reason
+
+    tiles = torch.ones(2, 3, dtype=torch.bool)
+    bm = BlockMask.from_tiles(tiles, 256, 300, 128)
+    assert reason(None, False) is None
+    assert reason(Mods(bm), False) is None
+    assert reason(Mods(BlockMask.from_tiles(tiles, 512, 600, (256, 256))), False) is None
+    assert "128, 256" in reason(Mods(BlockMask.from_tiles(tiles, 128, 150, 64)), False)
+    assert "variable-length" in reason(Mods(bm), True)
+    assert "mask_mod" in reason(Mods(bm, masks.causal), False)
+    assert "mask_mod" in reason(Mods(create_block_mask(masks.causal, None, None, 256, 300, 128)), False)
+    assert "score_mod" in reason(Mods(bm, None, softcap_mod, softcap_mod_bwd), False)

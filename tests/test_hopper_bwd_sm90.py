@@ -67,6 +67,10 @@ OPTION_JOBS += [
 # The packed epilogue's TMA-store experiment (FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1): its shared staging
 # tile is back, within the block's limit.
 OPTION_JOBS += [(d, bwd.DEFAULT_VARIANT[d], "causal+varlen+tmastore", False) for d in (64, 128)]
+# Block masks (the listed query blocks of each key block): the "keys" split's default variants.
+OPTION_JOBS += [
+    (d, bwd.DEFAULT_VARIANT[d], mask, False) for d in (64, 128) for mask in ("sparse", "causal+sparse")
+]
 
 
 def test_hopper_bwd_options_compile_for_sm90_without_local_memory():

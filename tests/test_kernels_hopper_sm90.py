@@ -41,4 +41,4 @@ def test_option_variants_are_covered():
     # Each option word reaches at least one compiled case per head dim.
     variants = {variant for _, variant, _ in FWD_CASES}
     words = {word for variant in variants for word in variant.split("+")}
-    assert words >= {"full", "causal", "window", "left", "softcap", "alibi", "alibi2d", "varlen"}
+    assert words >= {"full", "causal", "window", "left", "softcap", "alibi", "alibi2d", "varlen", "sparse"}

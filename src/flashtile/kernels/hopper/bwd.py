@@ -41,11 +41,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.errors import FlashtileValueError
+from flashtile.kernels._block_sparse import list_strides
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
-from flashtile.kernels.hopper.fwd import _sequence_rows, _tanh, option_arguments
+from flashtile.kernels.hopper.fwd import (
+    _block_list,
+    _sequence_rows,
+    _tanh,
+    _tile_start,
+    option_arguments,
+)
+from flashtile.kernels.hopper.support import block_mask_unsupported_reason
 
 LOG2_E = 1.4426950408889634
 # Kernels may read only constexpr globals.
@@ -252,6 +260,33 @@ def _q_blocks(
 
 
 @gluon.jit
+def _listed_q_blocks(
+    n0, b, h_kv, seqlen_q, seqlen_k, GROUP, window_left, window_right, lists, IS_CAUSAL: gl.constexpr,
+    IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+    SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+):  # fmt: skip
+    """``(m_first, per_head, tiles)``: the query blocks of each head of the group that the key block at n0
+    visits, block i the one starting at ``_tile_start(i, m_first, tiles, BM, SPARSE_TILES)``: under a
+    block mask (SPARSE_TILES query blocks per mask block) the listed ones of the group's first head (the
+    launcher checks all heads of a group share the lists), else the range :func:`_q_blocks` gives."""
+    count_ptr, index_ptr, full_count_ptr, full_index_ptr, stride_b, stride_h, row_len = lists
+    if SPARSE_TILES:
+        row_base, n_partial, n_listed = _block_list(
+            count_ptr, full_count_ptr, b, h_kv * GROUP, n0 // SPARSE_BLOCK_N, stride_b, stride_h, row_len
+        )
+        m_first = 0
+        per_head = n_listed * SPARSE_TILES
+        tiles = (index_ptr, full_index_ptr, row_base, n_partial)
+    else:
+        m_first, m_end = _q_blocks(
+            n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
+        )
+        per_head = gl.maximum(m_end - m_first, 0)
+        tiles = (index_ptr, full_index_ptr, 0, 0)
+    return m_first, per_head, tiles
+
+
+@gluon.jit
 def _in_sequence(rows, cols, seqlen_q, seqlen_k):
     """Which (key row, query column) pairs of an Sᵀ tile lie in the sequence (packed batches: the rows
     past its ends are the next sequence's)."""
@@ -270,7 +305,7 @@ def _stats_row(it, b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM: 
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    IS_VARLEN: gl.constexpr = False,
+    IS_VARLEN: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
     group, each pair on its own barrier so Sᵀ can start before dO lands. Packed batches: a sequence's row
@@ -288,10 +323,10 @@ def _producer(
     tma.async_copy_global_to_shared(
         v_desc, [b, k_off + n0, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
     )
-    m_first, m_end = _q_blocks(
-        n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
-    )
-    per_head = gl.maximum(m_end - m_first, 0)
+    m_first, per_head, tiles = _listed_q_blocks(
+        n0, b, h_kv, seqlen_q, seqlen_k, GROUP, window_left, window_right, lists, IS_CAUSAL, IS_LOCAL,
+        HAS_WINDOW_LEFT, BM, BN, SPARSE_BLOCK_N, SPARSE_TILES,
+    )  # fmt: skip
     blocks = GROUP * per_head
     q3: gl.constexpr = q_desc.layout
     if IS_VARLEN:
@@ -308,8 +343,9 @@ def _producer(
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
-        m0 = (m_first + it % per_head) * BM
-        row_stats = _stats_row(it, b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM)
+        m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
+        # _stats_row(it, ...) where the blocks are a range (the packed batches' prefetch uses it).
+        row_stats = (b * H + h) * seqlen_pad + q_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
         if IS_VARLEN:
             # Rows past the sequence (the next one's, or beyond the last: the buffer has a spare block) are
@@ -345,7 +381,8 @@ def _consumer(
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
     DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
-    VARLEN_TMA_STORE: gl.constexpr, which: gl.constexpr,
+    VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
@@ -382,17 +419,17 @@ def _consumer(
     # Key rows of this warpgroup, and the last query each sees (+ the diagonal's offset).
     rows = n0 + which * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
     diag_offset = seqlen_k - seqlen_q
-    m_first, m_end = _q_blocks(
-        n0, seqlen_q, seqlen_k, window_left, window_right, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, BM, BN
-    )
-    per_head = gl.maximum(m_end - m_first, 0)
+    m_first, per_head, tiles = _listed_q_blocks(
+        n0, b, h_kv, seqlen_q, seqlen_k, GROUP, window_left, window_right, lists, IS_CAUSAL, IS_LOCAL,
+        HAS_WINDOW_LEFT, BM, BN, SPARSE_BLOCK_N, SPARSE_TILES,
+    )  # fmt: skip
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
-        m0 = (m_first + it % per_head) * BM
+        m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
 
@@ -674,18 +711,20 @@ def _consumer_dim(
 @gluon.jit(
     do_not_specialize=[
         "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "window_left", "window_right", "stride_alibi_b",
+        "list_stride_b", "list_stride_h", "list_row_len",
     ]
 )  # fmt: skip
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
     alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr,
+    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
-    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
-    HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr, SPLIT: gl.constexpr,
-    DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b, list_stride_h,
+    list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr,
+    SPLIT: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr,
+    IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, IS_VARLEN: gl.constexpr,
-    VARLEN_TMA_STORE: gl.constexpr,
+    VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
     window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only.
@@ -693,7 +732,13 @@ def attn_bwd_kernel(
     IS_VARLEN ("keys" split only): q/k/v/dO/dQ are packed (1, total, H·D) behind the descriptors,
     seqlen_q/k the totals, sequence b the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into
     [0, total]); the row statistics are (H, seqlen_pad) over the packed query rows; dK and dV go to the
-    packed tensors at dk_ptr, dv_ptr (docs/design/hopper_bwd.md, "Variable length")."""
+    packed tensors at dk_ptr, dv_ptr (docs/design/hopper_bwd.md, "Variable length").
+
+    SPARSE_TILES > 0 (dense batches, "keys" split): a block mask of (SPARSE_TILES · BM, SPARSE_BLOCK_N)
+    blocks whose ``q`` lists (flashtile.BlockMask's, read at b·list_stride_b + h·list_stride_h + row,
+    rows of list_row_len entries) are the same for every head of a KV head's group: a program visits the
+    listed query blocks of its key block only, partial ones as full ones. Otherwise the list pointers are
+    unused."""
     pid = gl.program_id(0)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
@@ -752,6 +797,10 @@ def attn_bwd_kernel(
         b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off,
     )  # fmt: skip
     options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
+    lists = (
+        q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, list_stride_b, list_stride_h,
+        list_row_len,
+    )  # fmt: skip
     if SPLIT == "dim":
         # P and dS as [query, key] tiles, double-buffered: a warpgroup may run one block ahead.
         pds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BN], dtype)
@@ -765,7 +814,7 @@ def attn_bwd_kernel(
                 (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
                                  IS_CAUSAL, COMPUTE_DQ, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             False, False)),
+                             False, False, False, lists, SPARSE_BLOCK_N, 0)),
             ],
             [4, 1],
             [240, 24],
@@ -782,12 +831,14 @@ def attn_bwd_kernel(
             [
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, 0)),
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
+                             SPARSE_BLOCK_N, SPARSE_TILES, 0)),
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, 1)),
+                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
+                             SPARSE_BLOCK_N, SPARSE_TILES, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN)),
+                             IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
             ],
             [4, 1],
             [240, 24],
@@ -980,8 +1031,18 @@ def bwd_unsupported_reason(
             return "sliding windows, softcap and ALiBi with deterministic=True"
     if options.get("dropout_p", 0.0):
         return "dropout"
-    if options.get("mods") is not None:
-        return "block masks, mask_mod and score_mod"
+    mods = options.get("mods")
+    if mods is not None:
+        reason = block_mask_unsupported_reason(mods, varlen)
+        if reason is not None:
+            return reason
+        if PADDED_HEAD_DIM.get(head_dim, head_dim) == 256:
+            return "a block mask at head dims 192 and 256"
+        if options.get("deterministic"):
+            return "a block mask with deterministic=True"
+        group = q.shape[-2] // k.shape[-2]
+        if group > 1 and mods.block_mask.q_num_blocks.shape[1] > 1:
+            return "a block mask that differs between the query heads of a KV head (GQA)"
     if options.get("learnable_sink") is not None:
         return "learnable_sink"
     if q.numel() == 0 or k.numel() == 0:
@@ -1051,7 +1112,8 @@ def launch_supported(
     packed = None
     if options.get("cu_seqlens_q") is not None:
         packed = tuple(options[n] for n in ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"))
-    extra = (window_size, softcap, alibi_slopes, packed)
+    mods = options.get("mods")
+    extra = (window_size, softcap, alibi_slopes, packed, None if mods is None else mods.block_mask)
     head_dim = q.shape[-1]
     padded = PADDED_HEAD_DIM.get(head_dim)
     if padded is None:
@@ -1066,6 +1128,7 @@ PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "d
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
     "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr", "lse2_ptr", "delta_ptr",
+    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
@@ -1088,6 +1151,7 @@ def _bwd_launches(
     alibi_stride: int | None = None,
     varlen: tuple[int, int, int] | None = None,
     varlen_tma_store: bool = False,
+    sparse: tuple[int, int, tuple[int, int, int]] | None = None,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1096,7 +1160,8 @@ def _bwd_launches(
     Packed batches: ``shape_q`` (1, total_q, H, D), ``shape_k`` (total_k, H_KV) and ``varlen`` (number
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
     longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the epilogue experiment of
-    ``VARLEN_TMA_STORE_ENV``."""
+    ``VARLEN_TMA_STORE_ENV``; ``sparse``: a block mask's (query block, key block, its ``q`` lists'
+    strides), or None."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1129,7 +1194,7 @@ def _bwd_launches(
             **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
-            VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
+            VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts, **_sparse_arguments(sparse, bm),
         ),
         {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
@@ -1152,6 +1217,18 @@ def _bwd_launches(
     return preprocess, fused, finish
 
 
+def _sparse_arguments(sparse: tuple[int, int, tuple[int, int, int]] | None, block_m: int) -> dict[str, int]:
+    """The fused kernel's block-mask arguments for ``sparse`` = (query block, key block, (batch stride,
+    head stride, row length) of the ``q`` lists), or for none (SPARSE_TILES = 0)."""
+    if sparse is None:
+        return dict(list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_N=1, SPARSE_TILES=0)
+    block_q, block_k, (stride_b, stride_h, row_len) = sparse
+    return dict(
+        list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_N=block_k,
+        SPARSE_TILES=block_q // block_m,
+    )  # fmt: skip
+
+
 def _launch(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -1166,10 +1243,12 @@ def _launch(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
     packed: tuple[torch.Tensor, torch.Tensor, int, int] | None = None,
+    block_mask: object | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kernels for validated inputs whose head dim has a kernel (64, 128, 256); the window with
     causal's (−1, 0) when ``is_causal``. ``packed``: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-    max_seqlen_k) of a varlen batch, whose q/k/v/dout/out are (total, H, D) and LSE (H, total_q)."""
+    max_seqlen_k) of a varlen batch, whose q/k/v/dout/out are (total, H, D) and LSE (H, total_q);
+    ``block_mask``: a :class:`flashtile.BlockMask` the fused kernel takes, or None."""
     varlen = None
     cu_q = cu_k = None
     if packed is not None:
@@ -1189,11 +1268,17 @@ def _launch(
     lse = lse.contiguous()
     device = q.device
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    sparse = None
+    lists = (lse,) * 4
+    if block_mask is not None:
+        mask = block_mask
+        lists = (mask.q_num_blocks, mask.q_indices, mask.full_q_num_blocks, mask.full_q_indices)
+        sparse = (*mask.block_size, list_strides(mask.q_num_blocks, mask.q_indices))
     preprocess, fused, finish = _bwd_launches(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
-        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1",
+        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1", sparse,
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
@@ -1218,7 +1303,7 @@ def _launch(
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
-        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta,
+        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists,
     )  # fmt: skip
     if deterministic:
         finish(

@@ -4,6 +4,7 @@ made: every variant the launcher can pick, in a subprocess (a compiler abort end
     python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:causal:deterministic 64:m128:full:reduce
     python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:local+softcap+alibi:reduce
     python -m flashtile.kernels.hopper.bwd_compile bf16 64:m64:causal+varlen:reduce
+    python -m flashtile.kernels.hopper.bwd_compile bf16 128:m64:causal+sparse:reduce
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 # (head dim, variant name, mask, deterministic), and (report, has the TMA reduce) per kernel. The mask is
 # causal (True) or not (False), or option words joined by "+": "causal" or "local" (a window with both
 # sides), "softcap", "alibi", "varlen" (packed batches), "tmastore" (with varlen: dK/dV by TMA boxes where
-# a block lies inside its sequence, FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1).
+# a block lies inside its sequence, FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1), "sparse" (a block mask of
+# 128-row blocks: the listed query blocks of each key block).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
     "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP", "window_left",
-    "window_right", "stride_alibi_b",
+    "window_right", "stride_alibi_b", "list_stride_b", "list_stride_h", "list_row_len",
 )  # fmt: skip
 
 
@@ -75,6 +77,12 @@ def compile_here(
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
+    sparse = (128, 128, (0, 0, 64)) if "sparse" in words else None
+    # The launcher passes a block mask's int32 lists, or the row statistics for them without one.
+    lists = dict.fromkeys(
+        ("q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr"), "*i32" if sparse else "*fp32"
+    )
+    sparse_args = {k: v for k, v in bwd._sparse_arguments(sparse, bm).items() if k.isupper()}
     dq_rows, dq_cols = cfg.dq_box(d)
     out_rows, out_cols = cfg.out_box(d)
     q_block, kv_block, out_block = [1, bm, d], [1, bn, d], [1, out_rows, out_cols]
@@ -87,11 +95,12 @@ def compile_here(
             dv_desc=_desc(dtype, out_block), dk_ptr=f"*{dtype}", dv_ptr=f"*{dtype}",
             # Dense launches pass the row statistics for the boundaries they do not read.
             cu_seqlens_q_ptr="*i32" if switches["IS_VARLEN"] else "*fp32",
-            cu_seqlens_k_ptr="*i32" if switches["IS_VARLEN"] else "*fp32",
+            cu_seqlens_k_ptr="*i32" if switches["IS_VARLEN"] else "*fp32", **lists,
         ),
         dict(
             HEAD_DIM=d, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split,
             DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=causal, COMPUTE_DQ=not deterministic, **switches,
+            **sparse_args,
             **({} if switches["HAS_ALIBI"] else {"alibi_ptr": None}),
         ),
         {"num_warps": bwd.FUSED_WARPS, "maxnreg": bwd.FUSED_MAXNREG},

@@ -38,6 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.kernels import configs
+from flashtile.kernels._block_sparse import list_strides
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
@@ -55,6 +56,8 @@ NUM_WARPS = 4
 CONSUMER_REGS = gl.constexpr(240)
 # Runtime values: a window bound or a batch stride of 1 would otherwise compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
+# A block mask's list strides and row length: runtime values too (0 where broadcast).
+LIST_ARGS = ["list_stride_b", "list_stride_h", "list_row_len"]
 
 
 @gluon.jit
@@ -137,10 +140,37 @@ def _masked_steps(
 
 
 @gluon.jit
+def _block_list(count_ptr, full_count_ptr, b, h, row, stride_b, stride_h, row_len):
+    """A block mask's list row ``row`` of (batch b, head h), strides 0 where broadcast: ``(first entry's
+    offset, partial blocks, partial and full blocks)``, the partial key blocks listed first."""
+    offset = b * stride_b + h * stride_h + row
+    n_partial = gl.load(count_ptr + offset)
+    return offset * row_len, n_partial, n_partial + gl.load(full_count_ptr + offset)
+
+
+@gluon.jit
+def _tile_start(j, t_lo, tiles, TILE: gl.constexpr, SPARSE_TILES: gl.constexpr):
+    """The first row of step j's tile: tile t_lo + j, or with a block mask (SPARSE_TILES kernel tiles per
+    mask block) the j-th tile of the listed blocks, its partial blocks first, then its full ones."""
+    if SPARSE_TILES:
+        index_ptr, full_index_ptr, row_base, n_partial = tiles
+        e = j // SPARSE_TILES
+        if e < n_partial:
+            block = gl.load(index_ptr + row_base + e)
+        else:
+            block = gl.load(full_index_ptr + row_base + (e - n_partial))
+        start = (block * SPARSE_TILES + j % SPARSE_TILES) * TILE
+    else:
+        start = (t_lo + j) * TILE
+    return start
+
+
+@gluon.jit
 def _attn_fwd_producer(
-    loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr
-):
-    q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start = loads
+    loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr,
+):  # fmt: skip
+    q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start, tiles = loads
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
     if n_tiles > 0:
@@ -151,7 +181,7 @@ def _attn_fwd_producer(
         slot = j % STAGES
         # An mbarrier starts with its phase-1 wait complete: the first round finds every slot empty.
         phase = (j // STAGES) & 1
-        n0 = (t_lo + j) * BLOCK_N
+        n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
         _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
@@ -243,9 +273,10 @@ def _softmax_step(
 
 @gluon.jit
 def _attn_fwd_steps(
-    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, t_lo, rows, scores,
-    MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, t_lo, tiles, rows,
+    scores, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
     wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
@@ -266,10 +297,13 @@ def _attn_fwd_steps(
         # wgmma groups retire in order: one left outstanding is the P·V just issued.
         s = warpgroup_mma_wait(1, deps=[s_tok])
         mbarrier.arrive(k_empty.index(slot), count=1)
+        # The tile's keys matter only to the mask and ALiBi (a listed tile's start is a load).
+        n0 = 0
+        if MASKED or HAS_ALIBI:
+            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         p, m_i, l_i, alpha = _softmax_step(
-            s, m_i, l_i, (t_lo + j) * BLOCK_N, rows, scores, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N,
-        )  # fmt: skip
+            s, m_i, l_i, n0, rows, scores, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N
+        )
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
         if P_OPERAND:
@@ -282,10 +316,10 @@ def _attn_fwd_steps(
 def _attn_fwd_consumer(
     program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-    P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
-    t_lo, n_tiles, qk_scale = program[12:]
+    t_lo, n_tiles, qk_scale, tiles = program[12:]
     lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
@@ -310,9 +344,17 @@ def _attn_fwd_consumer(
         alibi_slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope)
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
-    a, b_full = _masked_steps(
-        row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
-    )
+    if SPARSE_TILES:
+        # Listed tiles are in no order along the keys: all take the masked step where any tile may need
+        # it (a window, or keys past N_k in the last tile), none otherwise.
+        a = 1
+        b_full = 1
+        if not (IS_LOCAL or HAS_WINDOW_LEFT):
+            b_full = 1 + (gl.maximum(n_tiles, 1) - 1) * (seqlen_k % BLOCK_N == 0).to(gl.int32)
+    else:
+        a, b_full = _masked_steps(
+            row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+        )
 
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
@@ -329,24 +371,27 @@ def _attn_fwd_consumer(
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(0), count=1)
         p, m_i, l_i, _ = _softmax_step(
-            s, m_i, l_i, t_lo * BLOCK_N, rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N,
+            s, m_i, l_i, _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES), rows, scores, True, IS_LOCAL,
+            HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N,
         )  # fmt: skip
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         if HAS_WINDOW_LEFT:
             # The window's left edge: tiles some rows see in part, before those all rows see in full.
             acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, rows,
-                scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES,
+                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, tiles,
+                rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N,
+                STAGES, SPARSE_TILES,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, rows,
-            scores, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, tiles,
+            rows, scores, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N,
+            STAGES, SPARSE_TILES,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b_full, n_tiles, t_lo,
-            rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES,
+            tiles, rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N,
+            STAGES, SPARSE_TILES,
         )  # fmt: skip
         last = (n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
@@ -393,13 +438,14 @@ def _attn_fwd_consumer(
 
 # Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
 # varlen training changes the totals, the block count and the batch at every step).
-@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS])
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS, *LIST_ARGS])
 def attn_fwd_kernel(
-    q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqlen_q,
-    seqlen_k, num_m_blocks, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out,
-    stride_alibi_b, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, seqlen_q, seqlen_k, num_m_blocks, H,
+    GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b,
+    list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
-    IS_VARLEN: gl.constexpr,
+    IS_VARLEN: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -408,7 +454,13 @@ def attn_fwd_kernel(
     IS_VARLEN: q/k/v are packed (total, H, D) behind rank-3 descriptors, seqlen_q/k the totals, sequence b
     the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into [0, total]); the output goes to the packed
     contiguous ``o_ptr`` through masked stores (o_desc is unused), the LSE is (H, total_q). Otherwise o_ptr
-    and cu_seqlens_* are unused (any pointer)."""
+    and cu_seqlens_* are unused (any pointer).
+
+    SPARSE_TILES > 0 (dense batches): a block mask of (SPARSE_BLOCK_M, SPARSE_TILES · BLOCK_N) blocks
+    (flashtile.BlockMask's ``kv_*`` lists, read at b·list_stride_b + h·list_stride_h + row, rows of
+    list_row_len entries); a program visits its query block's listed key blocks only, partial ones as
+    visible as full ones (the launcher sends a ``mask_mod`` elsewhere). Otherwise the list pointers are
+    unused."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
     m_block = pid % num_m_blocks
@@ -441,7 +493,19 @@ def attn_fwd_kernel(
     # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
     P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI) and HEAD_DIM > 64
-    t_lo, n_tiles = _key_tiles(m0, seqlen_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT)
+    if SPARSE_TILES:
+        row_base, n_partial, n_listed = _block_list(
+            kv_count_ptr, full_kv_count_ptr, b, h, m0 // SPARSE_BLOCK_M, list_stride_b, list_stride_h,
+            list_row_len,
+        )  # fmt: skip
+        t_lo = 0
+        n_tiles = n_listed * SPARSE_TILES
+        tiles = (kv_index_ptr, full_kv_index_ptr, row_base, n_partial)
+    else:
+        t_lo, n_tiles = _key_tiles(
+            m0, seqlen_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+        )
+        tiles = (kv_index_ptr, full_kv_index_ptr, 0, 0)
 
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
@@ -465,21 +529,23 @@ def attn_fwd_kernel(
 
     smem = (q_smem, k_smem, v_smem)
     bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
-    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start)
+    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start, tiles)
     program = (
         o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q, t_lo, n_tiles,
-        qk_scale,
+        qk_scale, tiles,
     )  # fmt: skip
     options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
         [
-            (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN)),
+            (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)),
             (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
-                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN)),
+                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
+                                  SPARSE_TILES)),
             (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
-                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN)),
+                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
+                                  SPARSE_TILES)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -525,10 +591,22 @@ def option_arguments(
     )
 
 
+def sparse_arguments(sparse: tuple[int, int, tuple[int, int, int]] | None, block_n: int) -> dict[str, int]:
+    """The kernel's block-mask arguments for ``sparse`` = (query block, key block, (batch stride, head
+    stride, row length) of the ``kv`` lists), or for none (SPARSE_TILES = 0)."""
+    if sparse is None:
+        return dict(list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_M=1, SPARSE_TILES=0)
+    block_m, block_k, (stride_b, stride_h, row_len) = sparse
+    return dict(
+        list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_M=block_m,
+        SPARSE_TILES=block_k // block_n,
+    )  # fmt: skip
+
+
 # The tensors of a launch, in the kernel's parameter order.
 FWD_POINTERS = (
     "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
-    "cu_seqlens_k_ptr",
+    "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr",
 )  # fmt: skip
 
 
@@ -550,10 +628,12 @@ def _fwd_launch(
     block_n: int,
     stages: int,
     varlen: tuple[int, int, int, int] | None = None,
+    sparse: tuple[int, int, tuple[int, int, int]] | None = None,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the grid covers the rounded longest
-    sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few)."""
+    sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
+    ``sparse``: a block mask's (query block, key block, its ``kv`` lists' strides), or None."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -564,6 +644,7 @@ def _fwd_launch(
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
         IS_VARLEN=varlen is not None,
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest),
+        **sparse_arguments(sparse, block_n),
     )  # fmt: skip
     grid = (num_m_blocks * batch * heads,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
@@ -619,9 +700,18 @@ def attn_fwd(
     q, softmax_scale = positive_scale(q, softmax_scale)
     cfg = config or configs.hopper_fwd_config(head_dim)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    block_mask = None if mods is None else mods.block_mask
+    sparse = None
+    lists = (lse,) * 4
+    if block_mask is not None:
+        lists = (
+            block_mask.kv_num_blocks, block_mask.kv_indices, block_mask.full_kv_num_blocks,
+            block_mask.full_kv_indices,
+        )  # fmt: skip
+        sparse = (*block_mask.block_size, list_strides(block_mask.kv_num_blocks, block_mask.kv_indices))
     launch = _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
-        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen,
+        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
     if varlen is None:
@@ -631,6 +721,6 @@ def attn_fwd(
         o_desc, o_ptr, cu_q, cu_k = q_desc, out, cu_seqlens_q, cu_seqlens_k
     launch(
         q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
-        lse if slopes is None else slopes, o_ptr, cu_q, cu_k,
+        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists,
     )  # fmt: skip
     return out, lse

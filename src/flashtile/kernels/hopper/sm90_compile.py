@@ -36,6 +36,8 @@ FWD_OPTION_WORDS = {
     "alibi2d": dict(alibi="BH"),
     # Packed batches (cu_seqlens): rank-3 descriptors, pointer stores of the output.
     "varlen": dict(varlen=True),
+    # A block mask of 128-row blocks: the listed key blocks of each query block.
+    "sparse": dict(sparse=True),
 }
 # Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
 # differ in their conversions only, and dense and causal compile in both).
@@ -45,6 +47,8 @@ FWD_OPTION_VARIANTS = (
 )  # fmt: skip
 # Varlen variants, compiled for every head dim in both dtypes (docs/design/hopper.md, "Variable length").
 FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi")
+# Block-sparse variants, compiled for every head dim in bf16 (and the plain one in fp16).
+FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal")
 
 
 def fwd_configurations() -> list[tuple[int, str, str]]:
@@ -56,12 +60,15 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_OPTION_VARIANTS]
     cases += [(d, "window+softcap+alibi", "fp16") for d in HOPPER_FWD_HEAD_DIMS]
     cases += [(d, v, t) for d in HOPPER_FWD_HEAD_DIMS for v in FWD_VARLEN_VARIANTS for t in DTYPES]
+    cases += [(d, "sparse", "fp16") for d in HOPPER_FWD_HEAD_DIMS]
+    cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SPARSE_VARIANTS]
     return cases
 
 
-def fwd_options(variant: str, seqlen: int = 1024) -> dict[str, object]:
-    """The kernel's option arguments (:func:`flashtile.kernels.hopper.fwd.option_arguments`) for a variant
-    at N_q = N_k = ``seqlen``, as the launcher computes them."""
+def fwd_options(variant: str, block_n: int, seqlen: int = 1024) -> dict[str, object]:
+    """The kernel's option arguments (:func:`flashtile.kernels.hopper.fwd.option_arguments`, and the block
+    mask's of ``sparse_arguments``) for a variant at N_q = N_k = ``seqlen`` and key tiles of ``block_n``,
+    as the launcher computes them."""
     import torch
 
     from flashtile.kernels.fwd import alibi_stride_b
@@ -80,7 +87,8 @@ def fwd_options(variant: str, seqlen: int = 1024) -> dict[str, object]:
     slopes = {None: None, "H": torch.ones(4), "BH": torch.ones(2, 4)}[opts.get("alibi")]
     softcap = opts.get("softcap", 0.0)
     args = fwd.option_arguments(0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen)
-    return {**args, "IS_VARLEN": bool(opts.get("varlen"))}
+    sparse = (128, 128, (0, 0, seqlen // 128)) if opts.get("sparse") else None
+    return {**args, "IS_VARLEN": bool(opts.get("varlen")), **fwd.sparse_arguments(sparse, block_n)}
 
 
 def _descriptor_type(dtype: str, rows: int, head_dim: int, varlen: bool = False) -> str:
@@ -103,7 +111,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
 
     cfg = configs.hopper_fwd_config(head_dim)
     rows = fwd.WG_ROWS.value
-    options = fwd_options(variant)
+    options = fwd_options(variant, cfg.BLOCK_N)
     varlen = options["IS_VARLEN"]
     signature = dict(
         q_desc=_descriptor_type(dtype, rows, head_dim, varlen),
@@ -127,6 +135,14 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         softcap_qk="fp32",
         softcap_out="fp32",
         stride_alibi_b="i32",
+        list_stride_b="i32",
+        list_stride_h="i32",
+        list_row_len="i32",
+        # The launcher passes a block mask's int32 lists, or the LSE for them without one.
+        **dict.fromkeys(
+            ("kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr"),
+            "*i32" if options["SPARSE_TILES"] else "*fp32",
+        ),
     )
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)

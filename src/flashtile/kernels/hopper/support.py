@@ -25,6 +25,30 @@ GPU_CHECKED_VARLEN = True
 VARLEN_ENV = "FLASHTILE_HOPPER_FWD_VARLEN"
 
 
+# Query blocks of a block mask the Gluon kernels take: the forward's programs own 128 query rows, the
+# backward's key blocks are 128 rows, and each must lie inside one of the mask's blocks.
+SPARSE_BLOCKS = (128, 256)
+
+
+def block_mask_unsupported_reason(mods: object, varlen: bool) -> str | None:
+    """Why the Gluon kernels do not take these mods (:class:`flashtile.mods.Mods` or None), or None: they
+    take a block mask alone, of 128 or 256-row blocks on both sides, on dense batches; ``mask_mod``
+    (the call's or the mask's own), ``score_mod`` and packed batches with a block mask go to the portable
+    kernels."""
+    if mods is None:
+        return None
+    block_mask = mods.block_mask
+    if block_mask is None or mods.score_mod is not None or mods.score_mod_bwd is not None:
+        return "mask_mod and score_mod are not in the Hopper kernels"
+    if mods.mask_mod is not None or block_mask.mask_mod is not None:
+        return "a mask_mod in the block mask's partial blocks is not in the Hopper kernels"
+    if varlen:
+        return "a block mask on variable-length batches is not in the Hopper kernels"
+    if any(size not in SPARSE_BLOCKS for size in block_mask.block_size):
+        return f"the Hopper kernels take block masks of {SPARSE_BLOCKS} blocks, not {block_mask.block_size}"
+    return None
+
+
 def varlen_routed() -> bool:
     """Whether packed batches go to the Gluon forward: once GPU-checked, or when the knob asks for it."""
     return GPU_CHECKED_VARLEN or os.environ.get(VARLEN_ENV, "") == "1"
@@ -77,7 +101,8 @@ def fwd_unsupported_reason(
     keywords (docs/design/options.md: the window normalised, causal as (−1, 0)). It runs dense batches of
     fp16/bf16 at head dims 64, 128 and 256 (V's the same) that TMA can read in place, causal or not, with
     any sliding window, softcap and ALiBi slopes, and packed (varlen) batches of the same when
-    :func:`varlen_routed`; dropout, block masks and mods, and a learnable sink go to the portable kernels."""
+    :func:`varlen_routed`, and the block masks :func:`block_mask_unsupported_reason` accepts; dropout,
+    ``mask_mod``/``score_mod`` and a learnable sink go to the portable kernels."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
@@ -95,8 +120,9 @@ def fwd_unsupported_reason(
         )
     if options.get("dropout_p", 0.0):
         return "dropout is not in the Hopper forward yet"
-    if options.get("mods") is not None:
-        return "block masks, mask_mod and score_mod are not in the Hopper forward yet"
+    reason = block_mask_unsupported_reason(options.get("mods"), options.get("cu_seqlens_q") is not None)
+    if reason is not None:
+        return reason
     if options.get("learnable_sink") is not None:
         return "learnable_sink is not in the Hopper forward yet"
     for name, t in (("q", q), ("k", k), ("v", v)):
