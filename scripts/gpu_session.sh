@@ -68,8 +68,10 @@
 #      test_cli_bench and memcheck over the portable cases the ninth session did not reach
 #   w  the tenth session's block masks in the Gluon kernels: their GPU tests and the block-sparse ones,
 #      bench --masks --quick, then the Gluon forward and backward tests but varlen (nothing else regressed)
+#   x  the tenth session's mask_mods in the Gluon kernels (a block mask's partial blocks): the block-mask
+#      GPU tests, the whole bench --masks (prefix-LM too), then the Gluon forward and backward test files
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -400,8 +402,18 @@ case "$part" in
     cp "$work/gpu_tests_w.xml" "$work/regression_w.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
     finish
     ;;
+  x)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_x.xml" \
+      tests/test_gpu_hopper_block_sparse.py tests/test_block_sparse.py "$@"
+    step bench_masks 200 python3 -m flashtile bench --masks --out-dir "$work/masks"
+    step regression 150 "${pytest_gpu[@]}" --junitxml="$work/regression_x.xml" tests/test_gpu_hopper.py \
+      tests/test_gpu_hopper_bwd.py
+    cp "$work/gpu_tests_x.xml" "$work/regression_x.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

@@ -331,9 +331,13 @@ def test_gpu_block_mask_from_kernels_default_tiles(seed: int) -> None:
     )
 
 
-def test_which_block_masks_the_hopper_kernels_take() -> None:
-    # A block mask alone, of 128/256-row blocks, on dense batches; the rest names what sends it elsewhere.
+def test_which_block_masks_the_hopper_kernels_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A block mask of 128/256-row blocks (and its mask_mod), on dense batches; the rest names what sends it
+    # elsewhere.
+    from flashtile.kernels.hopper.support import MASK_MOD_ENV
     from flashtile.kernels.hopper.support import block_mask_unsupported_reason as reason
+
+    monkeypatch.delenv(MASK_MOD_ENV, raising=False)
 
     tiles = torch.ones(2, 3, dtype=torch.bool)
     bm = BlockMask.from_tiles(tiles, 256, 300, 128)
@@ -342,6 +346,11 @@ def test_which_block_masks_the_hopper_kernels_take() -> None:
     assert reason(Mods(BlockMask.from_tiles(tiles, 512, 600, (256, 256))), False) is None
     assert "128, 256" in reason(Mods(BlockMask.from_tiles(tiles, 128, 150, 64)), False)
     assert "variable-length" in reason(Mods(bm), True)
-    assert "mask_mod" in reason(Mods(bm, masks.causal), False)
-    assert "mask_mod" in reason(Mods(create_block_mask(masks.causal, None, None, 256, 300, 128)), False)
+    with_mod = Mods(create_block_mask(masks.causal, None, None, 256, 300, 128))
+    assert reason(with_mod, False) is None
+    assert reason(Mods(bm, masks.causal), False) is None
+    assert "without a block mask" in reason(Mods(mask_mod=masks.causal), False)
     assert "score_mod" in reason(Mods(bm, None, softcap_mod, softcap_mod_bwd), False)
+    monkeypatch.setenv(MASK_MOD_ENV, "0")
+    assert MASK_MOD_ENV in reason(with_mod, False)
+    assert reason(Mods(bm), False) is None

@@ -11,9 +11,10 @@ import itertools
 import pytest
 import torch
 
-from flashtile import backend, flash_attn_func
+from flashtile import BlockMask, backend, flash_attn_func, masks
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels import configs
+from flashtile.mods import Mods
 from flashtile.reference import naive
 from tests.helpers import HEAD_LAYOUTS, assert_matches_oracle, packed_batch
 
@@ -304,12 +305,14 @@ def test_fast_path_takes_the_options_and_declines_the_rest():
         dict(window_size=(8, 8), softcap=5.0, alibi_slopes=torch.ones(2, 4, device="cuda")),
         # Packed batches too: the Gluon varlen forward passed its GPU cases (support.GPU_CHECKED_VARLEN).
         dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32, device="cuda")),
+        # A block mask alone, of 128-row blocks (tests/test_gpu_hopper_block_sparse.py runs them).
+        dict(mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 100, 90, 128))),
     ]  # fmt: skip
     for options in taken:
         assert support.fwd_unsupported_reason(q, k, v, options) is None, options
     declined = {
         "dropout": dict(dropout_p=0.1),
-        "block masks, mask_mod and score_mod": dict(mods=object()),
+        "without a block mask": dict(mods=Mods(mask_mod=masks.causal)),
         "learnable_sink": dict(learnable_sink=torch.zeros(4, device="cuda")),
     }
     for reason, options in declined.items():

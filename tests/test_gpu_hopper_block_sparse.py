@@ -1,8 +1,9 @@
 """Block masks in the Hopper (Gluon) kernels on a GPU of compute capability 9.x: the forward walks each query
 block's listed key blocks, the backward each key block's listed query blocks. Random tile states (empty,
 partial without a mask_mod, full) of 128- and 256-row blocks, odd lengths, causal or not, MHA with a mask
-per head and GQA with one mask for every head, against the float64 oracle (2×/3× rule); a query block with no
-key block gives out = 0, lse = −inf and no NaN. Each case also checks which kernels the backend picks.
+per head and GQA with one mask for every head, and block masks of flashtile.masks' mask_mods (document ids
+as aux tensors) and a custom one, against the float64 oracle (2×/3× rule); a query block with no key block
+gives out = 0, lse = −inf and no NaN. Each case also checks which kernels the backend picks.
 Skipped elsewhere: Gluon does not run in Triton's interpreter (CPU CI compiles these kernels for sm_90,
 tests/test_kernels_hopper_sm90.py and tests/test_hopper_bwd_sm90.py).
 """
@@ -13,9 +14,11 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl  # noqa: F401  (a mask_mod's module must import it: flashtile.mods.check_is_jit)
 
 import flashtile
-from flashtile import BlockMask, backend
+from flashtile import BlockMask, backend, masks
 from flashtile.kernels import hopper
 from flashtile.kernels.hopper import bwd as hopper_bwd
 from flashtile.mods import Mods
@@ -92,3 +95,56 @@ def test_block_mask_in_the_gluon_kernels_matches_oracle(case, dtype, seed: int) 
     rows = slice(0, block[0])
     assert (out[:, rows] == 0).all()
     assert (lse[:, :, rows] == -math.inf).all()
+
+
+@triton.jit
+def _odd_heads_causal(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) | (h % 2 == 0)
+
+
+MOD_CASES = [
+    # (name, mask_mod, per head, takes document ids, N, head dim, layout, block size, causal)
+    ("document", masks.document(), False, True, 1500, 128, "gqa", (128, 128), False),
+    ("causal_document", masks.and_masks(masks.causal, masks.document()), False, True, 2000, 64, "mha",
+     (128, 256), False),
+    ("prefix_lm", masks.prefix_lm(300), False, False, 1025, 128, "mqa", (128, 128), False),
+    ("sliding_window", masks.sliding_window(200, 50), False, False, 1111, 128, "mha", (256, 128), True),
+    ("odd_heads_causal", _odd_heads_causal, True, False, 900, 64, "mha", (128, 128), False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", MOD_CASES, ids=lambda c: c[0])
+def test_mask_mod_in_the_gluon_kernels_matches_oracle(case, dtype, seed: int) -> None:
+    name, mask_mod, per_head, documents, n, d, layout, block, causal = case
+    heads, heads_kv = HEAD_LAYOUTS[layout]
+    aux = None
+    if documents:
+        # Documents of odd lengths, one shorter than a block.
+        aux = (masks.document_ids(torch.tensor([0, 77, n // 2, n - 300, n], device="cuda")),)
+    bm = flashtile.create_block_mask(mask_mod, None, heads if per_head else None, n, n, block, "cuda", aux)
+    mods = Mods(bm, None, None, None, aux)
+    q = torch.randn(2, n, heads, d, dtype=dtype, device="cuda", requires_grad=True)
+    k = torch.randn(2, n, heads_kv, d, dtype=dtype, device="cuda", requires_grad=True)
+    v = torch.randn(2, n, heads_kv, d, dtype=dtype, device="cuda", requires_grad=True)
+    dout = torch.randn_like(q)
+    options = {"mods": mods, "window_size": (-1, 0) if causal else (-1, -1)}
+    assert hopper.unsupported_reason("attn_fwd", q, k, v, options) is None
+    assert hopper_bwd.bwd_unsupported_reason(q, k, v, dout, options) is None
+
+    out, lse, _ = flashtile.flash_attn_func(
+        q, k, v, causal=causal, block_mask=bm, aux_tensors=aux, return_attn_probs=True
+    )
+    out.backward(dout)
+    ours = (out, lse, q.grad, k.grad, v.grad)
+
+    def reference(ref_dtype):
+        leaves = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
+        o, l_ = naive.attention(*leaves, softmax_scale=d**-0.5, causal=causal, mods=mods)
+        o.backward(dout.to(ref_dtype))
+        return o, l_, *(t.grad for t in leaves)
+
+    oracle, baseline = reference(torch.float64), reference(dtype)
+    for result, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
+        assert not torch.isnan(mine).any(), f"{result}: NaN ({name}, seed {seed})"
+        assert_matches_oracle(result, mine, ref, base, grad=result.startswith("d"), seed=seed)

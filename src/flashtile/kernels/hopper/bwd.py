@@ -41,19 +41,22 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.errors import FlashtileValueError
-from flashtile.kernels._block_sparse import list_strides
+from flashtile.kernels._block_sparse import call_mod
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import (
+    Sparse,
     _block_list,
     _sequence_rows,
     _tanh,
     _tile_start,
     option_arguments,
+    sparse_key,
 )
 from flashtile.kernels.hopper.support import block_mask_unsupported_reason
+from flashtile.mods import Mods
 
 LOG2_E = 1.4426950408889634
 # Kernels may read only constexpr globals.
@@ -269,7 +272,7 @@ def _listed_q_blocks(
     visits, block i the one starting at ``_tile_start(i, m_first, tiles, BM, SPARSE_TILES)``: under a
     block mask (SPARSE_TILES query blocks per mask block) the listed ones of the group's first head (the
     launcher checks all heads of a group share the lists), else the range :func:`_q_blocks` gives."""
-    count_ptr, index_ptr, full_count_ptr, full_index_ptr, stride_b, stride_h, row_len = lists
+    count_ptr, index_ptr, full_count_ptr, full_index_ptr, stride_b, stride_h, row_len = lists[:7]
     if SPARSE_TILES:
         row_base, n_partial, n_listed = _block_list(
             count_ptr, full_count_ptr, b, h_kv * GROUP, n0 // SPARSE_BLOCK_N, stride_b, stride_h, row_len
@@ -284,6 +287,20 @@ def _listed_q_blocks(
         per_head = gl.maximum(m_end - m_first, 0)
         tiles = (index_ptr, full_index_ptr, 0, 0)
     return m_first, per_head, tiles
+
+
+@gluon.jit
+def _mod_mask(
+    pt, partial, b, h, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr
+):  # fmt: skip
+    """Pᵀ with the pairs (key rows ``rows``, queries ``cols``) that ``MASK_MOD`` hides set to 0, in a block
+    mask's partial block (``partial``); unchanged in a full one."""
+    if partial:
+        seen = call_mod(
+            None, b, h, cols[None, :], rows[:, None], seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
+        )
+        pt = gl.where(seen, pt, 0.0)
+    return pt
 
 
 @gluon.jit
@@ -382,14 +399,15 @@ def _consumer(
     DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    which: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
     stride_alibi_b), read under their switches. IS_VARLEN: the sequence's rows start at packed rows q_off
     and k_off; the rows past its ends (the next sequence's) are masked out of P and dS, and dK, dV go out
     by row-masked pointer stores to dk_ptr, dv_ptr (VARLEN_TMA_STORE: by TMA boxes where the block lies
-    wholly inside its sequence, the pointer stores for a sequence's last block only)."""
+    wholly inside its sequence, the pointer stores for a sequence's last block only). A block mask's
+    partial query blocks (listed first) hide the pairs where MASK_MOD is False (``lists[-1]``: its aux)."""
     dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
@@ -423,6 +441,11 @@ def _consumer(
         n0, b, h_kv, seqlen_q, seqlen_k, GROUP, window_left, window_right, lists, IS_CAUSAL, IS_LOCAL,
         HAS_WINDOW_LEFT, BM, BN, SPARSE_BLOCK_N, SPARSE_TILES,
     )  # fmt: skip
+    n_mod = 0
+    if MASK_MOD is not None:
+        # The partial blocks' query blocks lead each head's list.
+        n_mod = tiles[3] * SPARSE_TILES
+    aux = lists[-1]
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
@@ -430,6 +453,7 @@ def _consumer(
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
+        partial = (it % per_head) < n_mod
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
 
@@ -465,6 +489,10 @@ def _consumer(
                 pt = gl.where(rows[:, None] <= (cols + (diag_offset + window_right))[None, :], pt, 0.0)
                 if HAS_WINDOW_LEFT:
                     pt = gl.where(rows[:, None] >= (cols + (diag_offset - window_left))[None, :], pt, 0.0)
+            if MASK_MOD is not None:
+                pt = _mod_mask(
+                    pt, partial, seq, h, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
+                )
             # P as the dV operand and P·(1 − tanh²) (the softcap's derivative; the softmax scale comes at the
             # end) before dPᵀ lands: fewer registers live across the wait than P and tanh in fp32.
             p_op = gl.convert_layout(pt.to(dtype), a_layout)
@@ -485,6 +513,11 @@ def _consumer(
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
+            if MASK_MOD is not None:
+                cols = m0 + gl.arange(0, BM, layout=col_layout)
+                pt = _mod_mask(
+                    pt, partial, seq, h, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
+                )
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
@@ -717,7 +750,7 @@ def _consumer_dim(
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
     alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr,
-    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr,
+    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b, list_stride_h,
     list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr,
@@ -725,6 +758,7 @@ def attn_bwd_kernel(
     IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
     window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only.
@@ -737,8 +771,9 @@ def attn_bwd_kernel(
     SPARSE_TILES > 0 (dense batches, "keys" split): a block mask of (SPARSE_TILES · BM, SPARSE_BLOCK_N)
     blocks whose ``q`` lists (flashtile.BlockMask's, read at b·list_stride_b + h·list_stride_h + row,
     rows of list_row_len entries) are the same for every head of a KV head's group: a program visits the
-    listed query blocks of its key block only, partial ones as full ones. Otherwise the list pointers are
-    unused."""
+    listed query blocks of its key block only, and in the partial ones hides the pairs where
+    ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False (None: none). Otherwise the list pointers are unused;
+    ``aux`` is the mask_mod's tensors or None."""
     pid = gl.program_id(0)
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
@@ -799,7 +834,7 @@ def attn_bwd_kernel(
     options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
     lists = (
         q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, list_stride_b, list_stride_h,
-        list_row_len,
+        list_row_len, aux,
     )  # fmt: skip
     if SPLIT == "dim":
         # P and dS as [query, key] tiles, double-buffered: a warpgroup may run one block ahead.
@@ -832,11 +867,11 @@ def attn_bwd_kernel(
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, 0)),
+                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, 0)),
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, 1)),
+                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
             ],
@@ -1112,8 +1147,7 @@ def launch_supported(
     packed = None
     if options.get("cu_seqlens_q") is not None:
         packed = tuple(options[n] for n in ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"))
-    mods = options.get("mods")
-    extra = (window_size, softcap, alibi_slopes, packed, None if mods is None else mods.block_mask)
+    extra = (window_size, softcap, alibi_slopes, packed, options.get("mods"))
     head_dim = q.shape[-1]
     padded = PADDED_HEAD_DIM.get(head_dim)
     if padded is None:
@@ -1128,7 +1162,7 @@ PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "d
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
     "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr", "lse2_ptr", "delta_ptr",
-    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr",
+    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr", "aux",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
@@ -1151,7 +1185,7 @@ def _bwd_launches(
     alibi_stride: int | None = None,
     varlen: tuple[int, int, int] | None = None,
     varlen_tma_store: bool = False,
-    sparse: tuple[int, int, tuple[int, int, int]] | None = None,
+    sparse: Sparse | None = None,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1160,8 +1194,8 @@ def _bwd_launches(
     Packed batches: ``shape_q`` (1, total_q, H, D), ``shape_k`` (total_k, H_KV) and ``varlen`` (number
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
     longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the epilogue experiment of
-    ``VARLEN_TMA_STORE_ENV``; ``sparse``: a block mask's (query block, key block, its ``q`` lists'
-    strides), or None."""
+    ``VARLEN_TMA_STORE_ENV``; ``sparse``: a block mask's :data:`flashtile.kernels.hopper.fwd.Sparse`, or
+    None."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1217,15 +1251,18 @@ def _bwd_launches(
     return preprocess, fused, finish
 
 
-def _sparse_arguments(sparse: tuple[int, int, tuple[int, int, int]] | None, block_m: int) -> dict[str, int]:
-    """The fused kernel's block-mask arguments for ``sparse`` = (query block, key block, (batch stride,
-    head stride, row length) of the ``q`` lists), or for none (SPARSE_TILES = 0)."""
+def _sparse_arguments(sparse: Sparse | None, block_m: int) -> dict[str, object]:
+    """The fused kernel's block-mask arguments for ``sparse`` (:func:`flashtile.kernels.hopper.fwd.sparse_key`
+    of the ``q`` lists), or for none (SPARSE_TILES = 0)."""
     if sparse is None:
-        return dict(list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_N=1, SPARSE_TILES=0)
-    block_q, block_k, (stride_b, stride_h, row_len) = sparse
+        return dict(
+            list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_N=1, SPARSE_TILES=0, MASK_MOD=None,
+            MASK_MOD_AUX=False,
+        )  # fmt: skip
+    block_q, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux = sparse
     return dict(
         list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_N=block_k,
-        SPARSE_TILES=block_q // block_m,
+        SPARSE_TILES=block_q // block_m, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux,
     )  # fmt: skip
 
 
@@ -1243,12 +1280,12 @@ def _launch(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
     packed: tuple[torch.Tensor, torch.Tensor, int, int] | None = None,
-    block_mask: object | None = None,
+    mods: Mods | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kernels for validated inputs whose head dim has a kernel (64, 128, 256); the window with
     causal's (−1, 0) when ``is_causal``. ``packed``: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k) of a varlen batch, whose q/k/v/dout/out are (total, H, D) and LSE (H, total_q);
-    ``block_mask``: a :class:`flashtile.BlockMask` the fused kernel takes, or None."""
+    ``mods``: a block mask (and its mask_mod) the fused kernel takes, or None."""
     varlen = None
     cu_q = cu_k = None
     if packed is not None:
@@ -1268,12 +1305,12 @@ def _launch(
     lse = lse.contiguous()
     device = q.device
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    sparse = None
-    lists = (lse,) * 4
-    if block_mask is not None:
-        mask = block_mask
+    sparse = sparse_key(mods, "q")
+    lists, aux = (lse,) * 4, None
+    if sparse is not None:
+        mask = mods.block_mask
         lists = (mask.q_num_blocks, mask.q_indices, mask.full_q_num_blocks, mask.full_q_indices)
-        sparse = (*mask.block_size, list_strides(mask.q_num_blocks, mask.q_indices))
+        aux = mods.aux_tensors
     preprocess, fused, finish = _bwd_launches(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
@@ -1303,7 +1340,7 @@ def _launch(
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
-        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists,
+        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists, aux,
     )  # fmt: skip
     if deterministic:
         finish(

@@ -38,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.kernels import configs
-from flashtile.kernels._block_sparse import list_strides
+from flashtile.kernels._block_sparse import call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
@@ -234,13 +234,16 @@ def _tanh(x):
 
 @gluon.jit
 def _softmax_step(
-    s, m_i, l_i, n0, rows, scores, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
+    s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
     qk_scale`` or, with softcap or ALiBi, kernels/_scores.py's ``base2_scores``. ``rows``: the query rows
-    and the per-row terms :func:`_row_terms` computes once."""
+    and the per-row terms :func:`_row_terms` computes once. A masked step with MASK_MOD (a block mask's
+    partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, when the
+    ``use_mod`` of ``mod_args`` = (b, h, N_q, aux, use_mod) holds."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope = scores
     if MASKED:
@@ -261,7 +264,15 @@ def _softmax_step(
         dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
         s = s + (-alibi_slope / s_scale) * dist
     if MASKED:
-        s = gl.where(_visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT), s, -float("inf"))
+        keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
+        if MASK_MOD is not None:
+            b, h, seqlen_q, aux, use_mod = mod_args
+            seen = call_mod(
+                None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k, aux,
+                MASK_MOD, MASK_MOD_AUX,
+            )  # fmt: skip
+            keep = keep & (seen | (use_mod == 0))
+        s = gl.where(keep, s, -float("inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
@@ -274,9 +285,9 @@ def _softmax_step(
 @gluon.jit
 def _attn_fwd_steps(
     acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, t_lo, tiles, rows,
-    scores, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
     wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
@@ -302,8 +313,9 @@ def _attn_fwd_steps(
         if MASKED or HAS_ALIBI:
             n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         p, m_i, l_i, alpha = _softmax_step(
-            s, m_i, l_i, n0, rows, scores, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N
-        )
+            s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX,
+        )  # fmt: skip
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
         if P_OPERAND:
@@ -317,10 +329,11 @@ def _attn_fwd_consumer(
     program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
 ):  # fmt: skip
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
     t_lo, n_tiles, qk_scale, tiles = program[12:]
-    lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
+    lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux = options
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -344,18 +357,23 @@ def _attn_fwd_consumer(
         alibi_slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope)
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
+    n_mod = 0
     if SPARSE_TILES:
-        # Listed tiles are in no order along the keys: all take the masked step where any tile may need
-        # it (a window, or keys past N_k in the last tile), none otherwise.
-        a = 1
-        b_full = 1
+        # The partial blocks' tiles lead: with a mask_mod, tiles [1, a) take it (tile 0 if it is one).
+        if MASK_MOD is not None:
+            n_mod = gl.minimum(tiles[3] * SPARSE_TILES, n_tiles)
+        a = gl.maximum(n_mod, 1)
+        # Listed tiles are in no order along the keys: the rest all take the masked step where any tile may
+        # need it (a window, or keys past N_k in the last tile), none otherwise.
+        b_full = a
         if not (IS_LOCAL or HAS_WINDOW_LEFT):
-            b_full = 1 + (gl.maximum(n_tiles, 1) - 1) * (seqlen_k % BLOCK_N == 0).to(gl.int32)
+            b_full = gl.maximum(a, n_tiles * (seqlen_k % BLOCK_N == 0).to(gl.int32))
     else:
         a, b_full = _masked_steps(
             row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
 
+    mod_args = (b, h, seqlen_q, aux, n_mod > 0)
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
@@ -371,27 +389,28 @@ def _attn_fwd_consumer(
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(0), count=1)
         p, m_i, l_i, _ = _softmax_step(
-            s, m_i, l_i, _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES), rows, scores, True, IS_LOCAL,
-            HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N,
+            s, m_i, l_i, _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES), rows, scores, mod_args, True,
+            IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX,
         )  # fmt: skip
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
-        if HAS_WINDOW_LEFT:
-            # The window's left edge: tiles some rows see in part, before those all rows see in full.
+        if HAS_WINDOW_LEFT or MASK_MOD is not None:
+            # The window's left edge: tiles some rows see in part, before those all rows see in full; or
+            # a block mask's partial tiles, with its mask_mod.
             acc, m_i, l_i, p = _attn_fwd_steps(
                 acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, tiles,
-                rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N,
-                STAGES, SPARSE_TILES,
+                rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
+                BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, tiles,
-            rows, scores, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N,
-            STAGES, SPARSE_TILES,
+            rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
+            BLOCK_N, STAGES, SPARSE_TILES, None, False,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b_full, n_tiles, t_lo,
-            tiles, rows, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N,
-            STAGES, SPARSE_TILES,
+            tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
+            BLOCK_N, STAGES, SPARSE_TILES, None, False,
         )  # fmt: skip
         last = (n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
@@ -441,11 +460,12 @@ def _attn_fwd_consumer(
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS, *LIST_ARGS])
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, seqlen_q, seqlen_k, num_m_blocks, H,
-    GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b,
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, seqlen_q, seqlen_k, num_m_blocks,
+    H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b,
     list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
     IS_VARLEN: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -458,9 +478,9 @@ def attn_fwd_kernel(
 
     SPARSE_TILES > 0 (dense batches): a block mask of (SPARSE_BLOCK_M, SPARSE_TILES · BLOCK_N) blocks
     (flashtile.BlockMask's ``kv_*`` lists, read at b·list_stride_b + h·list_stride_h + row, rows of
-    list_row_len entries); a program visits its query block's listed key blocks only, partial ones as
-    visible as full ones (the launcher sends a ``mask_mod`` elsewhere). Otherwise the list pointers are
-    unused."""
+    list_row_len entries); a program visits its query block's listed key blocks only, and in the partial
+    ones hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` (a ``@triton.jit`` function, None:
+    none) is False. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
     m_block = pid % num_m_blocks
@@ -534,7 +554,7 @@ def attn_fwd_kernel(
         o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q, t_lo, n_tiles,
         qk_scale, tiles,
     )  # fmt: skip
-    options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
+    options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
@@ -542,10 +562,10 @@ def attn_fwd_kernel(
             (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)),
             (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
                                   HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES)),
+                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX)),
             (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
                                   HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES)),
+                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -591,22 +611,38 @@ def option_arguments(
     )
 
 
-def sparse_arguments(sparse: tuple[int, int, tuple[int, int, int]] | None, block_n: int) -> dict[str, int]:
-    """The kernel's block-mask arguments for ``sparse`` = (query block, key block, (batch stride, head
-    stride, row length) of the ``kv`` lists), or for none (SPARSE_TILES = 0)."""
+# A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
+# its lists, the mask_mod of its partial blocks or None, whether that takes aux_tensors).
+Sparse = tuple[int, int, tuple[int, int, int], object, bool]
+
+
+def sparse_key(mods: Mods | None, side: str) -> Sparse | None:
+    """What the launches take from ``mods`` (None without a block mask): its ``side`` lists' layout ("kv"
+    for the forward, "q" for the backward) and its mask_mod."""
+    km = kernel_mods(mods)
+    if km.block_mask is None:
+        return None
+    return (*km.block_mask.block_size, km.strides(side), km.switches["MASK_MOD"], km.switches["MASK_MOD_AUX"])
+
+
+def sparse_arguments(sparse: Sparse | None, block_n: int) -> dict[str, object]:
+    """The forward's block-mask arguments for ``sparse``, or for none (SPARSE_TILES = 0)."""
     if sparse is None:
-        return dict(list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_M=1, SPARSE_TILES=0)
-    block_m, block_k, (stride_b, stride_h, row_len) = sparse
+        return dict(
+            list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_M=1, SPARSE_TILES=0, MASK_MOD=None,
+            MASK_MOD_AUX=False,
+        )  # fmt: skip
+    block_m, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux = sparse
     return dict(
         list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_M=block_m,
-        SPARSE_TILES=block_k // block_n,
+        SPARSE_TILES=block_k // block_n, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux,
     )  # fmt: skip
 
 
 # The tensors of a launch, in the kernel's parameter order.
 FWD_POINTERS = (
     "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
-    "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr",
+    "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr", "aux",
 )  # fmt: skip
 
 
@@ -628,12 +664,12 @@ def _fwd_launch(
     block_n: int,
     stages: int,
     varlen: tuple[int, int, int, int] | None = None,
-    sparse: tuple[int, int, tuple[int, int, int]] | None = None,
+    sparse: Sparse | None = None,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the grid covers the rounded longest
     sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
-    ``sparse``: a block mask's (query block, key block, its ``kv`` lists' strides), or None."""
+    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -700,15 +736,15 @@ def attn_fwd(
     q, softmax_scale = positive_scale(q, softmax_scale)
     cfg = config or configs.hopper_fwd_config(head_dim)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    block_mask = None if mods is None else mods.block_mask
-    sparse = None
-    lists = (lse,) * 4
-    if block_mask is not None:
+    sparse = sparse_key(mods, "kv")
+    lists, aux = (lse,) * 4, None
+    if sparse is not None:
+        block_mask = mods.block_mask
         lists = (
             block_mask.kv_num_blocks, block_mask.kv_indices, block_mask.full_kv_num_blocks,
             block_mask.full_kv_indices,
         )  # fmt: skip
-        sparse = (*block_mask.block_size, list_strides(block_mask.kv_num_blocks, block_mask.kv_indices))
+        aux = mods.aux_tensors
     launch = _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
@@ -721,6 +757,6 @@ def attn_fwd(
         o_desc, o_ptr, cu_q, cu_k = q_desc, out, cu_seqlens_q, cu_seqlens_k
     launch(
         q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
-        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists,
+        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists, aux,
     )  # fmt: skip
     return out, lse

@@ -38,6 +38,8 @@ FWD_OPTION_WORDS = {
     "varlen": dict(varlen=True),
     # A block mask of 128-row blocks: the listed key blocks of each query block.
     "sparse": dict(sparse=True),
+    # With a mask_mod in its partial blocks (flashtile.masks.causal: no aux tensors).
+    "mod": dict(sparse=True, mask_mod=True),
 }
 # Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
 # differ in their conversions only, and dense and causal compile in both).
@@ -48,7 +50,7 @@ FWD_OPTION_VARIANTS = (
 # Varlen variants, compiled for every head dim in both dtypes (docs/design/hopper.md, "Variable length").
 FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi")
 # Block-sparse variants, compiled for every head dim in bf16 (and the plain one in fp16).
-FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal")
+FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal", "mod")
 
 
 def fwd_configurations() -> list[tuple[int, str, str]]:
@@ -87,7 +89,12 @@ def fwd_options(variant: str, block_n: int, seqlen: int = 1024) -> dict[str, obj
     slopes = {None: None, "H": torch.ones(4), "BH": torch.ones(2, 4)}[opts.get("alibi")]
     softcap = opts.get("softcap", 0.0)
     args = fwd.option_arguments(0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen)
-    sparse = (128, 128, (0, 0, seqlen // 128)) if opts.get("sparse") else None
+    sparse = None
+    if opts.get("sparse"):
+        from flashtile import masks
+
+        mask_mod = masks.causal if opts.get("mask_mod") else None
+        sparse = (128, 128, (0, 0, seqlen // 128), mask_mod, False)
     return {**args, "IS_VARLEN": bool(opts.get("varlen")), **fwd.sparse_arguments(sparse, block_n)}
 
 
@@ -145,7 +152,8 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         ),
     )
     switches = {name: value for name, value in options.items() if name.isupper()}
-    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
+    # No aux tensors: Triton takes a None argument as a constexpr.
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, aux=None, **switches)
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     assert set(signature) == set(fwd.attn_fwd_kernel.arg_names), "the signature names every kernel argument"
     compiled = triton.compile(

@@ -28,20 +28,26 @@ VARLEN_ENV = "FLASHTILE_HOPPER_FWD_VARLEN"
 # Query blocks of a block mask the Gluon kernels take: the forward's programs own 128 query rows, the
 # backward's key blocks are 128 rows, and each must lie inside one of the mask's blocks.
 SPARSE_BLOCKS = (128, 256)
+# A block mask's mask_mod runs inside the Gluon kernels (a @triton.jit function compiles in Gluon when it
+# uses elementwise operations and tl.load only); FLASHTILE_HOPPER_MASK_MOD=0 sends them to the portable ones.
+MASK_MOD_ENV = "FLASHTILE_HOPPER_MASK_MOD"
 
 
 def block_mask_unsupported_reason(mods: object, varlen: bool) -> str | None:
     """Why the Gluon kernels do not take these mods (:class:`flashtile.mods.Mods` or None), or None: they
-    take a block mask alone, of 128 or 256-row blocks on both sides, on dense batches; ``mask_mod``
-    (the call's or the mask's own), ``score_mod`` and packed batches with a block mask go to the portable
-    kernels."""
+    take a block mask of 128 or 256-row blocks on both sides, with its mask_mod in the partial blocks
+    (unless ``FLASHTILE_HOPPER_MASK_MOD=0``), on dense batches; a mask_mod without a block mask (every tile
+    partial), ``score_mod`` and packed batches with a block mask go to the portable kernels."""
     if mods is None:
         return None
     block_mask = mods.block_mask
-    if block_mask is None or mods.score_mod is not None or mods.score_mod_bwd is not None:
-        return "mask_mod and score_mod are not in the Hopper kernels"
-    if mods.mask_mod is not None or block_mask.mask_mod is not None:
-        return "a mask_mod in the block mask's partial blocks is not in the Hopper kernels"
+    if mods.score_mod is not None or mods.score_mod_bwd is not None:
+        return "score_mod is not in the Hopper kernels"
+    if block_mask is None:
+        return "a mask_mod without a block mask is not in the Hopper kernels (create_block_mask makes one)"
+    has_mod = mods.mask_mod is not None or block_mask.mask_mod is not None
+    if has_mod and os.environ.get(MASK_MOD_ENV, "").strip() == "0":
+        return f"a mask_mod goes to the portable kernels under {MASK_MOD_ENV}=0"
     if varlen:
         return "a block mask on variable-length batches is not in the Hopper kernels"
     if any(size not in SPARSE_BLOCKS for size in block_mask.block_size):
@@ -102,7 +108,7 @@ def fwd_unsupported_reason(
     fp16/bf16 at head dims 64, 128 and 256 (V's the same) that TMA can read in place, causal or not, with
     any sliding window, softcap and ALiBi slopes, and packed (varlen) batches of the same when
     :func:`varlen_routed`, and the block masks :func:`block_mask_unsupported_reason` accepts; dropout,
-    ``mask_mod``/``score_mod`` and a learnable sink go to the portable kernels."""
+    ``score_mod`` and a learnable sink go to the portable kernels."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
