@@ -70,8 +70,10 @@
 #      bench --masks --quick, then the Gluon forward and backward tests but varlen (nothing else regressed)
 #   x  the tenth session's mask_mods in the Gluon kernels (a block mask's partial blocks): the block-mask
 #      GPU tests, the whole bench --masks (prefix-LM too), then the Gluon forward and backward test files
+#   y  memcheck over the sanitizer's hopper_sparse group (block masks and mask_mods in the Gluon kernels),
+#      then the Gluon forward and backward test files and the causal block-mask test (against the oracle now)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -412,8 +414,18 @@ case "$part" in
     cp "$work/gpu_tests_x.xml" "$work/regression_x.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
     finish
     ;;
+  y)
+    begin
+    step precompile 90 python3 scripts/sanitize_kernels.py --only hopper_sparse
+    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_sparse
+    step gpu_tests 270 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_y.xml" tests/test_gpu_hopper_bwd.py \
+      tests/test_gpu_hopper.py "tests/test_block_sparse.py::test_gpu_block_mask_from_kernels_default_tiles" "$@"
+    cp "$work/gpu_tests_y.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

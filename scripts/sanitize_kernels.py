@@ -16,8 +16,12 @@ Groups (``--only`` takes a comma-separated subset):
   with empty sequences, a batch with bad ``cu_seqlens`` (clamped), and the dropout-mask kernel;
 - ``hopper_options``: the Gluon forward and backward (D 64/128) on packed batches (an empty sequence, N_q >
   N_k and N_q < N_k, a neighbour read past each end) and with windows, softcap and ALiBi, dense and packed;
-  skipped unless the GPU has compute capability 9.x. Last in the list, so the other groups' case numbers
-  stay those of earlier logs.
+  skipped unless the GPU has compute capability 9.x;
+- ``hopper_sparse``: block masks in the Gluon forward and backward (D 64/128): random tile states with an
+  empty query block, 128- and 256-row blocks, causal, and the causal and document ``mask_mod`` in the
+  partial blocks, at odd lengths; skipped unless the GPU has compute capability 9.x.
+
+The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
         python scripts/sanitize_kernels.py
@@ -47,7 +51,7 @@ import triton.language as tl
 
 # The newest kernels first, so that a memcheck run cut short by its time box has checked them; groups added
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
-GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options")
+GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse")
 
 SHAPES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
@@ -552,12 +556,56 @@ def hopper_option_cases() -> Iterator[Case]:
             yield Case("hopper_options", label, run)
 
 
+# Block masks in the Gluon kernels: (batch, N_q, N_k, heads, heads_kv, block size, mask, causal); "tiles" are
+# random tile states (empty, partial, full; query block 0 empty), the others create_block_mask of a mask_mod.
+HOPPER_SPARSE = [
+    (2, 300, 257, 4, 2, (128, 128), "tiles", False),
+    (1, 129, 700, 2, 2, (256, 128), "tiles", True),
+    (1, 515, 515, 4, 4, (128, 256), "causal", False),
+    (2, 333, 333, 4, 1, (128, 128), "document", True),
+]
+
+
+def hopper_sparse_cases() -> Iterator[Case]:
+    from flashtile import BlockMask, create_block_mask, masks
+    from flashtile.mods import Mods
+
+    K = T.kernels
+    for i, (batch, sq, sk, h, hkv, block, mask, causal) in enumerate(HOPPER_SPARSE):
+        for d in HOPPER_BWD_DIMS:
+            dtype = DTYPES[i % 2]
+            shape = (batch, sq, sk, h, hkv)
+            label = f"hopper_sparse fwd+bwd {_name(dtype)} D={d} {shape} {block} {mask} causal={causal}"
+
+            def run(label=label, shape=shape, block=block, mask=mask, causal=causal, d=d, dtype=dtype):
+                batch, sq, sk, h, hkv = shape
+                aux = None
+                if mask == "tiles":
+                    nq, nk = -(-sq // block[0]), -(-sk // block[1])
+                    states = torch.randint(0, 3, (batch, 1, nq, nk), device=T.device)
+                    states[:, :, 0] = 0
+                    bm = BlockMask.from_states(states, sq, sk, block)
+                else:
+                    if mask == "document":
+                        aux = (masks.document_ids(int32([0, 100, 101, sq])),)
+                    mask_mod = masks.document() if mask == "document" else masks.causal
+                    bm = create_block_mask(mask_mod, None, None, sq, sk, block, T.device, aux)
+                q = randn(batch, sq, h, d, dtype=dtype)
+                k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+                window = (-1, 0) if causal else (-1, -1)
+                mods = Mods(bm, None, None, None, aux)
+                fwd_bwd(label, K.hopper_fwd, K.hopper_bwd, q, k, v, causal, window_size=window, mods=mods)
+
+            yield Case("hopper_sparse", label, run)
+
+
 BUILDERS = {
     "hopper": hopper_cases,
     "decode": decode_cases,
     "mods": mods_cases,
     "portable": portable_cases,
     "hopper_options": hopper_option_cases,
+    "hopper_sparse": hopper_sparse_cases,
 }
 
 
