@@ -72,8 +72,10 @@
 #      GPU tests, the whole bench --masks (prefix-LM too), then the Gluon forward and backward test files
 #   y  memcheck over the sanitizer's hopper_sparse group (block masks and mask_mods in the Gluon kernels),
 #      then the Gluon forward and backward test files and the causal block-mask test (against the oracle now)
+#   z  the mask bits (create_block_mask's mask_mod on the partial tiles, read by the Gluon kernels): the
+#      block-mask GPU tests, bench --masks with its new-mask first call, memcheck over hopper_sparse
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -424,8 +426,18 @@ case "$part" in
     cp "$work/gpu_tests_y.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  z)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_z.xml" tests/test_gpu_hopper_block_sparse.py \
+      tests/test_block_sparse.py "$@"
+    step bench_masks 250 python3 -m flashtile bench --masks --out-dir "$work/masks"
+    step memcheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_sparse
+    cp "$work/gpu_tests_z.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

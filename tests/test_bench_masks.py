@@ -126,6 +126,8 @@ def test_targets_table_and_plot_from_the_csv(tmp_path: Path, capsys: pytest.Capt
         _row("flex", "document", "bwd", p50_ms="1.5", tflops="200"),
         _row("flashtile", "document", "first_call", first_call_s="4"),
         _row("flex", "document", "first_call", first_call_s="20"),
+        _row("flashtile", "document", "first_call_new_mask", first_call_s="1"),
+        _row("flex", "document", "first_call_new_mask", first_call_s="2"),
     ]
     ratios = {(c.what, c.mode): (c.ratio, c.met) for c in bench_masks.comparisons(found)}
     assert ratios == {
@@ -133,6 +135,7 @@ def test_targets_table_and_plot_from_the_csv(tmp_path: Path, capsys: pytest.Capt
         ("block_sparse: TFLOP/s / Flex", "fwd"): (2.0, True),
         ("document: TFLOP/s / Flex", "bwd"): (1.5, True),
         ("document first call / Flex", "first_call"): (0.2, True),
+        ("document first call (new mask) / Flex", "first_call_new_mask"): (0.5, False),
     }
     results.append_rows(tmp_path / "bench_masks.csv", found, bench_masks.COLUMNS)
     assert main(["bench", "--masks", "--plot-only", "--out-dir", str(tmp_path)]) == 0
@@ -155,6 +158,7 @@ def test_masks_preset_on_the_gpu_checks_and_times_every_case(tmp_path: Path) -> 
                 assert row["status"] == "ok" and float(row["tflops"]) > 0, row["detail"]
     assert status[("block_sparse", "fwd", "flashtile-dense")]["status"] == "ok"
     for impl in ("flashtile", "flex"):
-        first = status[("document", "first_call", impl)]
-        assert first["status"] == "ok" and float(first["first_call_s"]) > 0, first["detail"]
+        for mode in ("first_call", "first_call_new_mask"):
+            first = status[("document", mode, impl)]
+            assert first["status"] == "ok" and float(first["first_call_s"]) > 0, first["detail"]
     assert (tmp_path / "bench_masks.png").exists()

@@ -360,3 +360,41 @@ def test_which_block_masks_the_hopper_kernels_take(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(MASK_MOD_ENV, "0")
     assert MASK_MOD_ENV in reason(with_mod, False)
     assert reason(Mods(bm), False) is None
+
+
+def test_mask_bits_hold_the_mask_mod_on_partial_tiles() -> None:
+    # Odd lengths, per-head masks, blocks of 32 to 256 (bit 31 of each word included).
+    from flashtile.block_mask import PARTIAL
+
+    for block in (32, (64, 256), 128):
+        bm = create_block_mask(odd_heads_causal, 2, 3, 300, 517, block)
+        bq, bk = bm.block_size
+        ids, words = bm.bits.ids, bm.bits.words
+        assert ((ids >= 0) == (bm.tile_states == PARTIAL)).all()
+        b, h, qb, kb = (bm.tile_states == PARTIAL).nonzero()[5].tolist()
+        tile = words[ids[b, h, qb, kb]]
+        seen = ((tile[:, :, None] >> torch.arange(32)) & 1).reshape(bq, bk).bool()
+        rows = torch.arange(qb * bq, (qb + 1) * bq)[:, None]
+        cols = torch.arange(kb * bk, (kb + 1) * bk)[None, :]
+        expected = ((rows >= cols) | (h % 2 == 0)) & (rows < 300) & (cols < 517)
+        assert torch.equal(seen, expected)
+
+
+def test_hopper_kernels_read_mask_bits_only_for_the_masks_own_unchanged_aux(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flashtile.kernels._mask_bits import ENV_VAR, reads_bits
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    ids = masks.document_ids(torch.tensor([0, 50, 130]))
+    bm = create_block_mask(masks.document(), None, None, 130, 130, 64, "cpu", (ids,))
+    assert reads_bits(Mods(bm, None, None, None, (ids,)))
+    assert reads_bits(Mods(bm, masks.document(), None, None, (ids,))) is False  # another function object
+    # Other tensors, no bits (from_tiles), or the switch: the kernels run the mask_mod itself.
+    assert not reads_bits(Mods(bm, None, None, None, (ids.clone(),)))
+    assert not reads_bits(Mods(BlockMask.from_tiles(torch.ones(3, 3, dtype=torch.bool), 130, 130, 64)))
+    monkeypatch.setenv(ENV_VAR, "0")
+    assert not reads_bits(Mods(bm, None, None, None, (ids,)))
+    monkeypatch.delenv(ENV_VAR)
+    ids.add_(0)  # modified in place: the bits may no longer hold
+    assert not reads_bits(Mods(bm, None, None, None, (ids,)))

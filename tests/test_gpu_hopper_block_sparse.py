@@ -2,8 +2,8 @@
 block's listed key blocks, the backward each key block's listed query blocks. Random tile states (empty,
 partial without a mask_mod, full) of 128- and 256-row blocks, odd lengths, causal or not, MHA with a mask
 per head and GQA with one mask for every head, and block masks of flashtile.masks' mask_mods (document ids
-as aux tensors) and a custom one, against the float64 oracle (2×/3× rule); a query block with no key block
-gives out = 0, lse = −inf and no NaN. Each case also checks which kernels the backend picks.
+as aux tensors) and a custom one, read as create_block_mask's bits or compiled into the kernels, against
+the float64 oracle (2×/3× rule); a query block with no key block gives out = 0, lse = −inf and no NaN. Each case also checks which kernels the backend picks.
 Skipped elsewhere: Gluon does not run in Triton's interpreter (CPU CI compiles these kernels for sm_90,
 tests/test_kernels_hopper_sm90.py and tests/test_hopper_bwd_sm90.py).
 """
@@ -19,7 +19,7 @@ import triton.language as tl  # noqa: F401  (a mask_mod's module must import it:
 
 import flashtile
 from flashtile import BlockMask, backend, masks
-from flashtile.kernels import hopper
+from flashtile.kernels import _mask_bits, hopper
 from flashtile.kernels.hopper import bwd as hopper_bwd
 from flashtile.mods import Mods
 from flashtile.reference import naive
@@ -113,9 +113,14 @@ MOD_CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("bits", [True, False], ids=["bits", "compiled"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("case", MOD_CASES, ids=lambda c: c[0])
-def test_mask_mod_in_the_gluon_kernels_matches_oracle(case, dtype, seed: int) -> None:
+def test_mask_mod_in_the_gluon_kernels_matches_oracle(
+    case, dtype, bits: bool, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bits: the kernels read create_block_mask's bits in the partial tiles; compiled: they run the mask_mod.
+    monkeypatch.setenv(_mask_bits.ENV_VAR, "1" if bits else "0")
     name, mask_mod, per_head, documents, n, d, layout, block, causal = case
     heads, heads_kv = HEAD_LAYOUTS[layout]
     aux = None
@@ -124,6 +129,7 @@ def test_mask_mod_in_the_gluon_kernels_matches_oracle(case, dtype, seed: int) ->
         aux = (masks.document_ids(torch.tensor([0, 77, n // 2, n - 300, n], device="cuda")),)
     bm = flashtile.create_block_mask(mask_mod, None, heads if per_head else None, n, n, block, "cuda", aux)
     mods = Mods(bm, None, None, None, aux)
+    assert _mask_bits.reads_bits(mods) == bits
     q = torch.randn(2, n, heads, d, dtype=dtype, device="cuda", requires_grad=True)
     k = torch.randn(2, n, heads_kv, d, dtype=dtype, device="cuda", requires_grad=True)
     v = torch.randn(2, n, heads_kv, d, dtype=dtype, device="cuda", requires_grad=True)

@@ -69,7 +69,9 @@ OPTION_JOBS += [
 OPTION_JOBS += [(d, bwd.DEFAULT_VARIANT[d], "causal+varlen+tmastore", False) for d in (64, 128)]
 # Block masks (the listed query blocks of each key block): the "keys" split's default variants.
 OPTION_JOBS += [
-    (d, bwd.DEFAULT_VARIANT[d], mask, False) for d in (64, 128) for mask in ("sparse", "causal+sparse", "mod")
+    (d, bwd.DEFAULT_VARIANT[d], mask, False)
+    for d in (64, 128)
+    for mask in ("sparse", "causal+sparse", "mod", "bits")
 ]
 
 

@@ -51,6 +51,34 @@ def _lists(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @dataclass(frozen=True, eq=False)
+class MaskBits:
+    """The ``mask_mod`` of a block mask's partial tiles, evaluated once: ``ids`` int32 ``(B, H, NQ, NK)``
+    (the tile's row of ``words``, −1 off the partial tiles), ``words`` int32 ``(tiles, block_q, block_k /
+    32)`` (bit ``j % 32`` of word ``j // 32``: key ``j`` of the block seen), ``meta`` int32 [batch stride,
+    head stride, NK, block_q, block_k] of ``ids`` (0 where broadcast); ``aux`` the tensors the function read
+    and their versions then (the bits stand for the function only while those are unchanged)."""
+
+    ids: torch.Tensor
+    words: torch.Tensor
+    meta: torch.Tensor
+    aux: tuple[torch.Tensor, ...] | None
+    aux_versions: tuple[int, ...]
+
+    def matches(self, aux: tuple[torch.Tensor, ...] | None) -> bool:
+        """Whether a call's ``aux_tensors`` are the very tensors the bits were computed from, unmodified."""
+        if aux is None or self.aux is None:
+            return aux is None and self.aux is None
+        return len(aux) == len(self.aux) and all(
+            a is b and a._version == v for a, b, v in zip(aux, self.aux, self.aux_versions, strict=True)
+        )
+
+    def to(self, device: torch.device | str) -> MaskBits:
+        return MaskBits(
+            self.ids.to(device), self.words.to(device), self.meta.to(device), self.aux, self.aux_versions
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class BlockMask:
     """A block-sparse mask over ``seqlen_q × seqlen_k``, broadcast over batch and heads where its
     first dimensions are 1. Build it with :func:`create_block_mask` or :meth:`from_tiles`.
@@ -65,6 +93,7 @@ class BlockMask:
         q_num_blocks, q_indices, full_q_num_blocks, full_q_indices: ``(B, H, NK)``, ``(B, H, NK, NQ)``:
             partial and full query blocks per key block (the backward's dK/dV lists).
         mask_mod: the ``@triton.jit`` function applied in partial tiles, or None.
+        bits: :class:`MaskBits`, the mask_mod on the partial tiles as create_block_mask evaluated it, or None.
     """
 
     seqlen_q: int
@@ -80,10 +109,17 @@ class BlockMask:
     full_q_num_blocks: torch.Tensor
     full_q_indices: torch.Tensor
     mask_mod: object | None = None
+    bits: MaskBits | None = None
 
     @classmethod
     def from_states(
-        cls, tile_states: torch.Tensor, seqlen_q: int, seqlen_k: int, block_size: object, mask_mod=None
+        cls,
+        tile_states: torch.Tensor,
+        seqlen_q: int,
+        seqlen_k: int,
+        block_size: object,
+        mask_mod=None,
+        bits: MaskBits | None = None,
     ) -> BlockMask:
         """The lists of ``tile_states`` (int ``(B, H, NQ, NK)``: 0 empty, 1 partial, 2 full)."""
         partial, full = tile_states == PARTIAL, tile_states == FULL
@@ -91,7 +127,7 @@ class BlockMask:
         q, full_q = _lists(partial.transpose(-1, -2)), _lists(full.transpose(-1, -2))
         return cls(
             seqlen_q, seqlen_k, _block_size(block_size), tile_states.to(torch.int8).contiguous(),
-            *kv, *full_kv, *q, *full_q, mask_mod,
+            *kv, *full_kv, *q, *full_q, mask_mod, bits,
         )  # fmt: skip
 
     @classmethod
@@ -138,8 +174,9 @@ class BlockMask:
 
     def to(self, device: torch.device | str) -> BlockMask:
         """This mask with its tensors on ``device``."""
+        bits = None if self.bits is None else self.bits.to(device)
         return BlockMask.from_states(
-            self.tile_states.to(device), self.seqlen_q, self.seqlen_k, self.block_size, self.mask_mod
+            self.tile_states.to(device), self.seqlen_q, self.seqlen_k, self.block_size, self.mask_mod, bits
         )
 
     def visible(
@@ -209,7 +246,7 @@ def create_block_mask(
     # Padding keys and queries do not exist: they neither make a tile partial nor keep it from being full.
     col_exists = cols < seqlen_k
     rows_per_chunk = max(bq, _CHUNK_ELEMENTS // (batch * heads * nk * bk) // bq * bq)
-    states = []
+    states, ids, words, n_words = [], [], [], 0
     for r0 in range(0, nq * bq, rows_per_chunk):
         rows = torch.arange(r0, min(r0 + rows_per_chunk, nq * bq), device=device)[None, None, :, None]
         exists = (rows < seqlen_q) & col_exists
@@ -223,6 +260,41 @@ def create_block_mask(
         tiles_all = (keep | ~exists).unflatten(3, (nk, bk)).unflatten(2, (-1, bq))
         any_seen = tiles.any(dim=5).any(dim=3)
         all_seen = tiles_all.all(dim=5).all(dim=3)
-        states.append(torch.where(all_seen, FULL, torch.where(any_seen, PARTIAL, EMPTY)))
+        chunk_states = torch.where(all_seen, FULL, torch.where(any_seen, PARTIAL, EMPTY))
+        states.append(chunk_states)
+        # The partial tiles' bits, in (b, h, query block, key block) order within the chunk.
+        partial = chunk_states == PARTIAL
+        chunk_ids = torch.full(partial.shape, -1, dtype=torch.int32, device=device)
+        count = int(partial.sum())
+        chunk_ids[partial] = torch.arange(n_words, n_words + count, dtype=torch.int32, device=device)
+        ids.append(chunk_ids)
+        words.append(_pack_bits(tiles.permute(0, 1, 2, 4, 3, 5)[partial]))
+        n_words += count
     tile_states = torch.cat(states, dim=2).to(torch.int8)
-    return BlockMask.from_states(tile_states, seqlen_q, seqlen_k, (bq, bk), mask_mod)
+    bits = None
+    if n_words * bq * (bk // 32) < 2**31:
+        bits = _mask_bits(torch.cat(ids, dim=2), torch.cat(words), (bq, bk), aux, device)
+    return BlockMask.from_states(tile_states, seqlen_q, seqlen_k, (bq, bk), mask_mod, bits)
+
+
+def _pack_bits(tiles: torch.Tensor) -> torch.Tensor:
+    """int32 ``(n, bq, bk / 32)`` of bool ``tiles`` ``(n, bq, bk)``: bit ``j % 32`` of word ``j // 32``."""
+    n, bq, bk = tiles.shape
+    weights = torch.ones(32, dtype=torch.int64, device=tiles.device) << torch.arange(32, device=tiles.device)
+    packed = (tiles.reshape(n, bq, bk // 32, 32).to(torch.int64) * weights).sum(-1)
+    # Bit 31 makes a value past int32's range: keep its low 32 bits, as the kernels' shifts read them.
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+def _mask_bits(ids: torch.Tensor, words: torch.Tensor, block: tuple[int, int], aux, device) -> MaskBits:
+    batch, heads, nq, nk = ids.shape
+    if words.shape[0] == 0:
+        # The kernels may read tile 0 off the partial tiles (and discard it): one tile of zeros.
+        words = torch.zeros((1, block[0], block[1] // 32), dtype=torch.int32, device=device)
+    meta = torch.tensor(
+        [0 if batch == 1 else heads * nq * nk, 0 if heads == 1 else nq * nk, nk, *block],
+        dtype=torch.int32,
+        device=device,
+    )
+    versions = () if aux is None else tuple(t._version for t in aux)
+    return MaskBits(ids.contiguous(), words.contiguous(), meta, aux, versions)

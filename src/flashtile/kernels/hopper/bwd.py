@@ -41,9 +41,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.errors import FlashtileValueError
-from flashtile.kernels._block_sparse import call_mod
+from flashtile.kernels._block_sparse import call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
+from flashtile.kernels._mask_bits import reads_bits
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import (
@@ -53,6 +54,7 @@ from flashtile.kernels.hopper.fwd import (
     _tanh,
     _tile_start,
     option_arguments,
+    sparse_aux,
     sparse_key,
 )
 from flashtile.kernels.hopper.support import block_mask_unsupported_reason
@@ -290,15 +292,42 @@ def _listed_q_blocks(
 
 
 @gluon.jit
+def _bits_seen_t(aux, b, h, m0, key0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
+    """A block mask's bits (flashtile.block_mask.MaskBits: ``aux`` = (ids, words, meta)) as an Sᵀ tile: key
+    ``rows`` (from key0, inside one mask block) by query ``cols`` of the block at m0; True where the mask_mod
+    held."""
+    ids, words, meta = aux
+    qb = m0 // SPARSE_BLOCK_M
+    kb = key0 // SPARSE_BLOCK_N
+    ids_row = ids + b * gl.load(meta) + h * gl.load(meta + 1)
+    tile = gl.maximum(gl.load(ids_row + qb * gl.load(meta + 2) + kb), 0)
+    ROW_WORDS: gl.constexpr = SPARSE_BLOCK_N // 32
+    first = (key0 - kb * SPARSE_BLOCK_N) // 32
+    # Word `first + w` of each query row holds keys [32·(first + w), +32) of the block.
+    base = words + (tile * SPARSE_BLOCK_M + cols - qb * SPARSE_BLOCK_M) * ROW_WORDS + first
+    key = rows - kb * SPARSE_BLOCK_N
+    word_of_key = gl.expand_dims(key // 32 - first, 1)
+    picked = gl.expand_dims(gl.load(base), 0) + word_of_key * 0
+    for w in gl.static_range(1, rows.shape[0] // 32):
+        picked = gl.where(word_of_key == w, gl.expand_dims(gl.load(base + w), 0), picked)
+    return ((picked >> gl.expand_dims(key % 32, 1)) & 1) != 0
+
+
+@gluon.jit
 def _mod_mask(
-    pt, partial, b, h, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr
+    pt, partial, b, h, m0, key0, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD: gl.constexpr,
+    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    SPARSE_BLOCK_N: gl.constexpr,
 ):  # fmt: skip
-    """Pᵀ with the pairs (key rows ``rows``, queries ``cols``) that ``MASK_MOD`` hides set to 0, in a block
-    mask's partial block (``partial``); unchanged in a full one."""
+    """Pᵀ with the pairs (key rows ``rows``, queries ``cols``) that ``MASK_MOD`` (or the mask's bits, under
+    MASK_BITS) hides set to 0, in a block mask's partial block (``partial``); unchanged in a full one."""
     if partial:
-        seen = call_mod(
-            None, b, h, cols[None, :], rows[:, None], seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
-        )
+        if MASK_BITS:
+            seen = _bits_seen_t(aux, b, h, m0, key0, rows, cols, SPARSE_BLOCK_M, SPARSE_BLOCK_N)
+        else:
+            seen = call_mod(
+                None, b, h, cols[None, :], rows[:, None], seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
+            )
         pt = gl.where(seen, pt, 0.0)
     return pt
 
@@ -399,7 +428,7 @@ def _consumer(
     DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, which: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
@@ -442,7 +471,7 @@ def _consumer(
         HAS_WINDOW_LEFT, BM, BN, SPARSE_BLOCK_N, SPARSE_TILES,
     )  # fmt: skip
     n_mod = 0
-    if MASK_MOD is not None:
+    if MASK_MOD is not None or MASK_BITS:
         # The partial blocks' query blocks lead each head's list.
         n_mod = tiles[3] * SPARSE_TILES
     aux = lists[-1]
@@ -489,10 +518,11 @@ def _consumer(
                 pt = gl.where(rows[:, None] <= (cols + (diag_offset + window_right))[None, :], pt, 0.0)
                 if HAS_WINDOW_LEFT:
                     pt = gl.where(rows[:, None] >= (cols + (diag_offset - window_left))[None, :], pt, 0.0)
-            if MASK_MOD is not None:
+            if MASK_MOD is not None or MASK_BITS:
                 pt = _mod_mask(
-                    pt, partial, seq, h, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
-                )
+                    pt, partial, seq, h, m0, n0 + which * WG_ROWS, cols, rows, seqlen_q, seqlen_k, aux,
+                    MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_TILES * BM, SPARSE_BLOCK_N,
+                )  # fmt: skip
             # P as the dV operand and P·(1 − tanh²) (the softcap's derivative; the softmax scale comes at the
             # end) before dPᵀ lands: fewer registers live across the wait than P and tanh in fp32.
             p_op = gl.convert_layout(pt.to(dtype), a_layout)
@@ -513,11 +543,12 @@ def _consumer(
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
-            if MASK_MOD is not None:
+            if MASK_MOD is not None or MASK_BITS:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = _mod_mask(
-                    pt, partial, seq, h, cols, rows, seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
-                )
+                    pt, partial, seq, h, m0, n0 + which * WG_ROWS, cols, rows, seqlen_q, seqlen_k, aux,
+                    MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_TILES * BM, SPARSE_BLOCK_N,
+                )  # fmt: skip
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             dst = pt * (dpt - delta[None, :])
@@ -758,7 +789,7 @@ def attn_bwd_kernel(
     IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
     window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only.
@@ -867,11 +898,11 @@ def attn_bwd_kernel(
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, 0)),
+                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, 0)),
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, 1)),
+                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
             ],
@@ -1257,12 +1288,12 @@ def _sparse_arguments(sparse: Sparse | None, block_m: int) -> dict[str, object]:
     if sparse is None:
         return dict(
             list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_N=1, SPARSE_TILES=0, MASK_MOD=None,
-            MASK_MOD_AUX=False,
+            MASK_MOD_AUX=False, MASK_BITS=False,
         )  # fmt: skip
-    block_q, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux = sparse
+    block_q, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux, bits = sparse
     return dict(
         list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_N=block_k,
-        SPARSE_TILES=block_q // block_m, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux,
+        SPARSE_TILES=block_q // block_m, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux, MASK_BITS=bits,
     )  # fmt: skip
 
 
@@ -1305,12 +1336,11 @@ def _launch(
     lse = lse.contiguous()
     device = q.device
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    sparse = sparse_key(mods, "q")
-    lists, aux = (lse,) * 4, None
+    km = kernel_mods(mods)
+    sparse = sparse_key(km, "q", reads_bits(mods))
+    lists = (lse,) * 4
     if sparse is not None:
-        mask = mods.block_mask
-        lists = (mask.q_num_blocks, mask.q_indices, mask.full_q_num_blocks, mask.full_q_indices)
-        aux = mods.aux_tensors
+        lists = km.list_args("q", False) + km.list_args("q", True)
     preprocess, fused, finish = _bwd_launches(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
@@ -1340,7 +1370,8 @@ def _launch(
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
-        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists, aux,
+        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists,
+        sparse_aux(km, sparse),
     )  # fmt: skip
     if deterministic:
         finish(

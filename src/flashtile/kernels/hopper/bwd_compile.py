@@ -21,7 +21,8 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 # causal (True) or not (False), or option words joined by "+": "causal" or "local" (a window with both
 # sides), "softcap", "alibi", "varlen" (packed batches), "tmastore" (with varlen: dK/dV by TMA boxes where
 # a block lies inside its sequence, FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1), "sparse" (a block mask of
-# 128-row blocks: the listed query blocks of each key block), "mod" (the same with a mask_mod).
+# 128-row blocks: the listed query blocks of each key block), "mod" (the same with a mask_mod), "bits" (with
+# the mask bits create_block_mask's masks run).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
@@ -78,11 +79,11 @@ def compile_here(
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
     sparse = None
-    if "sparse" in words or "mod" in words:
+    if words & {"sparse", "mod", "bits"}:
         from flashtile import masks
 
-        # "mod": with flashtile.masks.causal in the partial blocks (no aux tensors).
-        sparse = (128, 128, (0, 0, 64), masks.causal if "mod" in words else None, False)
+        # "mod": flashtile.masks.causal in the partial blocks (no aux tensors); "bits": the mask bits.
+        sparse = (128, 128, (0, 0, 64), masks.causal if "mod" in words else None, False, "bits" in words)
     # The launcher passes a block mask's int32 lists, or the row statistics for them without one.
     lists = dict.fromkeys(
         ("q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr"), "*i32" if sparse else "*fp32"
@@ -101,12 +102,14 @@ def compile_here(
             # Dense launches pass the row statistics for the boundaries they do not read.
             cu_seqlens_q_ptr="*i32" if switches["IS_VARLEN"] else "*fp32",
             cu_seqlens_k_ptr="*i32" if switches["IS_VARLEN"] else "*fp32", **lists,
+            **({"aux": ("*i32", "*i32", "*i32")} if "bits" in words else {}),
         ),
         dict(
             HEAD_DIM=d, BM=bm, BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split,
             DQ_ROWS=dq_rows, DQ_COLS=dq_cols, IS_CAUSAL=causal, COMPUTE_DQ=not deterministic, **switches,
             **sparse_args,
-            **({} if switches["HAS_ALIBI"] else {"alibi_ptr": None}), aux=None,
+            **({} if switches["HAS_ALIBI"] else {"alibi_ptr": None}),
+            **({} if "bits" in words else {"aux": None}),
         ),
         {"num_warps": bwd.FUSED_WARPS, "maxnreg": bwd.FUSED_MAXNREG},
     )  # fmt: skip

@@ -38,9 +38,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.kernels import configs
-from flashtile.kernels._block_sparse import call_mod, kernel_mods
+from flashtile.kernels._block_sparse import KernelMods, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
+from flashtile.kernels._mask_bits import reads_bits
 from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.mods import Mods
@@ -233,17 +234,41 @@ def _tanh(x):
 
 
 @gluon.jit
+def _bits_seen(aux, b, h, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
+    """A block mask's bits (flashtile.block_mask.MaskBits: ``aux`` = (ids, words, meta)) for query ``rows``
+    of the program's block at m0 and the keys ``cols`` of the tile at n0 (inside one mask block): True where
+    the mask_mod held. Off the partial tiles it reads tile 0's bits, which the caller discards."""
+    ids, words, meta = aux
+    qb = m0 // SPARSE_BLOCK_M
+    tile = gl.load(
+        ids + b * gl.load(meta) + h * gl.load(meta + 1) + qb * gl.load(meta + 2) + n0 // SPARSE_BLOCK_N
+    )
+    ROW_WORDS: gl.constexpr = SPARSE_BLOCK_N // 32
+    # The tile's rows start at word (tile · block_q + row) · ROW_WORDS; its keys at word (n0 % block_k) / 32.
+    base = words + (gl.maximum(tile, 0) * SPARSE_BLOCK_M + rows - qb * SPARSE_BLOCK_M) * ROW_WORDS
+    base = base + (n0 % SPARSE_BLOCK_N) // 32
+    col = cols - n0
+    word_of_col = gl.expand_dims(col // 32, 0)
+    picked = gl.expand_dims(gl.load(base), 1) + word_of_col * 0
+    for w in gl.static_range(1, cols.shape[0] // 32):
+        picked = gl.where(word_of_col == w, gl.expand_dims(gl.load(base + w), 1), picked)
+    return ((picked >> gl.expand_dims(col % 32, 0)) & 1) != 0
+
+
+@gluon.jit
 def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
     qk_scale`` or, with softcap or ALiBi, kernels/_scores.py's ``base2_scores``. ``rows``: the query rows
     and the per-row terms :func:`_row_terms` computes once. A masked step with MASK_MOD (a block mask's
-    partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, when the
-    ``use_mod`` of ``mod_args`` = (b, h, N_q, aux, use_mod) holds."""
+    partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, or under
+    MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
+    aux, use_mod, m0) holds."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope = scores
     if MASKED:
@@ -265,12 +290,15 @@ def _softmax_step(
         s = s + (-alibi_slope / s_scale) * dist
     if MASKED:
         keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
-        if MASK_MOD is not None:
-            b, h, seqlen_q, aux, use_mod = mod_args
-            seen = call_mod(
-                None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k, aux,
-                MASK_MOD, MASK_MOD_AUX,
-            )  # fmt: skip
+        if MASK_MOD is not None or MASK_BITS:
+            b, h, seqlen_q, aux, use_mod, m0 = mod_args
+            if MASK_BITS:
+                seen = _bits_seen(aux, b, h, m0, n0, rows[0], cols, SPARSE_BLOCK_M, SPARSE_TILES * BLOCK_N)
+            else:
+                seen = call_mod(
+                    None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k, aux,
+                    MASK_MOD, MASK_MOD_AUX,
+                )  # fmt: skip
             keep = keep & (seen | (use_mod == 0))
         s = gl.where(keep, s, -float("inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
@@ -288,6 +316,7 @@ def _attn_fwd_steps(
     scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
+    MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
     wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
@@ -314,7 +343,7 @@ def _attn_fwd_steps(
             n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
@@ -329,7 +358,7 @@ def _attn_fwd_consumer(
     program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
 ):  # fmt: skip
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
     t_lo, n_tiles, qk_scale, tiles = program[12:]
@@ -360,7 +389,7 @@ def _attn_fwd_consumer(
     n_mod = 0
     if SPARSE_TILES:
         # The partial blocks' tiles lead: with a mask_mod, tiles [1, a) take it (tile 0 if it is one).
-        if MASK_MOD is not None:
+        if MASK_MOD is not None or MASK_BITS:
             n_mod = gl.minimum(tiles[3] * SPARSE_TILES, n_tiles)
         a = gl.maximum(n_mod, 1)
         # Listed tiles are in no order along the keys: the rest all take the masked step where any tile may
@@ -373,7 +402,7 @@ def _attn_fwd_consumer(
             row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
 
-    mod_args = (b, h, seqlen_q, aux, n_mod > 0)
+    mod_args = (b, h, seqlen_q, aux, n_mod > 0, m0)
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
@@ -390,27 +419,28 @@ def _attn_fwd_consumer(
         mbarrier.arrive(k_empty.index(0), count=1)
         p, m_i, l_i, _ = _softmax_step(
             s, m_i, l_i, _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES), rows, scores, mod_args, True,
-            IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX,
+            IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
+            SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
-        if HAS_WINDOW_LEFT or MASK_MOD is not None:
+        if HAS_WINDOW_LEFT or MASK_MOD is not None or MASK_BITS:
             # The window's left edge: tiles some rows see in part, before those all rows see in full; or
             # a block mask's partial tiles, with its mask_mod.
             acc, m_i, l_i, p = _attn_fwd_steps(
                 acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, tiles,
                 rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-                BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
+                BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, tiles,
             rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-            BLOCK_N, STAGES, SPARSE_TILES, None, False,
+            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b_full, n_tiles, t_lo,
             tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-            BLOCK_N, STAGES, SPARSE_TILES, None, False,
+            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
         )  # fmt: skip
         last = (n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
@@ -465,7 +495,7 @@ def attn_fwd_kernel(
     list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
     IS_VARLEN: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -480,7 +510,8 @@ def attn_fwd_kernel(
     (flashtile.BlockMask's ``kv_*`` lists, read at b·list_stride_b + h·list_stride_h + row, rows of
     list_row_len entries); a program visits its query block's listed key blocks only, and in the partial
     ones hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` (a ``@triton.jit`` function, None:
-    none) is False. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None."""
+    none) is False, or under MASK_BITS where the mask's bits (``aux`` = flashtile.block_mask.MaskBits' ids,
+    words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
     m_block = pid % num_m_blocks
@@ -562,10 +593,10 @@ def attn_fwd_kernel(
             (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)),
             (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
                                   HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX)),
+                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M)),
             (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
                                   HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX)),
+                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -612,17 +643,29 @@ def option_arguments(
 
 
 # A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
-# its lists, the mask_mod of its partial blocks or None, whether that takes aux_tensors).
-Sparse = tuple[int, int, tuple[int, int, int], object, bool]
+# its lists, the mask_mod of its partial blocks or None, whether that takes aux_tensors, whether the kernels
+# read the mask's bits instead).
+Sparse = tuple[int, int, tuple[int, int, int], object, bool, bool]
 
 
-def sparse_key(mods: Mods | None, side: str) -> Sparse | None:
-    """What the launches take from ``mods`` (None without a block mask): its ``side`` lists' layout ("kv"
-    for the forward, "q" for the backward) and its mask_mod."""
-    km = kernel_mods(mods)
+def sparse_key(km: KernelMods, side: str, bits: bool) -> Sparse | None:
+    """What the launches take from the kernels' view of the mods (None without a block mask): its ``side``
+    lists' layout ("kv" for the forward, "q" for the backward) and its mask function, or with ``bits``
+    (flashtile.kernels._mask_bits.reads_bits) the mask's bits in its place."""
     if km.block_mask is None:
         return None
-    return (*km.block_mask.block_size, km.strides(side), km.switches["MASK_MOD"], km.switches["MASK_MOD_AUX"])
+    if bits:
+        return (*km.block_mask.block_size, km.strides(side), None, False, True)
+    mod = km.switches["MASK_MOD"], km.switches["MASK_MOD_AUX"]
+    return (*km.block_mask.block_size, km.strides(side), *mod, False)
+
+
+def sparse_aux(km: KernelMods, sparse: Sparse | None) -> tuple[torch.Tensor, ...] | None:
+    """The kernels' ``aux``: the mask bits' tensors when they read them, else the call's aux_tensors."""
+    if sparse is not None and sparse[-1]:
+        bits = km.block_mask.bits
+        return bits.ids, bits.words, bits.meta
+    return km.aux
 
 
 def sparse_arguments(sparse: Sparse | None, block_n: int) -> dict[str, object]:
@@ -630,12 +673,12 @@ def sparse_arguments(sparse: Sparse | None, block_n: int) -> dict[str, object]:
     if sparse is None:
         return dict(
             list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_M=1, SPARSE_TILES=0, MASK_MOD=None,
-            MASK_MOD_AUX=False,
+            MASK_MOD_AUX=False, MASK_BITS=False,
         )  # fmt: skip
-    block_m, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux = sparse
+    block_m, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux, bits = sparse
     return dict(
         list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_M=block_m,
-        SPARSE_TILES=block_k // block_n, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux,
+        SPARSE_TILES=block_k // block_n, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux, MASK_BITS=bits,
     )  # fmt: skip
 
 
@@ -736,15 +779,11 @@ def attn_fwd(
     q, softmax_scale = positive_scale(q, softmax_scale)
     cfg = config or configs.hopper_fwd_config(head_dim)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    sparse = sparse_key(mods, "kv")
-    lists, aux = (lse,) * 4, None
+    km = kernel_mods(mods)
+    sparse = sparse_key(km, "kv", reads_bits(mods))
+    lists = (lse,) * 4
     if sparse is not None:
-        block_mask = mods.block_mask
-        lists = (
-            block_mask.kv_num_blocks, block_mask.kv_indices, block_mask.full_kv_num_blocks,
-            block_mask.full_kv_indices,
-        )  # fmt: skip
-        aux = mods.aux_tensors
+        lists = km.list_args("kv", False) + km.list_args("kv", True)
     launch = _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
@@ -757,6 +796,6 @@ def attn_fwd(
         o_desc, o_ptr, cu_q, cu_k = q_desc, out, cu_seqlens_q, cu_seqlens_k
     launch(
         q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
-        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists, aux,
+        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists, sparse_aux(km, sparse),
     )  # fmt: skip
     return out, lse

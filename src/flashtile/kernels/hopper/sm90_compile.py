@@ -40,6 +40,8 @@ FWD_OPTION_WORDS = {
     "sparse": dict(sparse=True),
     # With a mask_mod in its partial blocks (flashtile.masks.causal: no aux tensors).
     "mod": dict(sparse=True, mask_mod=True),
+    # With its mask bits in place of the mask_mod (create_block_mask's masks: kernels/_mask_bits.py).
+    "bits": dict(sparse=True, mask_mod="bits"),
 }
 # Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
 # differ in their conversions only, and dense and causal compile in both).
@@ -50,7 +52,7 @@ FWD_OPTION_VARIANTS = (
 # Varlen variants, compiled for every head dim in both dtypes (docs/design/hopper.md, "Variable length").
 FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi")
 # Block-sparse variants, compiled for every head dim in bf16 (and the plain one in fp16).
-FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal", "mod")
+FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal", "mod", "bits")
 
 
 def fwd_configurations() -> list[tuple[int, str, str]]:
@@ -93,8 +95,9 @@ def fwd_options(variant: str, block_n: int, seqlen: int = 1024) -> dict[str, obj
     if opts.get("sparse"):
         from flashtile import masks
 
-        mask_mod = masks.causal if opts.get("mask_mod") else None
-        sparse = (128, 128, (0, 0, seqlen // 128), mask_mod, False)
+        bits = opts.get("mask_mod") == "bits"
+        mask_mod = masks.causal if opts.get("mask_mod") is True else None
+        sparse = (128, 128, (0, 0, seqlen // 128), mask_mod, False, bits)
     return {**args, "IS_VARLEN": bool(opts.get("varlen")), **fwd.sparse_arguments(sparse, block_n)}
 
 
@@ -152,8 +155,13 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         ),
     )
     switches = {name: value for name, value in options.items() if name.isupper()}
-    # No aux tensors: Triton takes a None argument as a constexpr.
-    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, aux=None, **switches)
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
+    if options["MASK_BITS"]:
+        # The mask bits' tensors: tile ids, words and their layout (int32).
+        signature["aux"] = ("*i32", "*i32", "*i32")
+    else:
+        # No aux tensors: Triton takes a None argument as a constexpr.
+        constexprs["aux"] = None
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     assert set(signature) == set(fwd.attn_fwd_kernel.arg_names), "the signature names every kernel argument"
     compiled = triton.compile(
