@@ -33,10 +33,10 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     # thread-index offsets in a 16-byte stack frame, read back once per masked/unmasked phase change (4
     # LDLs per program, none inside a tile loop; docs/design/hopper.md, "Variable length").
     stack_allowed = 16 if case[0] == 256 and case[1] == "varlen+window+softcap+alibi" else 0
-    # A block mask's mask_mod (its ids and bounds beside the dense kernel's): ptxas parks a few scalars in a
-    # 16–24-byte frame at D = 128 and 256 (none at D = 64).
+    # A block mask's mask_mod or its bits (ids, bounds and pointers beside the dense kernel's): ptxas parks a
+    # few scalars in a 16–32-byte frame at D = 128 and 256 (none at D = 64).
     if case[1] in ("mod", "bits"):
-        stack_allowed = 24
+        stack_allowed = 32
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
     assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"
 

@@ -292,15 +292,14 @@ def _listed_q_blocks(
 
 
 @gluon.jit
-def _bits_seen_t(aux, b, h, m0, key0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
-    """A block mask's bits (flashtile.block_mask.MaskBits: ``aux`` = (ids, words, meta)) as an Sᵀ tile: key
-    ``rows`` (from key0, inside one mask block) by query ``cols`` of the block at m0; True where the mask_mod
-    held."""
-    ids, words, meta = aux
+def _bits_seen_t(bits, m0, key0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
+    """A block mask's bits (flashtile.block_mask.MaskBits; ``bits`` = (its tile ids of the program's batch
+    element and heads, its words, NK)) as an Sᵀ tile: key ``rows`` (from key0, inside one mask block) by
+    query ``cols`` of the block at m0; True where the mask_mod held."""
+    ids, words, nk = bits
     qb = m0 // SPARSE_BLOCK_M
     kb = key0 // SPARSE_BLOCK_N
-    ids_row = ids + b * gl.load(meta) + h * gl.load(meta + 1)
-    tile = gl.maximum(gl.load(ids_row + qb * gl.load(meta + 2) + kb), 0)
+    tile = gl.maximum(gl.load(ids + qb * nk + kb), 0)
     ROW_WORDS: gl.constexpr = SPARSE_BLOCK_N // 32
     first = (key0 - kb * SPARSE_BLOCK_N) // 32
     # Word `first + w` of each query row holds keys [32·(first + w), +32) of the block.
@@ -323,7 +322,7 @@ def _mod_mask(
     MASK_BITS) hides set to 0, in a block mask's partial block (``partial``); unchanged in a full one."""
     if partial:
         if MASK_BITS:
-            seen = _bits_seen_t(aux, b, h, m0, key0, rows, cols, SPARSE_BLOCK_M, SPARSE_BLOCK_N)
+            seen = _bits_seen_t(aux, m0, key0, rows, cols, SPARSE_BLOCK_M, SPARSE_BLOCK_N)
         else:
             seen = call_mod(
                 None, b, h, cols[None, :], rows[:, None], seqlen_q, seqlen_k, aux, MASK_MOD, MASK_MOD_AUX
@@ -475,6 +474,10 @@ def _consumer(
         # The partial blocks' query blocks lead each head's list.
         n_mod = tiles[3] * SPARSE_TILES
     aux = lists[-1]
+    if MASK_BITS:
+        # The tile ids of this batch element and the group's heads (one list for them all), once.
+        ids, words, meta = aux
+        aux = (ids + b * gl.load(meta) + (h_kv * GROUP) * gl.load(meta + 1), words, gl.load(meta + 2))
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):

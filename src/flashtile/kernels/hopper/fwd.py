@@ -234,15 +234,14 @@ def _tanh(x):
 
 
 @gluon.jit
-def _bits_seen(aux, b, h, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
-    """A block mask's bits (flashtile.block_mask.MaskBits: ``aux`` = (ids, words, meta)) for query ``rows``
-    of the program's block at m0 and the keys ``cols`` of the tile at n0 (inside one mask block): True where
-    the mask_mod held. Off the partial tiles it reads tile 0's bits, which the caller discards."""
-    ids, words, meta = aux
+def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
+    """A block mask's bits (flashtile.block_mask.MaskBits; ``bits`` = (its tile ids' row of the program's
+    query block, its words)) for query ``rows`` of the program's block at m0 and the keys ``cols`` of the tile
+    at n0 (inside one mask block): True where the mask_mod held. Off the partial tiles it reads tile 0's
+    bits, which the caller discards."""
+    ids_row, words = bits
     qb = m0 // SPARSE_BLOCK_M
-    tile = gl.load(
-        ids + b * gl.load(meta) + h * gl.load(meta + 1) + qb * gl.load(meta + 2) + n0 // SPARSE_BLOCK_N
-    )
+    tile = gl.load(ids_row + n0 // SPARSE_BLOCK_N)
     ROW_WORDS: gl.constexpr = SPARSE_BLOCK_N // 32
     # The tile's rows start at word (tile · block_q + row) · ROW_WORDS; its keys at word (n0 % block_k) / 32.
     base = words + (gl.maximum(tile, 0) * SPARSE_BLOCK_M + rows - qb * SPARSE_BLOCK_M) * ROW_WORDS
@@ -293,7 +292,7 @@ def _softmax_step(
         if MASK_MOD is not None or MASK_BITS:
             b, h, seqlen_q, aux, use_mod, m0 = mod_args
             if MASK_BITS:
-                seen = _bits_seen(aux, b, h, m0, n0, rows[0], cols, SPARSE_BLOCK_M, SPARSE_TILES * BLOCK_N)
+                seen = _bits_seen(aux, m0, n0, rows[0], cols, SPARSE_BLOCK_M, SPARSE_TILES * BLOCK_N)
             else:
                 seen = call_mod(
                     None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k, aux,
@@ -402,6 +401,9 @@ def _attn_fwd_consumer(
             row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
 
+    if MASK_BITS:
+        # The tile ids of this query block's row (the ids have the kv lists' layout), and the words.
+        aux = (aux[0] + tiles[2], aux[1])
     mod_args = (b, h, seqlen_q, aux, n_mod > 0, m0)
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
