@@ -74,8 +74,9 @@
 #      then the Gluon forward and backward test files and the causal block-mask test (against the oracle now)
 #   z  the mask bits (create_block_mask's mask_mod on the partial tiles, read by the Gluon kernels): the
 #      block-mask GPU tests, bench --masks with its new-mask first call, memcheck over hopper_sparse
+#   za the mask bits' loop-invariant loads hoisted: the block-mask GPU tests and bench --masks again
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -436,8 +437,16 @@ case "$part" in
     cp "$work/gpu_tests_z.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
     finish
     ;;
+  za)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_za.xml" tests/test_gpu_hopper_block_sparse.py \
+      "$@"
+    step bench_masks 250 python3 -m flashtile bench --masks --out-dir "$work/masks"
+    cp "$work/gpu_tests_za.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
