@@ -75,8 +75,10 @@
 #   z  the mask bits (create_block_mask's mask_mod on the partial tiles, read by the Gluon kernels): the
 #      block-mask GPU tests, bench --masks with its new-mask first call, memcheck over hopper_sparse
 #   za the mask bits' loop-invariant loads hoisted: the block-mask GPU tests and bench --masks again
+#   zb the GPU tests of the files around the session's changes (bench --masks end to end, launch cache, CLI,
+#      API, hardening), then memcheck over the portable cases from the 97th
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -445,8 +447,18 @@ case "$part" in
     cp "$work/gpu_tests_za.xml" "$work"/masks/*.csv "$work"/masks/*.png "$OUT"/ 2>/dev/null
     finish
     ;;
+  zb)
+    begin
+    step gpu_tests 300 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zb.xml" tests/test_bench_masks.py \
+      tests/test_launch_cache.py tests/test_cli_bench.py tests/test_gpu_api.py tests/test_gpu_hardening.py "$@"
+    step precompile 60 python3 scripts/sanitize_kernels.py --only portable --start 97
+    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only portable --start 97
+    cp "$work/gpu_tests_zb.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
