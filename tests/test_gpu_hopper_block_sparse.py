@@ -3,7 +3,8 @@ block's listed key blocks, the backward each key block's listed query blocks. Ra
 partial without a mask_mod, full) of 128- and 256-row blocks, odd lengths, causal or not, MHA with a mask
 per head and GQA with one mask for every head, and block masks of flashtile.masks' mask_mods (document ids
 as aux tensors) and a custom one, read as create_block_mask's bits or compiled into the kernels, against
-the float64 oracle (2×/3× rule); a query block with no key block gives out = 0, lse = −inf and no NaN. Each case also checks which kernels the backend picks.
+the float64 oracle (2×/3× rule); a query block with no key block gives out = 0, lse = −inf and no NaN. Each
+case also checks which kernels the backend picks.
 Skipped elsewhere: Gluon does not run in Triton's interpreter (CPU CI compiles these kernels for sm_90,
 tests/test_kernels_hopper_sm90.py and tests/test_hopper_bwd_sm90.py).
 """
