@@ -45,6 +45,34 @@ def _random_states(batch: int, heads: int, n_q: int, n_k: int, block: tuple[int,
     return states.to(torch.int8)
 
 
+def _matches_oracle(q, k, v, dout, causal: bool, mods: Mods, label: str, seed: int):
+    """flash_attn_func with ``mods``' block mask and aux tensors, forward and backward, against the float64
+    oracle (2×/3× rule, no NaN); returns (out, lse)."""
+    out, lse, _ = flashtile.flash_attn_func(
+        q,
+        k,
+        v,
+        causal=causal,
+        block_mask=mods.block_mask,
+        aux_tensors=mods.aux_tensors,
+        return_attn_probs=True,
+    )
+    out.backward(dout)
+    ours = (out, lse, q.grad, k.grad, v.grad)
+
+    def reference(ref_dtype):
+        leaves = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
+        o, l_ = naive.attention(*leaves, softmax_scale=q.shape[-1] ** -0.5, causal=causal, mods=mods)
+        o.backward(dout.to(ref_dtype))
+        return o, l_, *(t.grad for t in leaves)
+
+    oracle, baseline = reference(torch.float64), reference(q.dtype)
+    for result, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
+        assert not torch.isnan(mine).any(), f"{result}: NaN ({label}, seed {seed})"
+        assert_matches_oracle(result, mine, ref, base, grad=result.startswith("d"), seed=seed)
+    return out, lse
+
+
 CASES = [
     # (batch, N_q, N_k, head dim, layout, mask per head, block size, causal)
     (2, 1000, 1500, 128, "mha", True, (128, 128), False),
@@ -78,20 +106,7 @@ def test_block_mask_in_the_gluon_kernels_matches_oracle(case, dtype, seed: int) 
     else:
         assert bwd_reason is None
 
-    out, lse, _ = flashtile.flash_attn_func(q, k, v, causal=causal, block_mask=bm, return_attn_probs=True)
-    out.backward(dout)
-    ours = (out, lse, q.grad, k.grad, v.grad)
-
-    def reference(ref_dtype):
-        leaves = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
-        o, l_ = naive.attention(*leaves, softmax_scale=d**-0.5, causal=causal, mods=mods)
-        o.backward(dout.to(ref_dtype))
-        return o, l_, *(t.grad for t in leaves)
-
-    oracle, baseline = reference(torch.float64), reference(dtype)
-    for name, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
-        assert not torch.isnan(mine).any(), f"{name}: NaN ({case}, seed {seed})"
-        assert_matches_oracle(name, mine, ref, base, grad=name.startswith("d"), seed=seed)
+    out, lse = _matches_oracle(q, k, v, dout, causal, mods, str(case), seed)
     # Query block 0 lists no key block.
     rows = slice(0, block[0])
     assert (out[:, rows] == 0).all()
@@ -139,19 +154,4 @@ def test_mask_mod_in_the_gluon_kernels_matches_oracle(
     assert hopper.unsupported_reason("attn_fwd", q, k, v, options) is None
     assert hopper_bwd.bwd_unsupported_reason(q, k, v, dout, options) is None
 
-    out, lse, _ = flashtile.flash_attn_func(
-        q, k, v, causal=causal, block_mask=bm, aux_tensors=aux, return_attn_probs=True
-    )
-    out.backward(dout)
-    ours = (out, lse, q.grad, k.grad, v.grad)
-
-    def reference(ref_dtype):
-        leaves = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
-        o, l_ = naive.attention(*leaves, softmax_scale=d**-0.5, causal=causal, mods=mods)
-        o.backward(dout.to(ref_dtype))
-        return o, l_, *(t.grad for t in leaves)
-
-    oracle, baseline = reference(torch.float64), reference(dtype)
-    for result, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
-        assert not torch.isnan(mine).any(), f"{result}: NaN ({name}, seed {seed})"
-        assert_matches_oracle(result, mine, ref, base, grad=result.startswith("d"), seed=seed)
+    _matches_oracle(q, k, v, dout, causal, mods, name, seed)

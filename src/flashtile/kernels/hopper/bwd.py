@@ -54,6 +54,7 @@ from flashtile.kernels.hopper.fwd import (
     _tanh,
     _tile_start,
     option_arguments,
+    sparse_arguments,
     sparse_aux,
     sparse_key,
 )
@@ -1262,7 +1263,8 @@ def _bwd_launches(
             **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
-            VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts, **_sparse_arguments(sparse, bm),
+            VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
+            **sparse_arguments(sparse, bm, "q"),
         ),
         {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
@@ -1283,21 +1285,6 @@ def _bwd_launches(
             dict(numel=numel, scale=softmax_scale, BLOCK=1024), {},
         )  # fmt: skip
     return preprocess, fused, finish
-
-
-def _sparse_arguments(sparse: Sparse | None, block_m: int) -> dict[str, object]:
-    """The fused kernel's block-mask arguments for ``sparse`` (:func:`flashtile.kernels.hopper.fwd.sparse_key`
-    of the ``q`` lists), or for none (SPARSE_TILES = 0)."""
-    if sparse is None:
-        return dict(
-            list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_N=1, SPARSE_TILES=0, MASK_MOD=None,
-            MASK_MOD_AUX=False, MASK_BITS=False,
-        )  # fmt: skip
-    block_q, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux, bits = sparse
-    return dict(
-        list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_N=block_k,
-        SPARSE_TILES=block_q // block_m, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux, MASK_BITS=bits,
-    )  # fmt: skip
 
 
 def _launch(

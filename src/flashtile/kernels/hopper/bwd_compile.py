@@ -88,7 +88,7 @@ def compile_here(
     lists = dict.fromkeys(
         ("q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr"), "*i32" if sparse else "*fp32"
     )
-    sparse_args = {k: v for k, v in bwd._sparse_arguments(sparse, bm).items() if k.isupper()}
+    sparse_args = {k: v for k, v in bwd.sparse_arguments(sparse, bm, "q").items() if k.isupper()}
     dq_rows, dq_cols = cfg.dq_box(d)
     out_rows, out_cols = cfg.out_box(d)
     q_block, kv_block, out_block = [1, bm, d], [1, bn, d], [1, out_rows, out_cols]

@@ -670,18 +670,23 @@ def sparse_aux(km: KernelMods, sparse: Sparse | None) -> tuple[torch.Tensor, ...
     return km.aux
 
 
-def sparse_arguments(sparse: Sparse | None, block_n: int) -> dict[str, object]:
-    """The forward's block-mask arguments for ``sparse``, or for none (SPARSE_TILES = 0)."""
+def sparse_arguments(sparse: Sparse | None, tile: int, side: str = "kv") -> dict[str, object]:
+    """A kernel's block-mask arguments for ``sparse``, or for none (SPARSE_TILES = 0). ``side`` "kv": the
+    forward, walking listed key blocks in tiles of ``tile`` keys (its SPARSE_BLOCK_M the query block);
+    "q": the backward, walking listed query blocks in tiles of ``tile`` queries (SPARSE_BLOCK_N the key
+    block)."""
+    kept = "SPARSE_BLOCK_M" if side == "kv" else "SPARSE_BLOCK_N"
     if sparse is None:
-        return dict(
-            list_stride_b=0, list_stride_h=0, list_row_len=0, SPARSE_BLOCK_M=1, SPARSE_TILES=0, MASK_MOD=None,
-            MASK_MOD_AUX=False, MASK_BITS=False,
-        )  # fmt: skip
-    block_m, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux, bits = sparse
-    return dict(
-        list_stride_b=stride_b, list_stride_h=stride_h, list_row_len=row_len, SPARSE_BLOCK_M=block_m,
-        SPARSE_TILES=block_k // block_n, MASK_MOD=mask_mod, MASK_MOD_AUX=takes_aux, MASK_BITS=bits,
-    )  # fmt: skip
+        return {
+            "list_stride_b": 0, "list_stride_h": 0, "list_row_len": 0, kept: 1, "SPARSE_TILES": 0,
+            "MASK_MOD": None, "MASK_MOD_AUX": False, "MASK_BITS": False,
+        }  # fmt: skip
+    block_q, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux, bits = sparse
+    listed, other = (block_k, block_q) if side == "kv" else (block_q, block_k)
+    return {
+        "list_stride_b": stride_b, "list_stride_h": stride_h, "list_row_len": row_len, kept: other,
+        "SPARSE_TILES": listed // tile, "MASK_MOD": mask_mod, "MASK_MOD_AUX": takes_aux, "MASK_BITS": bits,
+    }  # fmt: skip
 
 
 # The tensors of a launch, in the kernel's parameter order.
