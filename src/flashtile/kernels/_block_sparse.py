@@ -110,14 +110,13 @@ class KernelMods:
         bm = self.block_mask
         if bm is None:
             return 0, 0, 0
-        return list_strides(getattr(bm, f"{side}_num_blocks"), getattr(bm, f"{side}_indices"))
-
-
-def list_strides(counts: torch.Tensor, indices: torch.Tensor) -> tuple[int, int, int]:
-    """(batch stride, head stride, row length) of a block mask's lists, ``counts`` (B, H, R) and ``indices``
-    (B, H, R, C) contiguous; a stride is 0 where the dimension is 1 (broadcast)."""
-    batch, heads, rows = counts.shape
-    return (0 if batch == 1 else heads * rows), (0 if heads == 1 else rows), indices.shape[-1]
+        counts = getattr(bm, f"{side}_num_blocks")
+        batch, heads, rows = counts.shape
+        return (
+            (0 if batch == 1 else heads * rows),
+            (0 if heads == 1 else rows),
+            getattr(bm, f"{side}_indices").shape[-1],
+        )
 
 
 def fwd_switches(switches: dict[str, object]) -> dict[str, object]:

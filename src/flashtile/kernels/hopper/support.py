@@ -25,7 +25,7 @@ GPU_CHECKED_VARLEN = True
 VARLEN_ENV = "FLASHTILE_HOPPER_FWD_VARLEN"
 
 
-# Query blocks of a block mask the Gluon kernels take: the forward's programs own 128 query rows, the
+# Block sizes of a block mask the Gluon kernels take: the forward's programs own 128 query rows, the
 # backward's key blocks are 128 rows, and each must lie inside one of the mask's blocks.
 SPARSE_BLOCKS = (128, 256)
 # A block mask's mask_mod runs inside the Gluon kernels (a @triton.jit function compiles in Gluon when it
