@@ -77,8 +77,10 @@
 #   za the mask bits' loop-invariant loads hoisted: the block-mask GPU tests and bench --masks again
 #   zb the GPU tests of the files around the session's changes (bench --masks end to end, launch cache, CLI,
 #      API, hardening), then memcheck over the portable cases from the 97th
+#   zc the block-mask GPU tests after their shared oracle check, and the decode, KV-cache and transformers
+#      GPU tests with flash_attn_with_kvcache passing cache_seqlens itself when nothing is appended
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -457,8 +459,15 @@ case "$part" in
     cp "$work/gpu_tests_zb.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zc)
+    begin
+    step gpu_tests 330 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zc.xml" tests/test_gpu_hopper_block_sparse.py \
+      tests/test_gpu_kvcache.py tests/test_gpu_transformers.py tests/test_decode_kernel.py "$@"
+    cp "$work/gpu_tests_zc.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

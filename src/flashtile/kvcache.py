@@ -307,8 +307,10 @@ def flash_attn_with_kvcache(
                 interleaved, backend,
             )  # fmt: skip
         attend = _ops.kvcache_attn if compiling else _ops.run_kvcache_attn
+        # A decode step that appends nothing attends to cache_seqlens as given: no add kernel.
+        seen = cache_seqlens + seqlen_new if seqlen_new else cache_seqlens
         out, lse = attend(
-            q, k_cache, v_cache, cache_seqlens + seqlen_new, block_table, cache_batch_idx, cache_leftpad,
+            q, k_cache, v_cache, seen, block_table, cache_batch_idx, cache_leftpad,
             scale, *options.window_size, options.softcap, options.alibi_slopes, num_splits, backend,
         )  # fmt: skip
     return (out, lse) if return_lse else out
