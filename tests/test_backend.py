@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashtile import backend, ops
+from flashtile import backend, masks, ops
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels import hopper, portable
 from flashtile.kernels.hopper import support
+from flashtile.mods import Mods
 from flashtile.reference import naive
 from tests.helpers import assert_matches_oracle
 
@@ -91,7 +92,7 @@ UNSUPPORTED = [
     pytest.param(dict(dtype=torch.float32), {}, "float16 and bfloat16", id="fp32"),
     pytest.param(dict(head_dim=96), {}, "head dims 64, 128, 256", id="d96"),
     pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
-    pytest.param({}, dict(mods=object()), "block masks, mask_mod and score_mod", id="mods"),
+    pytest.param({}, dict(mods=Mods(mask_mod=masks.causal)), "without a block mask", id="mods"),
     pytest.param({}, dict(learnable_sink=torch.zeros(4)), "learnable_sink", id="sink"),
     pytest.param(dict(head_dim_v=64), {}, "V head dim", id="dv64"),
 ]
