@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.errors import FlashtileValueError
-from flashtile.kernels._block_sparse import call_mod, kernel_mods
+from flashtile.kernels._block_sparse import NO_MODS, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels._mask_bits import reads_bits
@@ -1326,7 +1326,7 @@ def _launch(
     lse = lse.contiguous()
     device = q.device
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    km = kernel_mods(mods)
+    km = NO_MODS if mods is None else kernel_mods(mods)
     sparse = sparse_key(km, "q", reads_bits(mods))
     lists = (lse,) * 4
     if sparse is not None:

@@ -38,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile.kernels import configs
-from flashtile.kernels._block_sparse import KernelMods, call_mod, kernel_mods
+from flashtile.kernels._block_sparse import NO_MODS, KernelMods, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels._mask_bits import reads_bits
@@ -786,7 +786,7 @@ def attn_fwd(
     q, softmax_scale = positive_scale(q, softmax_scale)
     cfg = config or configs.hopper_fwd_config(head_dim)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    km = kernel_mods(mods)
+    km = NO_MODS if mods is None else kernel_mods(mods)
     sparse = sparse_key(km, "kv", reads_bits(mods))
     lists = (lse,) * 4
     if sparse is not None:
