@@ -236,7 +236,9 @@ _FAKE_SM90 = textwrap.dedent(
     from flashtile.kernels.hopper import bwd as hopper_bwd
     from flashtile.kernels.hopper import fwd as hopper_fwd
     from flashtile.kernels.hopper.descriptors import CheckedDescriptor
+    from flashtile.block_mask import create_block_mask
     from flashtile.masks import causal as causal_mask_mod
+    from flashtile.masks import document, document_ids
     from flashtile.mods import Mods
 
     TARGET = GPUTarget("cuda", 90, 32)
@@ -402,13 +404,16 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
 
 
     def hopper_call_of(q, k, v, causal=False, deterministic=False, **fwd_options):
-        # The backward gets the forward's window, softcap and ALiBi slopes (the fused kernel's options).
+        # The backward gets the forward's window, softcap, ALiBi slopes and mods (the fused kernel's options).
         def call():
             out, lse = hopper_fwd.attn_fwd(q, k, v, 0.125, causal, **fwd_options)
             dout = torch.randn_like(out)
             window = fwd_options.get("window_size", (-1, 0) if causal else (-1, -1))
             softcap, slopes = fwd_options.get("softcap", 0.0), fwd_options.get("alibi_slopes")
-            hopper_bwd._launch(dout, q, k, v, out, lse, 0.125, causal, deterministic, window, softcap, slopes)
+            hopper_bwd._launch(
+                dout, q, k, v, out, lse, 0.125, causal, deterministic, window, softcap, slopes, None,
+                fwd_options.get("mods"),
+            )  # fmt: skip
 
         return call
 
@@ -427,6 +432,9 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
     tiles = torch.tensor([[True, False], [True, True]])
     block_mask = BlockMask.from_tiles(tiles, N, N, 32)
     aux = (torch.zeros(N, dtype=torch.int32), torch.zeros(3, dtype=torch.float32))
+    # Blocks of 128 for the Gluon kernels: a document mask (its bits when the aux tensors are its own).
+    doc_ids = (document_ids(torch.tensor([0, 17, N])),)
+    doc_mask = create_block_mask(document(), None, None, N, N, 128, "cpu", doc_ids)
     sink = torch.randn(H)
     cases = {
         "dense": call_of(*inputs()),
@@ -458,6 +466,11 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
             *inputs(d=128, varlen=True), causal=True, window_size=(-1, 0), cu_seqlens_q=cu,
             cu_seqlens_k=cu, max_seqlen_q=2 * N - 13, max_seqlen_k=2 * N - 13,
         ),
+        "hopper-block-sparse-d128": hopper_call_of(
+            *inputs(d=128), mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), N, N, 128))
+        ),
+        "hopper-mask-bits": hopper_call_of(*inputs(), mods=Mods(doc_mask, aux_tensors=doc_ids)),
+        "hopper-mask-mod": hopper_call_of(*inputs(), causal=True, mods=Mods(doc_mask, causal_mask_mod)),
         "hopper-varlen-window-softcap-alibi-d64": hopper_varlen_call_of(
             *inputs(varlen=True), window_size=(5, 3), softcap=30.0, alibi_slopes=torch.rand(B, H),
             cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=2 * N - 13, max_seqlen_k=2 * N - 13,
@@ -476,7 +489,8 @@ _LAUNCHER_CHECK = _FAKE_SM90 + textwrap.dedent(
         # The compiled kernels get the arguments Triton gives them, without Triton; but the mask_mod's
         # forward, dK/dV and dQ (the preprocess takes no mods), whose globals Triton checks at each launch.
         assert direct == through_triton, name
-        assert direct_runs == (3 if name == "mask-mod" else 0), (name, direct_runs)
+        # The Gluon backward's dQ leaves by the postprocess: there a mask_mod enters two launches.
+        assert direct_runs == {"mask-mod": 3, "hopper-mask-mod": 2}.get(name, 0), (name, direct_runs)
     print("ok")
     """
 )
