@@ -390,7 +390,7 @@ def _producer(
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
-        # _stats_row(it, ...) where the blocks are a range (the packed batches' prefetch uses it).
+        # The row _stats_row(it, ...) gives when the blocks are a range; listed blocks need m0 itself.
         row_stats = (b * H + h) * seqlen_pad + q_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
         if IS_VARLEN:
