@@ -80,7 +80,10 @@
 #   zc the block-mask GPU tests after their shared oracle check, and the decode, KV-cache and transformers
 #      GPU tests with flash_attn_with_kvcache passing cache_seqlens itself when nothing is appended
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc [test files for a, c, e, f, h, i and k]
+#   ze the eleventh session's dropout in the Gluon kernels: the dropout, dispatch and option GPU tests, then
+#      bench --options dropout with its bits drawn while the wgmmas run and after S lands
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -466,8 +469,21 @@ case "$part" in
     cp "$work/gpu_tests_zc.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  ze)
+    begin
+    step gpu_tests 240 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_ze.xml" -k "drop or dispatch or options" \
+      tests/test_gpu_api.py tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_kernel_options.py "$@"
+    step bench_dropout_early 110 env FLASHTILE_DROPOUT_DRAW_EARLY=1 python3 -m flashtile bench --options dropout \
+      --out-dir "$work/early"
+    step bench_dropout_late 110 env FLASHTILE_DROPOUT_DRAW_EARLY=0 python3 -m flashtile bench --options dropout \
+      --out-dir "$work/late"
+    cp "$work/gpu_tests_ze.xml" "$OUT"/ 2>/dev/null
+    for f in "$work"/early/*.csv; do cp "$f" "$OUT/early_$(basename "$f")"; done 2>/dev/null
+    for f in "$work"/late/*.csv; do cp "$f" "$OUT/late_$(basename "$f")"; done 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

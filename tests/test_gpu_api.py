@@ -129,6 +129,20 @@ def _option_cases() -> list:
             OptionCase(
                 ((513, 2000), (2000, 513)), varlen=True, window=(64, 64), dropout_p=0.1, alibi="bh", **gpu
             ),
+            # Dropout where the Gluon kernels draw the mask (Hopper): forward and backward at D = 128, the
+            # forward only at D = 256 (its backward is portable), the backward only at D = 96 (its forward is
+            # portable), packed batches; either way both must draw the reference's mask.
+            OptionCase(((1025, 777),) * 2, causal=True, dropout_p=0.15, head_dim=128, **gpu),
+            OptionCase(((333, 1200),) * 2, window=(100, 7), dropout_p=0.3, head_dim=256, **gpu),
+            OptionCase(((700, 513),) * 2, dropout_p=0.1, head_dim=96, layout="mqa", **gpu),
+            OptionCase(
+                ((1000, 1200), (0, 9), (517, 300), (1, 1)),
+                varlen=True,
+                causal=True,
+                dropout_p=0.2,
+                head_dim=128,
+                **gpu,
+            ),
         ]
     return [pytest.param(c, id=c.id) for c in cases + combinations(8, random.Random(8))]
 

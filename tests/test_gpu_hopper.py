@@ -155,15 +155,17 @@ def test_auto_dispatch_on_the_gpu(seed, monkeypatch):
     for name, ours, ref, base in zip(("out", "dq", "dk", "dv"), (out, *grads), oracle, baseline, strict=True):
         assert_matches_oracle(name, ours, ref, base, grad=name != "out", seed=seed)
 
-    # Softcap is in the fast path; dropout is not: auto runs it in the portable kernels, a forced hopper
-    # backend refuses.
+    # Softcap and dropout are in the fast path; head dim 80 is not: auto runs it in the portable kernels,
+    # a forced hopper backend refuses.
     flash_attn_func(q, k, v, softcap=10.0)
-    assert calls == [True, False]
     flash_attn_func(q, k, v, dropout_p=0.1)
-    assert calls == [True, False]
+    assert calls == [True, False, False]
+    q80, k80, v80 = (t[..., :80].detach().contiguous() for t in (q, k, v))
+    flash_attn_func(q80, k80, v80)
+    assert calls == [True, False, False]
     monkeypatch.setenv(backend.ENV_VAR, "hopper")
-    with pytest.raises(FlashtileValueError, match="FLASHTILE_BACKEND=hopper was asked for but dropout"):
-        flash_attn_func(q, k, v, dropout_p=0.1)
+    with pytest.raises(FlashtileValueError, match=r"FLASHTILE_BACKEND=hopper was asked for but .*head dims"):
+        flash_attn_func(q80, k80, v80)
 
 
 # Options: (N_q, N_k, head dim, layout, dtype, causal, window as the launcher takes it, softcap, ALiBi slopes
@@ -307,11 +309,15 @@ def test_fast_path_takes_the_options_and_declines_the_rest():
         dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32, device="cuda")),
         # A block mask alone, of 128-row blocks (tests/test_gpu_hopper_block_sparse.py runs them).
         dict(mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 100, 90, 128))),
+        # Dropout, alone and with the options (its mask drawn in the accumulator's layout).
+        dict(dropout_p=0.1), dict(window_size=(8, 0), softcap=5.0, dropout_p=0.3),
     ]  # fmt: skip
     for options in taken:
         assert support.fwd_unsupported_reason(q, k, v, options) is None, options
     declined = {
-        "dropout": dict(dropout_p=0.1),
+        "dropout with a block mask": dict(
+            dropout_p=0.1, mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 100, 90, 128))
+        ),
         "without a block mask": dict(mods=Mods(mask_mod=masks.causal)),
         "learnable_sink": dict(learnable_sink=torch.zeros(4, device="cuda")),
     }

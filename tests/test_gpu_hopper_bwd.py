@@ -143,7 +143,10 @@ def test_hopper_bwd_unsupported_reasons(hopper):
     assert "deterministic" in hopper.bwd_unsupported_reason(
         q, q, q, q, {"window_size": (4, 0), "deterministic": True}
     )
-    assert "dropout" in hopper.bwd_unsupported_reason(q, q, q, q, {"dropout_p": 0.1})
+    assert hopper.bwd_unsupported_reason(q, q, q, q, {"dropout_p": 0.1}) is None
+    assert "dropout" in hopper.bwd_unsupported_reason(q, q, q, q, {"dropout_p": 0.1, "deterministic": True})
+    wide = q.new_zeros(1, 8, 2, 256)
+    assert "dropout" in hopper.bwd_unsupported_reason(wide, wide, wide, wide, {"dropout_p": 0.1})
     assert hopper.bwd_unsupported_reason(q[..., :96], q[..., :96], q[..., :96], q[..., :96], {}) is None
     assert "head dim" in hopper.bwd_unsupported_reason(q[..., :80], q[..., :80], q[..., :80], q[..., :80], {})
     assert "dtype" in hopper.bwd_unsupported_reason(q.float(), q.float(), q.float(), q.float(), {})

@@ -73,6 +73,12 @@ OPTION_JOBS += [
     for d in (64, 128)
     for mask in ("sparse", "causal+sparse", "mod", "bits")
 ]
+# Dropout (the forward's mask regenerated in Sᵀ's layout): alone, causal, with the options and packed.
+OPTION_JOBS += [
+    (d, bwd.DEFAULT_VARIANT[d], mask, False)
+    for d in (64, 128)
+    for mask in ("dropout", "causal+dropout", "local+softcap+alibi+dropout", "causal+varlen+dropout")
+]
 
 
 def test_hopper_bwd_options_compile_for_sm90_without_local_memory():

@@ -80,20 +80,23 @@ def test_philox_equals_triton(state: tuple[int, int]) -> None:
     assert torch.equal(torch.stack(ours, dim=1), words)
 
 
-def test_keep_rule_is_a_16_bit_half_of_one_philox_call_per_eight_keys() -> None:
-    """Entry (i, j) reads half j % 2 (low first) of word (j % 8) // 2 of the call for keys 8·(j // 8)…;
-    written out one scalar call at a time, independently of the vectorised rule."""
+def test_keep_rule_is_one_philox_call_per_two_by_two_block() -> None:
+    """Entry (i, j) reads the high half of word 2·((i // 8) % 2) + (j // 8) % 2 of the call for the pairs
+    (i // 16)·8 + i % 8 and (j // 16)·8 + j % 8; written out one scalar call at a time, independently of the
+    vectorised rule, over rows and columns past 16 (a second pair block)."""
     rng_state = torch.tensor([99, 5])
     b, h, nheads = 1, 2, 3
-    rows, cols = range(4), range(21)
+    rows, cols = range(35), range(37)
     for p in (0.25, 0.5):
         expected = torch.zeros(len(rows), len(cols), dtype=torch.bool)
         for i in rows:
             for j in cols:
-                words = philox4x32((99, 0), (j // 8, i, b * nheads + h, 5))
-                draw = (int(words[(j % 8) // 2]) >> (16 * (j % 2))) & 0xFFFF
+                i_pair, i_half = (i // 16) * 8 + i % 8, (i // 8) % 2
+                j_pair, j_half = (j // 16) * 8 + j % 8, (j // 8) % 2
+                words = philox4x32((99, 0), (j_pair, i_pair, b * nheads + h, 5))
+                draw = int(words[2 * i_half + j_half]) >> 16
                 expected[i, j] = draw >= math.floor(p * 2**16)
-        keep = dropout_keep(rng_state, p, b, h, nheads, torch.arange(4)[:, None], torch.arange(21))
+        keep = dropout_keep(rng_state, p, b, h, nheads, torch.arange(35)[:, None], torch.arange(37))
         assert torch.equal(keep, expected), p
 
 

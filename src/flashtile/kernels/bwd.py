@@ -155,7 +155,7 @@ def _attn_bwd_dkdv_steps(
     """Accumulate into dK, dV the contributions of queries [start_m, end_m), K-side (transposed) so
     that Pᵀ and dSᵀ feed the next dots directly. SPARSE: the range is over the listed ``blocks``."""
     if HAS_DROPOUT:
-        # The program's key block, where its dropout draws start (one Philox call per eight keys).
+        # The program's key block, where its dropout draws start.
         key0 = tl.min(offs_n, 0)
     for it in tl.range(start_m, end_m, BLOCK_M):
         m0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
@@ -178,7 +178,9 @@ def _attn_bwd_dkdv_steps(
             g_t = 1.0
         dp_t = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
         if HAS_DROPOUT:
-            keep_t = dropout_keep_t(seed, rng_offset, dropout_threshold, bh, offs_m, key0, offs_n.shape[0])
+            keep_t = dropout_keep_t(
+                seed, rng_offset, dropout_threshold, bh, key0, m0, offs_n.shape[0], BLOCK_M
+            )
             # dV takes the dropped P (its 1/(1 − p) is applied once at the end); dP the mask and scale.
             dv = tl.dot(tl.where(keep_t, p_t, 0.0).to(do.dtype), do, dv)
             dp_t = tl.where(keep_t, dp_t * dropout_scale, 0.0)
@@ -356,6 +358,10 @@ def _attn_bwd_dq_steps(
     """Accumulate into dQ the contributions of keys [start_n, end_n), and with a sink into ``pdp`` the
     rows' Σ P∘dP (Δ in fp32, free of O's rounding; the sink's gradient needs it: docs/design/sinks.md).
     SPARSE: over the listed ``blocks``."""
+    BLOCK_M: tl.constexpr = offs_m.shape[0]
+    if HAS_DROPOUT:
+        # The program's query block, where its dropout draws start.
+        m_start = tl.min(offs_m, 0)
     for it in tl.range(start_n, end_n, BLOCK_N):
         n0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
@@ -376,7 +382,7 @@ def _attn_bwd_dq_steps(
             g = 1.0
         dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, m_start, n0, BLOCK_M, BLOCK_N)
             dp = tl.where(keep, dp * dropout_scale, 0.0)
         if HAS_SINK:
             pdp += tl.sum(p * dp, 1)

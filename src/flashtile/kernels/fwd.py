@@ -70,6 +70,10 @@ def _attn_fwd_steps(
 ):  # fmt: skip
     """Fold keys [start_n, end_n) into the running (acc, ℓ, m); MASKED blocks need column masks, and
     MASK_MOD too when given. SPARSE: the range is over the listed ``blocks`` (_block_sparse)."""
+    BLOCK_M: tl.constexpr = offs_m.shape[0]
+    if HAS_DROPOUT:
+        # The program's query block, where its dropout draws start.
+        m_start = tl.min(offs_m, 0)
     for it in tl.range(start_n, end_n, BLOCK_N):
         n0 = listed_tile(it, blocks, SPARSE, SPARSE_BLOCK)
         k = dot_operand(k_desc.load([n0, 0]), DOT_FP32)  # [BLOCK_N, BLOCK_D]
@@ -108,7 +112,7 @@ def _attn_fwd_steps(
         l_i = l_i * alpha + tl.sum(p, 1)
         if HAS_DROPOUT:
             # ℓ sums the undropped P (the softmax before dropout); only the weighted sum is thinned.
-            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, offs_m, n0, BLOCK_N)
+            keep = dropout_keep(seed, rng_offset, dropout_threshold, bh, m_start, n0, BLOCK_M, BLOCK_N)
             p = tl.where(keep, p, 0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)

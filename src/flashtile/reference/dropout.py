@@ -68,8 +68,10 @@ def philox4x32(
     return c0, c1, c2, c3
 
 
-# One Philox call gives four 32-bit words, i.e. eight 16-bit draws: one for each of eight consecutive keys.
-KEYS_PER_DRAW = 8
+# One Philox call gives four 32-bit words: one draw each for a 2 × 2 block of entries, queries {i, i + 8} ×
+# keys {j, j + 8} (i % 16 < 8, j % 16 < 8). Both the forward's S tile and the backward's Sᵀ tile of a
+# Hopper wgmma accumulator hold such a block in one thread, so no draw crosses threads in either.
+PAIR_STRIDE = 8
 DRAW_BITS = 16
 
 
@@ -81,6 +83,20 @@ def dropout_threshold(dropout_p: float) -> int:
     (0, 32768)
     """
     return math.floor(dropout_p * 2**DRAW_BITS)
+
+
+def pair_index(x: torch.Tensor) -> torch.Tensor:
+    """The index of position ``x``'s pair {x, x + 8} (or {x − 8, x}): ``(x // 16) · 8 + x % 8``.
+
+    >>> pair_index(torch.tensor([0, 7, 8, 15, 16, 24])).tolist()
+    [0, 7, 0, 7, 8, 8]
+    """
+    return (x // (2 * PAIR_STRIDE)) * PAIR_STRIDE + x % PAIR_STRIDE
+
+
+def pair_half(x: torch.Tensor) -> torch.Tensor:
+    """Which of its pair position ``x`` is: 0 for the first (x % 16 < 8), 1 for the second."""
+    return (x // PAIR_STRIDE) % 2
 
 
 def dropout_keep(
@@ -95,11 +111,13 @@ def dropout_keep(
     """Which entries of P dropout keeps: a bool tensor of the broadcast shape of ``b, h, rows, cols``.
 
     For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
-    ``j`` in ``cols`` (positions inside the sequence):
-    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(j // 8, i, b·nheads + h, offset))``,
-    the draw is the 16-bit half ``j % 2`` (low half first) of word ``(j % 8) // 2``, and the entry is kept iff
-    the draw is ``≥ floor(p · 2¹⁶)``: one Philox call serves eight keys. Counter words are taken modulo 2³²
-    (so an offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
+    ``j`` in ``cols`` (positions inside the sequence), with ``pair(x) = (x // 16)·8 + x % 8`` and
+    ``half(x) = (x // 8) % 2``:
+    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(pair(j), pair(i), b·nheads + h,
+    offset))``, the draw is the high 16 bits of word ``2·half(i) + half(j)``, and the entry is kept iff the
+    draw is ``≥ floor(p · 2¹⁶)``: one Philox call serves the four entries {i, i + 8} × {j, j + 8}. Counter
+    words are taken modulo 2³² (so an offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts
+    them to uint32.
 
     Args:
         rng_state: int64 ``(2,)`` = ``(seed, offset)``, on the device the mask is wanted on; read without a
@@ -118,13 +136,12 @@ def dropout_keep(
     def index(x: IntLike) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.int64, device=device)
 
-    cols = index(cols)
+    rows, cols = index(rows), index(cols)
     words = philox4x32(
-        (seed, seed >> 32), (cols // KEYS_PER_DRAW, index(rows), index(b) * nheads + index(h), offset)
+        (seed, seed >> 32), (pair_index(cols), pair_index(rows), index(b) * nheads + index(h), offset)
     )
-    lane = cols % KEYS_PER_DRAW
+    which = 2 * pair_half(rows) + pair_half(cols)
     word = words[0]
     for w in range(1, 4):
-        word = torch.where(lane // 2 == w, words[w], word)
-    draw = (word >> (DRAW_BITS * (lane % 2))) & (2**DRAW_BITS - 1)
-    return draw >= dropout_threshold(dropout_p)
+        word = torch.where(which == w, words[w], word)
+    return (word >> DRAW_BITS) >= dropout_threshold(dropout_p)

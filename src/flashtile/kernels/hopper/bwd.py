@@ -46,6 +46,7 @@ from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels._mask_bits import reads_bits
 from flashtile.kernels.fwd import alibi_stride_b
+from flashtile.kernels.hopper import dropout
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import (
     Sparse,
@@ -428,20 +429,23 @@ def _consumer(
     DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, which: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_DROPOUT: gl.constexpr,
+    which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
-    in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr,
-    stride_alibi_b), read under their switches. IS_VARLEN: the sequence's rows start at packed rows q_off
-    and k_off; the rows past its ends (the next sequence's) are masked out of P and dS, and dK, dV go out
-    by row-masked pointer stores to dk_ptr, dv_ptr (VARLEN_TMA_STORE: by TMA boxes where the block lies
-    wholly inside its sequence, the pointer stores for a sequence's last block only). A block mask's
-    partial query blocks (listed first) hide the pairs where MASK_MOD is False (``lists[-1]``: its aux)."""
+    in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b,
+    drop_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold, 1 / (1 − p)),
+    under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P and dP.
+    IS_VARLEN: the sequence's rows start at packed rows q_off and k_off; the rows past its ends (the next
+    sequence's) are masked out of P and dS, and dK, dV go out by row-masked pointer stores to dk_ptr, dv_ptr
+    (VARLEN_TMA_STORE: by TMA boxes where the block lies wholly inside its sequence, the pointer stores for a
+    sequence's last block only). A block mask's partial query blocks (listed first) hide the pairs where
+    MASK_MOD is False (``lists[-1]``: its aux)."""
     dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
-    window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options
+    window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args = options
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -479,6 +483,8 @@ def _consumer(
         # The tile ids of this batch element and the group's heads (one list for them all), once.
         ids, words, meta = aux
         aux = (ids + b * gl.load(meta) + (h_kv * GROUP) * gl.load(meta + 1), words, gl.load(meta + 2))
+    if HAS_DROPOUT:
+        seed, rng_offset = dropout.load_rng_state(drop_args[0])
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
@@ -497,6 +503,11 @@ def _consumer(
         st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(do_ready.index(s), phase)
         dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        if HAS_DROPOUT:
+            # Dropout's draws while both wgmmas run: a register per four entries until they are picked.
+            drawn = dropout.draw(
+                seed, rng_offset, drop_args[1], seq * H + h, n0 + which * WG_ROWS, m0, BM, s_layout, False
+            )  # fmt: skip
         lse = lse_smem.index(s).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
         if HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL:
@@ -529,11 +540,19 @@ def _consumer(
                 )  # fmt: skip
             # P as the dV operand and P·(1 − tanh²) (the softcap's derivative; the softmax scale comes at the
             # end) before dPᵀ lands: fewer registers live across the wait than P and tanh in fp32.
-            p_op = gl.convert_layout(pt.to(dtype), a_layout)
+            if HAS_DROPOUT:
+                p_op = gl.convert_layout(
+                    gl.where(dropout.kept(*drawn), pt * drop_args[2], 0.0).to(dtype), a_layout
+                )  # fmt: skip
+            else:
+                p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if HAS_SOFTCAP:
                 pt = pt * (1.0 - capped * capped)
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
+            if HAS_DROPOUT:
+                # dP of the dropped P: the forward's mask and 1 / (1 − p); Δ already is that of the output.
+                dpt = gl.where(dropout.kept(*drawn), dpt * drop_args[2], 0.0)
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
@@ -555,11 +574,16 @@ def _consumer(
                 )  # fmt: skip
             delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
-            dst = pt * (dpt - delta[None, :])
+            if HAS_DROPOUT:
+                kept = dropout.kept(*drawn)
+                dst = pt * (gl.where(kept, dpt * drop_args[2], 0.0) - delta[None, :])
+                p_op = gl.convert_layout(gl.where(kept, pt * drop_args[2], 0.0).to(dtype), a_layout)
+            else:
+                dst = pt * (dpt - delta[None, :])
+                p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
-            p_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
         ds_lo = dst.to(dtype)
         ds_op = gl.convert_layout(ds_lo, a_layout)
@@ -785,18 +809,21 @@ def _consumer_dim(
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
     alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr,
-    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux,
+    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux, rng_state_ptr,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
-    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b, list_stride_h,
-    list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, NSTAGE: gl.constexpr,
+    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac,
+    list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+    NSTAGE: gl.constexpr,
     SPLIT: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr,
     IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, IS_VARLEN: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
-    window (IS_LOCAL, not the plain causal mask), softcap and ALiBi are taken by the "keys" split only.
+    window (IS_LOCAL, not the plain causal mask), softcap, ALiBi and dropout (HAS_DROPOUT: the forward's
+    mask from the int64 (seed, offset) at rng_state_ptr, kept iff the draw ≥ dropout_threshold, kept
+    entries scaled by 1 / dropout_keep_frac) are taken by the "keys" split only.
 
     IS_VARLEN ("keys" split only): q/k/v/dO/dQ are packed (1, total, H·D) behind the descriptors,
     seqlen_q/k the totals, sequence b the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into
@@ -866,7 +893,8 @@ def attn_bwd_kernel(
     load_sizes = (
         b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off,
     )  # fmt: skip
-    options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b)
+    drop_args = (rng_state_ptr, dropout_threshold, 1.0 / dropout_keep_frac)
+    options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args)
     lists = (
         q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, list_stride_b, list_stride_h,
         list_row_len, aux,
@@ -902,11 +930,13 @@ def attn_bwd_kernel(
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, 0)),
+                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
+                             0)),
                 (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
                              BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
                              HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, 1)),
+                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
+                             1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
             ],
@@ -1100,7 +1130,12 @@ def bwd_unsupported_reason(
         if options.get("deterministic"):
             return "sliding windows, softcap and ALiBi with deterministic=True"
     if options.get("dropout_p", 0.0):
-        return "dropout"
+        if PADDED_HEAD_DIM.get(head_dim, head_dim) == 256:
+            return "dropout at head dims 192 and 256"
+        if options.get("deterministic"):
+            return "dropout with deterministic=True"
+        if options.get("mods") is not None:
+            return "dropout with a block mask"
     mods = options.get("mods")
     if mods is not None:
         reason = block_mask_unsupported_reason(mods, varlen)
@@ -1182,7 +1217,16 @@ def launch_supported(
     packed = None
     if options.get("cu_seqlens_q") is not None:
         packed = tuple(options[n] for n in ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"))
-    extra = (window_size, softcap, alibi_slopes, packed, options.get("mods"))
+    dropout_p = options.get("dropout_p", 0.0)
+    extra = (
+        window_size,
+        softcap,
+        alibi_slopes,
+        packed,
+        options.get("mods"),
+        dropout_p,
+        options.get("rng_state"),
+    )
     head_dim = q.shape[-1]
     padded = PADDED_HEAD_DIM.get(head_dim)
     if padded is None:
@@ -1197,7 +1241,7 @@ PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "d
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
     "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr", "lse2_ptr", "delta_ptr",
-    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr", "aux",
+    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr", "aux", "rng_state_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
@@ -1221,6 +1265,7 @@ def _bwd_launches(
     varlen: tuple[int, int, int] | None = None,
     varlen_tma_store: bool = False,
     sparse: Sparse | None = None,
+    dropout_p: float = 0.0,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1230,7 +1275,7 @@ def _bwd_launches(
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
     longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the epilogue experiment of
     ``VARLEN_TMA_STORE_ENV``; ``sparse``: a block mask's :data:`flashtile.kernels.hopper.fwd.Sparse`, or
-    None."""
+    None; ``dropout_p``: the forward's (0 without dropout)."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1254,7 +1299,7 @@ def _bwd_launches(
         seqlen_q=seqlen_q, seqlen_k=seqlen_k, seqlen_pad=seqlen_pad, H=heads, GROUP=heads // heads_kv
     )
     scales = dict(qk_scale=qk_scale, softmax_scale=softmax_scale)
-    opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, *longest)
+    opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, *longest, dropout_p)
     # The plain causal mask keeps its own code (IS_CAUSAL); IS_LOCAL is any other window.
     opts["IS_LOCAL"] = opts["IS_LOCAL"] and not is_causal
     fused = KernelLaunch(
@@ -1302,11 +1347,14 @@ def _launch(
     alibi_slopes: torch.Tensor | None = None,
     packed: tuple[torch.Tensor, torch.Tensor, int, int] | None = None,
     mods: Mods | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kernels for validated inputs whose head dim has a kernel (64, 128, 256); the window with
     causal's (−1, 0) when ``is_causal``. ``packed``: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k) of a varlen batch, whose q/k/v/dout/out are (total, H, D) and LSE (H, total_q);
-    ``mods``: a block mask (and its mask_mod) the fused kernel takes, or None."""
+    ``mods``: a block mask (and its mask_mod) the fused kernel takes, or None; ``dropout_p`` > 0 with the
+    forward's ``rng_state``: dropout."""
     varlen = None
     cu_q = cu_k = None
     if packed is not None:
@@ -1335,7 +1383,7 @@ def _launch(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
-        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1", sparse,
+        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1", sparse, dropout_p,
     )  # fmt: skip
     seqlen_pad = cdiv(seqlen_q, bm) * bm
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
@@ -1361,7 +1409,7 @@ def _launch(
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
         lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists,
-        sparse_aux(km, sparse),
+        sparse_aux(km, sparse), lse2 if rng_state is None else rng_state,
     )  # fmt: skip
     if deterministic:
         finish(

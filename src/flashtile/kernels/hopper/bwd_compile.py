@@ -22,12 +22,12 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 # sides), "softcap", "alibi", "varlen" (packed batches), "tmastore" (with varlen: dK/dV by TMA boxes where
 # a block lies inside its sequence, FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1), "sparse" (a block mask of
 # 128-row blocks: the listed query blocks of each key block), "mod" (the same with a mask_mod), "bits" (with
-# the mask bits create_block_mask's masks run).
+# the mask bits create_block_mask's masks run), "dropout" (the forward's Philox mask regenerated).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
     "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP", "window_left",
-    "window_right", "stride_alibi_b", "list_stride_b", "list_stride_h", "list_row_len",
+    "window_right", "stride_alibi_b", "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold",
 )  # fmt: skip
 
 
@@ -75,6 +75,7 @@ def compile_here(
         HAS_ALIBI="alibi" in words,
         IS_VARLEN="varlen" in words,
         VARLEN_TMA_STORE="tmastore" in words,
+        HAS_DROPOUT="dropout" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
@@ -102,6 +103,8 @@ def compile_here(
             # Dense launches pass the row statistics for the boundaries they do not read.
             cu_seqlens_q_ptr="*i32" if switches["IS_VARLEN"] else "*fp32",
             cu_seqlens_k_ptr="*i32" if switches["IS_VARLEN"] else "*fp32", **lists,
+            # The launcher passes rng_state (int64) with dropout, the row statistics without.
+            rng_state_ptr="*i64" if switches["HAS_DROPOUT"] else "*fp32",
             **({"aux": ("*i32", "*i32", "*i32")} if "bits" in words else {}),
         ),
         dict(

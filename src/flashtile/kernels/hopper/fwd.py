@@ -8,11 +8,12 @@ wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O 
 S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline, the
 barrier protocol and the register budget are drawn and measured in docs/design/hopper.md.
 
-Options (docs/design/options.md): a sliding window ``(left, right)`` (causal is (−1, 0)), softcap and ALiBi,
-each a constexpr switch with its runtime values beside it, so the dense and causal kernels compile to what
-they were. A program loads only the key tiles its rows' window reaches (:func:`_key_tiles`); each consumer
-masks only the tiles some of its rows see in part (:func:`_masked_steps`). Scores with softcap or ALiBi are
-those of the portable forward (kernels/_scores.py), in base 2, so the LSE is the same function.
+Options (docs/design/options.md): a sliding window ``(left, right)`` (causal is (−1, 0)), softcap, ALiBi and
+dropout (its Philox mask drawn in the accumulator's layout: hopper/dropout.py), each a constexpr switch with
+its runtime values beside it, so the dense and causal kernels compile to what they were. A program loads only
+the key tiles its rows' window reaches (:func:`_key_tiles`); each consumer masks only the tiles some of its
+rows see in part (:func:`_masked_steps`). Scores with softcap or ALiBi are those of the portable forward
+(kernels/_scores.py), in base 2, so the LSE is the same function.
 
 Tensors are (B, N, H, D) and read through 4-D TMA descriptors with boxes [1, rows, 1, D]: rows past a
 sequence's end read as zeros (never another batch's or head's data) and rows past it are never written.
@@ -43,6 +44,7 @@ from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels._mask_bits import reads_bits
 from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
+from flashtile.kernels.hopper import dropout
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.mods import Mods
 
@@ -55,6 +57,8 @@ WG_ROWS = gl.constexpr(64)
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
+# EXPERIMENT (eleventh session): draw dropout's bits while the wgmmas run (1) or after S lands (0).
+DROPOUT_DRAW_EARLY = gl.constexpr(__import__("os").environ.get("FLASHTILE_DROPOUT_DRAW_EARLY", "1") == "1")
 # Runtime values: a window bound or a batch stride of 1 would otherwise compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
 # A block mask's list strides and row length: runtime values too (0 where broadcast).
@@ -267,9 +271,10 @@ def _softmax_step(
     and the per-row terms :func:`_row_terms` computes once. A masked step with MASK_MOD (a block mask's
     partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, or under
     MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
-    aux, use_mod, m0) holds."""
+    aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
+    every entry (the softmax before dropout)."""
     alibi_rows = rows[3]
-    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope = scores
+    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope, _ = scores
     if MASKED:
         cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
     # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, which folds into one
@@ -310,12 +315,20 @@ def _softmax_step(
 
 
 @gluon.jit
+def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+    """Dropout's keep bits (hopper/dropout.py) of the consumer's rows and the keys [n0, n0 + BLOCK_N);
+    ``drop`` = (seed, offset, threshold, bh, the consumer's first row)."""
+    seed, offset, threshold, bh, row0 = drop
+    return dropout.draw(seed, offset, threshold, bh, row0, n0, BLOCK_N, layout, True)
+
+
+@gluon.jit
 def _attn_fwd_steps(
     acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, t_lo, tiles, rows,
     scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
-    MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
     wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
@@ -333,17 +346,24 @@ def _attn_fwd_steps(
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        # The tile's keys matter only to the mask, ALiBi and dropout (a listed tile's start is a load).
+        n0 = 0
+        if MASKED or HAS_ALIBI or HAS_DROPOUT:
+            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+        if HAS_DROPOUT and DROPOUT_DRAW_EARLY:
+            # Dropout's draws while both wgmmas run.
+            drawn = _draw_tile(scores[6], n0, BLOCK_N, s_layout)
         # wgmma groups retire in order: one left outstanding is the P·V just issued.
         s = warpgroup_mma_wait(1, deps=[s_tok])
         mbarrier.arrive(k_empty.index(slot), count=1)
-        # The tile's keys matter only to the mask and ALiBi (a listed tile's start is a load).
-        n0 = 0
-        if MASKED or HAS_ALIBI:
-            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
+        if HAS_DROPOUT:
+            if not DROPOUT_DRAW_EARLY:
+                drawn = _draw_tile(scores[6], n0, BLOCK_N, s_layout)
+            p = gl.where(dropout.kept(*drawn), p, 0.0)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
         if P_OPERAND:
@@ -358,10 +378,11 @@ def _attn_fwd_consumer(
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    HAS_DROPOUT: gl.constexpr,
 ):  # fmt: skip
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
     t_lo, n_tiles, qk_scale, tiles = program[12:]
-    lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux = options
+    lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
     q_smem, k_smem, v_smem = smem
     q_bar, k_ready, k_empty, v_ready, v_empty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -383,7 +404,12 @@ def _attn_fwd_consumer(
     alibi_slope = 0.0
     if HAS_ALIBI:
         alibi_slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
-    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope)
+    seed = 0
+    offset = 0
+    if HAS_DROPOUT:
+        seed, offset = dropout.load_rng_state(drop_args[0])
+    drop = (seed, offset, drop_args[1], bh, row0)
+    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope, drop)
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
     if SPARSE_TILES:
@@ -419,11 +445,13 @@ def _attn_fwd_consumer(
         )  # fmt: skip
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(0), count=1)
+        n_first = _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         p, m_i, l_i, _ = _softmax_step(
-            s, m_i, l_i, _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES), rows, scores, mod_args, True,
-            IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-            SPARSE_BLOCK_M, SPARSE_TILES,
+            s, m_i, l_i, n_first, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
+        if HAS_DROPOUT:
+            p = gl.where(dropout.kept(*_draw_tile(drop, n_first, BLOCK_N, s_layout)), p, 0.0)
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         if HAS_WINDOW_LEFT or MASK_MOD is not None or MASK_BITS:
@@ -432,17 +460,17 @@ def _attn_fwd_consumer(
             acc, m_i, l_i, p = _attn_fwd_steps(
                 acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, tiles,
                 rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-                BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, tiles,
             rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
+            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b_full, n_tiles, t_lo,
             tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
+            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
         last = (n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
@@ -453,6 +481,9 @@ def _attn_fwd_consumer(
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     l_o = gl.convert_layout(l_i, o_rows)
+    if HAS_DROPOUT:
+        # The kept entries' 1 / (1 − p): out = acc / (ℓ · (1 − p)), once per row.
+        l_o = l_o * drop_args[2]
     out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
     lse = (m_i + gl.log2(l_i)) * LN_2
     out_rows = rows[0]
@@ -492,16 +523,19 @@ def _attn_fwd_consumer(
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS, *LIST_ARGS])
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, seqlen_q, seqlen_k, num_m_blocks,
-    H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, list_stride_b,
-    list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
-    HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, STAGES: gl.constexpr,
-    IS_VARLEN: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, seqlen_q, seqlen_k,
+    num_m_blocks, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
+    dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
+    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
-    fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without).
+    fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without); HAS_DROPOUT: the int64 (seed,
+    offset) at rng_state_ptr draws kernels/_dropout.py's mask, an entry kept iff its draw ≥
+    dropout_threshold, the output scaled by 1 / dropout_keep_frac (= 1 − p; any pointer and values without).
 
     IS_VARLEN: q/k/v are packed (total, H, D) behind rank-3 descriptors, seqlen_q/k the totals, sequence b
     the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into [0, total]); the output goes to the packed
@@ -545,7 +579,7 @@ def attn_fwd_kernel(
     # With an option on, P passes between tiles as the bf16 wgmma operand (32 registers a thread fewer
     # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
-    P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI) and HEAD_DIM > 64
+    P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
     if SPARSE_TILES:
         row_base, n_partial, n_listed = _block_list(
             kv_count_ptr, full_kv_count_ptr, b, h, m0 // SPARSE_BLOCK_M, list_stride_b, list_stride_h,
@@ -587,7 +621,8 @@ def attn_fwd_kernel(
         o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q, t_lo, n_tiles,
         qk_scale, tiles,
     )  # fmt: skip
-    options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux)
+    drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
+    options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
@@ -595,10 +630,12 @@ def attn_fwd_kernel(
             (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)),
             (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
                                   HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M)),
+                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                                  HAS_DROPOUT)),
             (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
                                   HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M)),
+                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                                  HAS_DROPOUT)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -621,6 +658,7 @@ def option_arguments(
     alibi_stride: int | None,
     seqlen_q: int,
     seqlen_k: int,
+    dropout_p: float = 0.0,
 ) -> dict[str, object]:
     """The kernel's window, softcap and ALiBi arguments, runtime values and switches, as the portable
     forward takes them (:func:`flashtile.kernels.fwd.kernel_options`): causal is the window (left, 0), an
@@ -628,7 +666,7 @@ def option_arguments(
     without slopes. Bounds are clamped to what changes no visible row (left ≥ N_k − 1 and right ≥ N_q − 1
     already reach every key), which keeps the kernel's index sums far from int32 overflow."""
     opts = kernel_options(
-        softmax_scale, causal, window_size, softcap, alibi_stride is not None, 0.0, False, seqlen_q
+        softmax_scale, causal, window_size, softcap, alibi_stride is not None, dropout_p, False, seqlen_q
     )
     switches = opts.switches
     return dict(
@@ -637,10 +675,13 @@ def option_arguments(
         softcap_qk=opts.softcap_qk,
         softcap_out=opts.softcap_out,
         stride_alibi_b=alibi_stride or 0,
+        dropout_threshold=opts.dropout_threshold,
+        dropout_keep_frac=1.0 - dropout_p,
         IS_LOCAL=switches["IS_LOCAL"],
         HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
         HAS_SOFTCAP=switches["HAS_SOFTCAP"],
         HAS_ALIBI=switches["HAS_ALIBI"],
+        HAS_DROPOUT=switches["HAS_DROPOUT"],
     )
 
 
@@ -693,6 +734,7 @@ def sparse_arguments(sparse: Sparse | None, tile: int, side: str = "kv") -> dict
 FWD_POINTERS = (
     "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
     "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr", "aux",
+    "rng_state_ptr",
 )  # fmt: skip
 
 
@@ -715,6 +757,7 @@ def _fwd_launch(
     stages: int,
     varlen: tuple[int, int, int, int] | None = None,
     sparse: Sparse | None = None,
+    dropout_p: float = 0.0,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the grid covers the rounded longest
@@ -729,7 +772,7 @@ def _fwd_launch(
         seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, H=heads, GROUP=heads // heads_kv,
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
         IS_VARLEN=varlen is not None,
-        **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest),
+        **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
     grid = (num_m_blocks * batch * heads,)
@@ -757,8 +800,8 @@ def attn_fwd(
     config: configs.HopperFwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
-    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no dropout, learnable_sink
-    or mods, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1, or varlen
+    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no learnable_sink, no
+    score_mod, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1, or varlen
     (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k) q (total_q, H, D), k/v (total_k, H_KV, D) giving out
     (total_q, H, D) and lse (H, total_q);
     ``window_size`` normalised (causal is (−1, 0), −1 unlimited), ``softcap`` ≥ 0 (0 off), ``alibi_slopes``
@@ -794,6 +837,7 @@ def attn_fwd(
     launch = _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
+        dropout_p,
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
     if varlen is None:
@@ -804,5 +848,6 @@ def attn_fwd(
     launch(
         q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
         lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists, sparse_aux(km, sparse),
+        lse if rng_state is None else rng_state,
     )  # fmt: skip
     return out, lse

@@ -34,6 +34,8 @@ FWD_OPTION_WORDS = {
     "softcap": dict(softcap=30.0),
     "alibi": dict(alibi="H"),
     "alibi2d": dict(alibi="BH"),
+    # Dropout: the Philox draws of kernels/_dropout.py in the accumulator's layout (hopper/dropout.py).
+    "dropout": dict(dropout_p=0.1),
     # Packed batches (cu_seqlens): rank-3 descriptors, pointer stores of the output.
     "varlen": dict(varlen=True),
     # A block mask of 128-row blocks: the listed key blocks of each query block.
@@ -47,10 +49,10 @@ FWD_OPTION_WORDS = {
 # differ in their conversions only, and dense and causal compile in both).
 FWD_OPTION_VARIANTS = (
     "window", "causal+window", "left", "softcap", "alibi", "alibi2d", "causal+softcap+alibi",
-    "window+softcap+alibi",
+    "window+softcap+alibi", "dropout", "causal+dropout", "window+softcap+alibi+dropout",
 )  # fmt: skip
 # Varlen variants, compiled for every head dim in both dtypes (docs/design/hopper.md, "Variable length").
-FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi")
+FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi", "varlen+causal+dropout")
 # Block-sparse variants, compiled for every head dim in bf16 (and the plain one in fp16).
 FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal", "mod", "bits")
 
@@ -90,7 +92,9 @@ def fwd_options(variant: str, block_n: int, seqlen: int = 1024) -> dict[str, obj
     window = (left, 0 if causal else right)
     slopes = {None: None, "H": torch.ones(4), "BH": torch.ones(2, 4)}[opts.get("alibi")]
     softcap = opts.get("softcap", 0.0)
-    args = fwd.option_arguments(0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen)
+    args = fwd.option_arguments(
+        0.125, causal, window, softcap, alibi_stride_b(slopes), seqlen, seqlen, opts.get("dropout_p", 0.0)
+    )
     sparse = None
     if opts.get("sparse"):
         from flashtile import masks
@@ -145,6 +149,10 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         softcap_qk="fp32",
         softcap_out="fp32",
         stride_alibi_b="i32",
+        # The launcher passes rng_state (int64) with dropout, the LSE without.
+        rng_state_ptr="*i64" if options["HAS_DROPOUT"] else "*fp32",
+        dropout_threshold="i32",
+        dropout_keep_frac="fp32",
         list_stride_b="i32",
         list_stride_h="i32",
         list_row_len="i32",

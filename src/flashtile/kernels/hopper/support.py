@@ -106,9 +106,9 @@ def fwd_unsupported_reason(
     """Why the Gluon forward does not run this call, or None when it does; ``options`` are the launcher
     keywords (docs/design/options.md: the window normalised, causal as (−1, 0)). It runs dense batches of
     fp16/bf16 at head dims 64, 128 and 256 (V's the same) that TMA can read in place, causal or not, with
-    any sliding window, softcap and ALiBi slopes, and packed (varlen) batches of the same when
-    :func:`varlen_routed`, and the block masks :func:`block_mask_unsupported_reason` accepts; dropout,
-    ``score_mod`` and a learnable sink go to the portable kernels."""
+    any sliding window, softcap, ALiBi slopes and dropout, and packed (varlen) batches of the same when
+    :func:`varlen_routed`, and the block masks :func:`block_mask_unsupported_reason` accepts (without
+    dropout); ``score_mod`` and a learnable sink go to the portable kernels."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
@@ -124,8 +124,8 @@ def fwd_unsupported_reason(
             "variable-length batches (cu_seqlens_q/k) take the Hopper forward only under "
             f"{VARLEN_ENV}=1 until it has been checked on a GPU"
         )
-    if options.get("dropout_p", 0.0):
-        return "dropout is not in the Hopper forward yet"
+    if options.get("dropout_p", 0.0) and options.get("mods") is not None:
+        return "dropout with a block mask is not in the Hopper forward"
     reason = block_mask_unsupported_reason(options.get("mods"), options.get("cu_seqlens_q") is not None)
     if reason is not None:
         return reason

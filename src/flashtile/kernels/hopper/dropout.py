@@ -1,0 +1,99 @@
+"""Dropout's keep mask in the Gluon kernels: kernels/_dropout.py's ``keep_tile``, laid out as a wgmma
+accumulator without moving data.
+
+A thread of the m64 accumulator (``NVMMADistributedLayout`` v3, four warps along the rows) holds rows
+{r, r + 8} and, of each 16 columns, {c, c + 1, c + 8, c + 9}. ``keep_tile`` draws one Philox call per 2 × 2
+block {i, i + 8} × {j, j + 8} on a grid of half the rows and a quarter of the columns, then joins the
+draws into registers; that grid sliced by ``PAIRS`` below puts each call in the thread that owns its four
+entries, so the join lands in the accumulator's layout register for register (``assert_trivial``). The
+forward's S tile (queries × keys) and the backward's Sᵀ tile (keys × queries) both take it.
+
+Philox runs as one inline-asm block a call (:func:`_draw_bits`), which also compares the four draws and
+packs the decisions into one register: Triton lowers a tensor operation for every element of a thread
+before the next operation, so ``tl.philox`` keeps all of a thread's calls in flight at once, and the
+backward at D = 128 (dK and dV in registers) spilled 344 B of registers; one block a call keeps one call's
+state live at a time.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from flashtile.kernels._dropout import keep_tile, kept, load_rng_state
+
+__all__ = ["draw", "kept", "load_rng_state"]
+
+
+def _draw_bits_ptx(rounds: int = 10) -> str:
+    """kernels/_dropout.py's ``draw_bits`` in PTX: $0 the keep bits, $1–$4 the counter, $5, $6 the key (the
+    seed's low and high halves), $7 the threshold; the rounds of Triton's ``tl.philox``
+    (flashtile/reference/dropout.py writes them out), then bit w where word w's high half ≥ the threshold."""
+    lines = [
+        "{",
+        ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pr;",
+        ".reg .pred pq;",
+        "mov.b32 pc0, $1;", "mov.b32 pc1, $2;", "mov.b32 pc2, $3;", "mov.b32 pc3, $4;",
+        "mov.b32 pk0, $5;", "mov.b32 pk1, $6;",
+    ]  # fmt: skip
+    for r in range(rounds):
+        lines += [
+            "mul.hi.u32 ph0, pc0, 0xD2511F53;", "mul.lo.u32 pl0, pc0, 0xD2511F53;",
+            "mul.hi.u32 ph1, pc2, 0xCD9E8D57;", "mul.lo.u32 pl1, pc2, 0xCD9E8D57;",
+            "xor.b32 pc0, ph1, pc1;", "xor.b32 pc0, pc0, pk0;",
+            "xor.b32 pc2, ph0, pc3;", "xor.b32 pc2, pc2, pk1;",
+            "mov.b32 pc1, pl1;", "mov.b32 pc3, pl0;",
+        ]  # fmt: skip
+        if r < rounds - 1:
+            lines += ["add.u32 pk0, pk0, 0x9E3779B9;", "add.u32 pk1, pk1, 0xBB67AE85;"]
+    lines += ["mov.b32 pr, 0;"]
+    for w in range(4):
+        lines += [
+            f"shr.u32 pd, pc{w}, 16;", "setp.ge.s32 pq, pd, $7;", f"selp.b32 pd, {1 << w}, 0, pq;",
+            "or.b32 pr, pr, pd;",
+        ]  # fmt: skip
+    lines += ["mov.b32 $0, pr;", "}"]
+    return "\n".join(lines)
+
+
+DRAW_BITS_PTX = gl.constexpr(_draw_bits_ptx())
+
+
+@gluon.jit
+def _draw_bits(seed, c0, c1, c2, c3, threshold):
+    """kernels/_dropout.py's ``draw_bits`` (int32 counters, an int64 seed), one asm block per call."""
+    k0 = c0 * 0 + seed.to(gl.int32)
+    k1 = c0 * 0 + (seed >> 32).to(gl.int32)
+    return gl.inline_asm_elementwise(
+        DRAW_BITS_PTX, "=r,r,r,r,r,r,r,r", [c0, c1, c2, c3, k0, k1, c0 * 0 + threshold], dtype=gl.int32,
+        is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+# The draw grid of a 64-row tile: 8 lanes × 4 warps along its 32 row pairs, 4 lanes along the columns.
+PAIRS = gl.constexpr(gl.BlockedLayout([1, 1], [8, 4], [4, 1], [1, 0]))
+
+
+@gluon.jit
+def draw(
+    seed,
+    offset,
+    threshold,
+    bh,
+    r0,
+    c0,
+    COLS: gl.constexpr,
+    layout: gl.constexpr,
+    ROWS_ARE_QUERIES: gl.constexpr,
+):
+    """The keep bits of the 64 × COLS tile at (r0, c0) (multiples of 16), kernels/_dropout.py's ``(bits,
+    shift)`` in ``layout`` (the m64 wgmma accumulator of that shape): :func:`kept` picks each entry's. Rows
+    are queries and columns keys, or the other way round. Drawn before a wgmma is waited on, they cost a
+    register per four entries across the wait."""
+    ROWS: gl.constexpr = 64
+    row_pairs = r0 // 2 + gl.arange(0, ROWS // 2, layout=gl.SliceLayout(1, PAIRS))
+    col_pairs = c0 // 2 + 2 * gl.arange(0, COLS // 4, layout=gl.SliceLayout(0, PAIRS))
+    bits, shift = keep_tile(seed, offset, threshold, bh, row_pairs, col_pairs, ROWS_ARE_QUERIES, _draw_bits)
+    return gl.convert_layout(bits, layout, assert_trivial=True), gl.convert_layout(
+        shift, layout, assert_trivial=True
+    )
