@@ -471,11 +471,11 @@ case "$part" in
     ;;
   ze)
     begin
-    step gpu_tests 240 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_ze.xml" -k "drop or dispatch or options" \
+    step gpu_tests 330 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_ze.xml" -k "drop or dispatch or options" \
       tests/test_gpu_api.py tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_kernel_options.py "$@"
-    step bench_dropout_early 110 env FLASHTILE_DROPOUT_DRAW_EARLY=1 python3 -m flashtile bench --options dropout \
+    step bench_dropout_early 70 env FLASHTILE_DROPOUT_DRAW_EARLY=1 python3 -m flashtile bench --options dropout \
       --out-dir "$work/early"
-    step bench_dropout_late 110 env FLASHTILE_DROPOUT_DRAW_EARLY=0 python3 -m flashtile bench --options dropout \
+    step bench_dropout_late 70 env FLASHTILE_DROPOUT_DRAW_EARLY=0 python3 -m flashtile bench --options dropout \
       --out-dir "$work/late"
     cp "$work/gpu_tests_ze.xml" "$OUT"/ 2>/dev/null
     for f in "$work"/early/*.csv; do cp "$f" "$OUT/early_$(basename "$f")"; done 2>/dev/null

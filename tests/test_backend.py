@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashtile import backend, masks, ops
+from flashtile import BlockMask, backend, masks, ops
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels import hopper, portable
 from flashtile.kernels.hopper import support
@@ -91,7 +91,12 @@ def test_supported_call_goes_to_the_gluon_forward(hopper_everywhere):
 UNSUPPORTED = [
     pytest.param(dict(dtype=torch.float32), {}, "float16 and bfloat16", id="fp32"),
     pytest.param(dict(head_dim=96), {}, "head dims 64, 128, 256", id="d96"),
-    pytest.param({}, dict(dropout_p=0.1), "dropout", id="dropout"),
+    pytest.param(
+        {},
+        dict(dropout_p=0.1, mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 33, 40, 128))),
+        "dropout with a block mask",
+        id="dropout-block-mask",
+    ),
     pytest.param({}, dict(mods=Mods(mask_mod=masks.causal)), "without a block mask", id="mods"),
     pytest.param({}, dict(learnable_sink=torch.zeros(4)), "learnable_sink", id="sink"),
     pytest.param(dict(head_dim_v=64), {}, "V head dim", id="dv64"),
@@ -108,11 +113,13 @@ SUPPORTED = [
     pytest.param(dict(alibi_slopes=torch.ones(4)), id="alibi"),
     pytest.param(dict(alibi_slopes=torch.ones(2, 4)), id="alibi-batch"),
     pytest.param(dict(window_size=(8, 8), softcap=5.0, alibi_slopes=torch.ones(4)), id="combined"),
+    pytest.param(dict(dropout_p=0.1), id="dropout"),
+    pytest.param(dict(window_size=(8, 0), softcap=5.0, dropout_p=0.3), id="dropout-combined"),
 ]
 
 
 @pytest.mark.parametrize("options", SUPPORTED)
-def test_window_softcap_and_alibi_go_to_the_gluon_forward(hopper_everywhere, monkeypatch, options):
+def test_window_softcap_alibi_and_dropout_go_to_the_gluon_forward(hopper_everywhere, monkeypatch, options):
     q, k, v = _qkv()
     assert support.fwd_unsupported_reason(q, k, v, options) is None
     assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
@@ -146,7 +153,7 @@ def test_varlen_goes_to_the_gluon_forward_only_under_its_knob(hopper_everywhere,
     options = dict(varlen, window_size=(8, 0), softcap=5.0, alibi_slopes=torch.ones(4))
     assert support.fwd_unsupported_reason(q, k, v, options) is None
     assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
-    assert "dropout" in support.fwd_unsupported_reason(q, k, v, dict(varlen, dropout_p=0.1))
+    assert support.fwd_unsupported_reason(q, k, v, dict(varlen, dropout_p=0.1)) is None
     assert "learnable_sink" in support.fwd_unsupported_reason(q, k, v, dict(varlen, learnable_sink=cu))
     assert "V head dim" in support.fwd_unsupported_reason(q, k, v[..., :64].contiguous(), varlen)
     # Marked GPU-checked, no knob is needed.

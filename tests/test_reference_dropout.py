@@ -80,10 +80,10 @@ def test_philox_equals_triton(state: tuple[int, int]) -> None:
     assert torch.equal(torch.stack(ours, dim=1), words)
 
 
-def test_keep_rule_is_one_philox_call_per_two_by_two_block() -> None:
-    """Entry (i, j) reads the high half of word 2·((i // 8) % 2) + (j // 8) % 2 of the call for the pairs
-    (i // 16)·8 + i % 8 and (j // 16)·8 + j % 8; written out one scalar call at a time, independently of the
-    vectorised rule, over rows and columns past 16 (a second pair block)."""
+def test_keep_rule_is_one_philox_call_per_block_of_eight() -> None:
+    """Entry (i, j) reads half j % 2 (low first) of word 2·((i // 8) % 2) + (j // 8) % 2 of the call for the
+    blocks (j // 16)·4 + (j % 8) // 2 and (i // 16)·8 + i % 8; written out one scalar call at a time,
+    independently of the vectorised rule, over rows and columns past 16 (a second block)."""
     rng_state = torch.tensor([99, 5])
     b, h, nheads = 1, 2, 3
     rows, cols = range(35), range(37)
@@ -91,10 +91,10 @@ def test_keep_rule_is_one_philox_call_per_two_by_two_block() -> None:
         expected = torch.zeros(len(rows), len(cols), dtype=torch.bool)
         for i in rows:
             for j in cols:
-                i_pair, i_half = (i // 16) * 8 + i % 8, (i // 8) % 2
-                j_pair, j_half = (j // 16) * 8 + j % 8, (j // 8) % 2
-                words = philox4x32((99, 0), (j_pair, i_pair, b * nheads + h, 5))
-                draw = int(words[2 * i_half + j_half]) >> 16
+                i_block, i_half = (i // 16) * 8 + i % 8, (i // 8) % 2
+                j_block, j_half = (j // 16) * 4 + (j % 8) // 2, (j // 8) % 2
+                words = philox4x32((99, 0), (j_block, i_block, b * nheads + h, 5))
+                draw = (int(words[2 * i_half + j_half]) >> (16 * (j % 2))) & 0xFFFF
                 expected[i, j] = draw >= math.floor(p * 2**16)
         keep = dropout_keep(rng_state, p, b, h, nheads, torch.arange(35)[:, None], torch.arange(37))
         assert torch.equal(keep, expected), p

@@ -68,10 +68,10 @@ def philox4x32(
     return c0, c1, c2, c3
 
 
-# One Philox call gives four 32-bit words: one draw each for a 2 × 2 block of entries, queries {i, i + 8} ×
-# keys {j, j + 8} (i % 16 < 8, j % 16 < 8). Both the forward's S tile and the backward's Sᵀ tile of a
-# Hopper wgmma accumulator hold such a block in one thread, so no draw crosses threads in either.
-PAIR_STRIDE = 8
+# One Philox call gives four 32-bit words, eight 16-bit draws: one each for the entries {i, i + 8} ×
+# {j, j + 1, j + 8, j + 9} (i % 16 < 8; j even, j % 16 < 8). A thread of a Hopper wgmma accumulator holds
+# that block of S (queries × keys), so the forward draws each call once; a thread of the backward's Sᵀ
+# (keys × queries) holds {j, j + 8} × {i, i + 1, i + 8, i + 9}, half of two calls' blocks.
 DRAW_BITS = 16
 
 
@@ -85,18 +85,28 @@ def dropout_threshold(dropout_p: float) -> int:
     return math.floor(dropout_p * 2**DRAW_BITS)
 
 
-def pair_index(x: torch.Tensor) -> torch.Tensor:
-    """The index of position ``x``'s pair {x, x + 8} (or {x − 8, x}): ``(x // 16) · 8 + x % 8``.
+def query_block(i: torch.Tensor) -> torch.Tensor:
+    """The index of query ``i``'s block row pair {i, i + 8} (or {i − 8, i}): ``(i // 16) · 8 + i % 8``.
 
-    >>> pair_index(torch.tensor([0, 7, 8, 15, 16, 24])).tolist()
+    >>> query_block(torch.tensor([0, 7, 8, 15, 16, 24])).tolist()
     [0, 7, 0, 7, 8, 8]
     """
-    return (x // (2 * PAIR_STRIDE)) * PAIR_STRIDE + x % PAIR_STRIDE
+    return (i // 16) * 8 + i % 8
 
 
-def pair_half(x: torch.Tensor) -> torch.Tensor:
-    """Which of its pair position ``x`` is: 0 for the first (x % 16 < 8), 1 for the second."""
-    return (x // PAIR_STRIDE) % 2
+def key_block(j: torch.Tensor) -> torch.Tensor:
+    """The index of key ``j``'s block columns {j, j + 1, j + 8, j + 9} (j even, j % 16 < 8):
+    ``(j // 16) · 4 + (j % 8) // 2``.
+
+    >>> key_block(torch.tensor([0, 1, 8, 9, 2, 16])).tolist()
+    [0, 0, 0, 0, 1, 4]
+    """
+    return (j // 16) * 4 + (j % 8) // 2
+
+
+def half(x: torch.Tensor) -> torch.Tensor:
+    """Whether position ``x`` is the second of its block's two 8-apart rows or columns (x % 16 ≥ 8)."""
+    return (x // 8) % 2
 
 
 def dropout_keep(
@@ -111,13 +121,12 @@ def dropout_keep(
     """Which entries of P dropout keeps: a bool tensor of the broadcast shape of ``b, h, rows, cols``.
 
     For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
-    ``j`` in ``cols`` (positions inside the sequence), with ``pair(x) = (x // 16)·8 + x % 8`` and
-    ``half(x) = (x // 8) % 2``:
-    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(pair(j), pair(i), b·nheads + h,
-    offset))``, the draw is the high 16 bits of word ``2·half(i) + half(j)``, and the entry is kept iff the
-    draw is ``≥ floor(p · 2¹⁶)``: one Philox call serves the four entries {i, i + 8} × {j, j + 8}. Counter
-    words are taken modulo 2³² (so an offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts
-    them to uint32.
+    ``j`` in ``cols`` (positions inside the sequence):
+    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(key_block(j), query_block(i),
+    b·nheads + h, offset))``; the draw is the 16-bit half ``j % 2`` (low half first) of word
+    ``2·half(i) + half(j)``, and the entry is kept iff the draw is ``≥ floor(p · 2¹⁶)``. One Philox call
+    serves the eight entries {i, i + 8} × {j, j + 1, j + 8, j + 9}. Counter words are taken modulo 2³² (so an
+    offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
 
     Args:
         rng_state: int64 ``(2,)`` = ``(seed, offset)``, on the device the mask is wanted on; read without a
@@ -138,10 +147,11 @@ def dropout_keep(
 
     rows, cols = index(rows), index(cols)
     words = philox4x32(
-        (seed, seed >> 32), (pair_index(cols), pair_index(rows), index(b) * nheads + index(h), offset)
+        (seed, seed >> 32), (key_block(cols), query_block(rows), index(b) * nheads + index(h), offset)
     )
-    which = 2 * pair_half(rows) + pair_half(cols)
+    which = 2 * half(rows) + half(cols)
     word = words[0]
     for w in range(1, 4):
         word = torch.where(which == w, words[w], word)
-    return (word >> DRAW_BITS) >= dropout_threshold(dropout_p)
+    draw = (word >> (DRAW_BITS * (cols % 2))) & (2**DRAW_BITS - 1)
+    return draw >= dropout_threshold(dropout_p)

@@ -2,13 +2,14 @@
 accumulator without moving data.
 
 A thread of the m64 accumulator (``NVMMADistributedLayout`` v3, four warps along the rows) holds rows
-{r, r + 8} and, of each 16 columns, {c, c + 1, c + 8, c + 9}. ``keep_tile`` draws one Philox call per 2 × 2
-block {i, i + 8} × {j, j + 8} on a grid of half the rows and a quarter of the columns, then joins the
-draws into registers; that grid sliced by ``PAIRS`` below puts each call in the thread that owns its four
-entries, so the join lands in the accumulator's layout register for register (``assert_trivial``). The
-forward's S tile (queries × keys) and the backward's Sᵀ tile (keys × queries) both take it.
+{r, r + 8} and, of each 16 columns, {c, c + 1, c + 8, c + 9}. ``keep_tile`` draws on a grid of half the
+rows and a quarter of the columns, one point per such block of eight, then joins the draws into registers;
+that grid sliced by ``PAIRS`` below puts each point in the thread that owns its entries, so the join lands
+in the accumulator's layout register for register (``assert_trivial``). The forward's S tile (queries ×
+keys) takes one Philox call a point; the backward's Sᵀ tile (keys × queries) two, each for half of a call's
+block.
 
-Philox runs as one inline-asm block a call (:func:`_draw_bits`), which also compares the four draws and
+Philox runs as one inline-asm block a call (:func:`_draw_bits`), which also compares the eight draws and
 packs the decisions into one register: Triton lowers a tensor operation for every element of a thread
 before the next operation, so ``tl.philox`` keeps all of a thread's calls in flight at once, and the
 backward at D = 128 (dK and dV in registers) spilled 344 B of registers; one block a call keeps one call's
@@ -28,18 +29,20 @@ __all__ = ["draw", "kept", "load_rng_state"]
 def _draw_bits_ptx(rounds: int = 10) -> str:
     """kernels/_dropout.py's ``draw_bits`` in PTX: $0 the keep bits, $1–$4 the counter, $5, $6 the key (the
     seed's low and high halves), $7 the threshold; the rounds of Triton's ``tl.philox``
-    (flashtile/reference/dropout.py writes them out), then bit w where word w's high half ≥ the threshold."""
+    (flashtile/reference/dropout.py writes them out), each multiply's two halves from one ``mul.wide``, then
+    bit w where word w's low 16-bit draw ≥ the threshold, bit w + 4 where its high one is."""
     lines = [
         "{",
         ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pr;",
+        ".reg .u64 pw0, pw1;",
         ".reg .pred pq;",
         "mov.b32 pc0, $1;", "mov.b32 pc1, $2;", "mov.b32 pc2, $3;", "mov.b32 pc3, $4;",
         "mov.b32 pk0, $5;", "mov.b32 pk1, $6;",
     ]  # fmt: skip
     for r in range(rounds):
         lines += [
-            "mul.hi.u32 ph0, pc0, 0xD2511F53;", "mul.lo.u32 pl0, pc0, 0xD2511F53;",
-            "mul.hi.u32 ph1, pc2, 0xCD9E8D57;", "mul.lo.u32 pl1, pc2, 0xCD9E8D57;",
+            "mul.wide.u32 pw0, pc0, 0xD2511F53;", "mov.b64 {pl0, ph0}, pw0;",
+            "mul.wide.u32 pw1, pc2, 0xCD9E8D57;", "mov.b64 {pl1, ph1}, pw1;",
             "xor.b32 pc0, ph1, pc1;", "xor.b32 pc0, pc0, pk0;",
             "xor.b32 pc2, ph0, pc3;", "xor.b32 pc2, pc2, pk1;",
             "mov.b32 pc1, pl1;", "mov.b32 pc3, pl0;",
@@ -48,10 +51,13 @@ def _draw_bits_ptx(rounds: int = 10) -> str:
             lines += ["add.u32 pk0, pk0, 0x9E3779B9;", "add.u32 pk1, pk1, 0xBB67AE85;"]
     lines += ["mov.b32 pr, 0;"]
     for w in range(4):
-        lines += [
-            f"shr.u32 pd, pc{w}, 16;", "setp.ge.s32 pq, pd, $7;", f"selp.b32 pd, {1 << w}, 0, pq;",
-            "or.b32 pr, pr, pd;",
-        ]  # fmt: skip
+        for bit, take in ((w, f"and.b32 pd, pc{w}, 0xFFFF;"), (w + 4, f"shr.u32 pd, pc{w}, 16;")):
+            lines += [
+                take,
+                "setp.ge.s32 pq, pd, $7;",
+                f"selp.b32 pd, {1 << bit}, 0, pq;",
+                "or.b32 pr, pr, pd;",
+            ]
     lines += ["mov.b32 $0, pr;", "}"]
     return "\n".join(lines)
 
@@ -92,8 +98,8 @@ def draw(
     register per four entries across the wait."""
     ROWS: gl.constexpr = 64
     row_pairs = r0 // 2 + gl.arange(0, ROWS // 2, layout=gl.SliceLayout(1, PAIRS))
-    col_pairs = c0 // 2 + 2 * gl.arange(0, COLS // 4, layout=gl.SliceLayout(0, PAIRS))
-    bits, shift = keep_tile(seed, offset, threshold, bh, row_pairs, col_pairs, ROWS_ARE_QUERIES, _draw_bits)
+    col_quads = c0 // 4 + gl.arange(0, COLS // 4, layout=gl.SliceLayout(0, PAIRS))
+    bits, shift = keep_tile(seed, offset, threshold, bh, row_pairs, col_quads, ROWS_ARE_QUERIES, _draw_bits)
     return gl.convert_layout(bits, layout, assert_trivial=True), gl.convert_layout(
         shift, layout, assert_trivial=True
     )
