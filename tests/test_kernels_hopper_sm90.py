@@ -37,10 +37,10 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     # few scalars in a 16–32-byte frame at D = 128 and 256 (none at D = 64).
     if case[1] in ("mod", "bits"):
         stack_allowed = 32
-    # Dropout's draws (hopper/dropout.py: eight Philox calls a thread a tile) beside S in flight: ptxas parks
-    # registers in a frame of up to 240 B where every option is on (docs/design/hopper.md, "Dropout").
+    # Dropout's draws (hopper/dropout.py: eight Philox calls a thread a tile, with the key schedule's 20
+    # registers) beside S in flight: an 8-byte frame at D = 256.
     if "dropout" in case[1]:
-        stack_allowed = 240
+        stack_allowed = 8
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
     assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"
 

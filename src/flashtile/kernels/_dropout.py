@@ -39,24 +39,42 @@ def _kept(word, threshold, bit: tl.constexpr):
 
 
 @triton.jit
-def draw_bits(seed, c0, c1, c2, c3, threshold):
-    """Philox4x32-10 of the counter (c0, c1, c2, c3) (int32) under the int64 ``seed``: bit w (int32) set
-    where word w's low draw is kept, bit w + 4 where its high one is. Triton's ``tl.philox``, for the
-    portable kernels and the interpreter."""
-    w0, w1, w2, w3 = tl.philox(seed, c0, c1, c2, c3)
-    return (
-        _kept(w0, threshold, 0) | _kept(w1, threshold, 1) | _kept(w2, threshold, 2) | _kept(w3, threshold, 3)
-    )
+def _kept_half(word, shift, threshold, bit: tl.constexpr):
+    """Bit ``bit`` (int32) where the 16-bit draw at ``shift`` (0 or 16) of ``word`` is kept."""
+    return (((word >> shift) & 0xFFFF).to(tl.int32) >= threshold).to(tl.int32) << bit
 
 
 @triton.jit
-def _block_bits(seed, offset, threshold, bh, key_blocks, query_blocks, DRAW_BITS: tl.constexpr):
+def draw_bits(seed, c0, c1, c2, c3, threshold, high):
+    """Philox4x32-10 of the counter (c0, c1, c2, c3) (int32) under the int64 ``seed``, as keep bits (int32):
+    with ``high`` None, bit w where word w's low draw is kept and bit w + 4 where its high one is; with
+    ``high`` (0 or 1, the counters' shape) bit w where word w's draw of that half is. Triton's
+    ``tl.philox``, for the portable kernels and the interpreter."""
+    w0, w1, w2, w3 = tl.philox(seed, c0, c1, c2, c3)
+    if high is None:
+        bits = (
+            _kept(w0, threshold, 0)
+            | _kept(w1, threshold, 1)
+            | _kept(w2, threshold, 2)
+            | _kept(w3, threshold, 3)
+        )
+    else:
+        shift = (high * 16).to(tl.uint32)
+        bits = _kept_half(w0, shift, threshold, 0) | _kept_half(w1, shift, threshold, 1)
+        bits = bits | _kept_half(w2, shift, threshold, 2) | _kept_half(w3, shift, threshold, 3)
+    return bits
+
+
+@triton.jit
+def _block_bits(seed, offset, threshold, bh, key_blocks, query_blocks, high, DRAW_BITS: tl.constexpr):
     """The keep bits (int32, the broadcast shape) of the blocks ``key_blocks`` × ``query_blocks``: bit
-    4·(j % 2) + 2·half(i) + half(j) for query i, key j of a block."""
+    4·(j % 2) + 2·half(i) + half(j) for query i, key j of a block; with ``high`` (see :func:`draw_bits`)
+    those of keys j % 2 = high only, at bit 2·half(i) + half(j)."""
     # Philox bitcasts its counter words to uint32: each one int32 (a program id may be int64).
     key_blocks, query_blocks = tl.broadcast(key_blocks.to(tl.int32), query_blocks.to(tl.int32))
     zero = key_blocks * 0
-    return DRAW_BITS(seed, key_blocks, query_blocks, (zero + bh).to(tl.int32), zero + offset, threshold)
+    heads = (zero + bh).to(tl.int32)
+    return DRAW_BITS(seed, key_blocks, query_blocks, heads, zero + offset, threshold, high)
 
 
 @triton.jit
@@ -89,19 +107,19 @@ def keep_tile(
     # Per entry (row half a, column half c, column parity b), bits[b] >> shift[b] is its decision.
     if ROWS_ARE_QUERIES:
         # Query pair = the row pair, key block = the column quad: one call for all eight entries.
-        even = _block_bits(seed, offset, threshold, bh, cols, rows, DRAW_BITS)
+        even = _block_bits(seed, offset, threshold, bh, cols, rows, None, DRAW_BITS)
         odd = even
         # Bit 4b + 2a + c.
         shift_even = tl.join(tl.join(zero, zero + 1), tl.join(zero + 2, zero + 3))
         shift_odd = shift_even + 4
     else:
-        # Rows are keys: key block row_pair // 2, whose half row_pair % 2 the key's parity picks; the two
-        # query pairs of a column quad, 2q and 2q + 1, are two calls.
-        even = _block_bits(seed, offset, threshold, bh, rows // 2, 2 * cols, DRAW_BITS)
-        odd = _block_bits(seed, offset, threshold, bh, rows // 2, 2 * cols + 1, DRAW_BITS)
-        # Bit 4·parity + 2c + a.
-        parity = 4 * (rows % 2)
-        shift_even = tl.join(tl.join(parity, parity + 2), tl.join(parity + 1, parity + 3))
+        # Rows are keys: key block row_pair // 2, whose draws of half row_pair % 2 (the key's parity) are
+        # the row's; the two query pairs of a column quad, 2q and 2q + 1, are two calls.
+        parity = rows % 2
+        even = _block_bits(seed, offset, threshold, bh, rows // 2, 2 * cols, parity, DRAW_BITS)
+        odd = _block_bits(seed, offset, threshold, bh, rows // 2, 2 * cols + 1, parity, DRAW_BITS)
+        # Bit 2c + a.
+        shift_even = tl.join(tl.join(zero, zero + 2), tl.join(zero + 1, zero + 3))
         shift_odd = shift_even
     bits = tl.join(_four(even), _four(odd))
     shift = tl.join(shift_even, shift_odd)

@@ -26,11 +26,11 @@ from flashtile.kernels._dropout import keep_tile, kept, load_rng_state
 __all__ = ["draw", "kept", "load_rng_state"]
 
 
-def _draw_bits_ptx(rounds: int = 10) -> str:
+def _draw_bits_ptx(one_half: bool, rounds: int = 10, key_schedule: bool = False) -> str:
     """kernels/_dropout.py's ``draw_bits`` in PTX: $0 the keep bits, $1–$4 the counter, $5, $6 the key (the
-    seed's low and high halves), $7 the threshold; the rounds of Triton's ``tl.philox``
-    (flashtile/reference/dropout.py writes them out), each multiply's two halves from one ``mul.wide``, then
-    bit w where word w's low 16-bit draw ≥ the threshold, bit w + 4 where its high one is."""
+    seed's low and high halves), $7 the threshold, and with ``one_half`` $8 the half's shift (0 or 16); the
+    rounds of Triton's ``tl.philox`` (flashtile/reference/dropout.py writes them out), each multiply's two
+    halves from one ``mul.wide``, then the draws compared."""
     lines = [
         "{",
         ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pr;",
@@ -40,20 +40,26 @@ def _draw_bits_ptx(rounds: int = 10) -> str:
         "mov.b32 pk0, $5;", "mov.b32 pk1, $6;",
     ]  # fmt: skip
     for r in range(rounds):
+        # With key_schedule, round r's keys are operands $8 + 2r, $9 + 2r (a uniform schedule, once a kernel).
+        k0, k1 = (f"${8 + 2 * r}", f"${9 + 2 * r}") if key_schedule else ("pk0", "pk1")
         lines += [
             "mul.wide.u32 pw0, pc0, 0xD2511F53;", "mov.b64 {pl0, ph0}, pw0;",
             "mul.wide.u32 pw1, pc2, 0xCD9E8D57;", "mov.b64 {pl1, ph1}, pw1;",
-            "xor.b32 pc0, ph1, pc1;", "xor.b32 pc0, pc0, pk0;",
-            "xor.b32 pc2, ph0, pc3;", "xor.b32 pc2, pc2, pk1;",
+            "xor.b32 pc0, ph1, pc1;", f"xor.b32 pc0, pc0, {k0};",
+            "xor.b32 pc2, ph0, pc3;", f"xor.b32 pc2, pc2, {k1};",
             "mov.b32 pc1, pl1;", "mov.b32 pc3, pl0;",
         ]  # fmt: skip
-        if r < rounds - 1:
+        if r < rounds - 1 and not key_schedule:
             lines += ["add.u32 pk0, pk0, 0x9E3779B9;", "add.u32 pk1, pk1, 0xBB67AE85;"]
     lines += ["mov.b32 pr, 0;"]
     for w in range(4):
-        for bit, take in ((w, f"and.b32 pd, pc{w}, 0xFFFF;"), (w + 4, f"shr.u32 pd, pc{w}, 16;")):
+        if one_half:
+            draws = [(w, [f"shr.u32 pd, pc{w}, $8;", "and.b32 pd, pd, 0xFFFF;"])]
+        else:
+            draws = [(w, [f"and.b32 pd, pc{w}, 0xFFFF;"]), (w + 4, [f"shr.u32 pd, pc{w}, 16;"])]
+        for bit, take in draws:
             lines += [
-                take,
+                *take,
                 "setp.ge.s32 pq, pd, $7;",
                 f"selp.b32 pd, {1 << bit}, 0, pq;",
                 "or.b32 pr, pr, pd;",
@@ -62,18 +68,42 @@ def _draw_bits_ptx(rounds: int = 10) -> str:
     return "\n".join(lines)
 
 
-DRAW_BITS_PTX = gl.constexpr(_draw_bits_ptx())
+DRAW_BITS_PTX = gl.constexpr(_draw_bits_ptx(False, key_schedule=True))
+DRAW_HALF_BITS_PTX = gl.constexpr(_draw_bits_ptx(True))
 
 
 @gluon.jit
-def _draw_bits(seed, c0, c1, c2, c3, threshold):
+def _key(k, r: gl.constexpr, step: gl.constexpr):
+    """Round r's key: ``k + r·step`` modulo 2³² (int32 ``k``)."""
+    return (k.to(gl.uint32) + (r * step) % 2**32).to(gl.int32, bitcast=True)
+
+
+@gluon.jit
+def _draw_bits(seed, c0, c1, c2, c3, threshold, high):
     """kernels/_dropout.py's ``draw_bits`` (int32 counters, an int64 seed), one asm block per call."""
     k0 = c0 * 0 + seed.to(gl.int32)
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
-    return gl.inline_asm_elementwise(
-        DRAW_BITS_PTX, "=r,r,r,r,r,r,r,r", [c0, c1, c2, c3, k0, k1, c0 * 0 + threshold], dtype=gl.int32,
-        is_pure=True, pack=1,
-    )  # fmt: skip
+    if high is None:
+        lo = c0 * 0 + seed.to(gl.int32)
+        hi = c0 * 0 + (seed >> 32).to(gl.int32)
+        bits = gl.inline_asm_elementwise(
+            DRAW_BITS_PTX, "=r" + ",r" * 27,
+            [
+                c0, c1, c2, c3, k0, k1, c0 * 0 + threshold,
+                _key(lo, 0, 0x9E3779B9), _key(hi, 0, 0xBB67AE85), _key(lo, 1, 0x9E3779B9), _key(hi, 1, 0xBB67AE85),
+                _key(lo, 2, 0x9E3779B9), _key(hi, 2, 0xBB67AE85), _key(lo, 3, 0x9E3779B9), _key(hi, 3, 0xBB67AE85),
+                _key(lo, 4, 0x9E3779B9), _key(hi, 4, 0xBB67AE85), _key(lo, 5, 0x9E3779B9), _key(hi, 5, 0xBB67AE85),
+                _key(lo, 6, 0x9E3779B9), _key(hi, 6, 0xBB67AE85), _key(lo, 7, 0x9E3779B9), _key(hi, 7, 0xBB67AE85),
+                _key(lo, 8, 0x9E3779B9), _key(hi, 8, 0xBB67AE85), _key(lo, 9, 0x9E3779B9), _key(hi, 9, 0xBB67AE85),
+            ],
+            dtype=gl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        bits = gl.inline_asm_elementwise(
+            DRAW_HALF_BITS_PTX, "=r,r,r,r,r,r,r,r,r", [c0, c1, c2, c3, k0, k1, c0 * 0 + threshold, high * 16],
+            dtype=gl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+    return bits
 
 
 # The draw grid of a 64-row tile: 8 lanes × 4 warps along its 32 row pairs, 4 lanes along the columns.
