@@ -82,8 +82,11 @@
 #
 #   ze the eleventh session's dropout in the Gluon kernels: the dropout, dispatch and option GPU tests, then
 #      bench --options dropout with its bits drawn while the wgmmas run and after S lands
+#   zf bench --options dropout (one Philox call per eight forward entries, the forward's key schedule
+#      hoisted, the backward comparing only its half of each draw), then the Gluon forward and backward test
+#      files and the API's option and dropout GPU tests
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -482,8 +485,18 @@ case "$part" in
     for f in "$work"/late/*.csv; do cp "$f" "$OUT/late_$(basename "$f")"; done 2>/dev/null
     finish
     ;;
+  zf)
+    begin
+    step bench_dropout 70 python3 -m flashtile bench --options dropout --out-dir "$work/bench"
+    step gpu_tests 420 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zf.xml" tests/test_gpu_hopper.py \
+      tests/test_gpu_hopper_bwd.py "tests/test_gpu_api.py::test_options_match_oracle" \
+      "tests/test_gpu_api.py::test_dropout_same_seed_is_bitwise_and_mask_matches_reference" \
+      "tests/test_gpu_api.py::test_dropped_fraction_is_p" "$@"
+    cp "$work/gpu_tests_zf.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

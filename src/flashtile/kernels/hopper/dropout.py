@@ -72,6 +72,11 @@ DRAW_BITS_PTX = gl.constexpr(_draw_bits_ptx(False, key_schedule=True))
 DRAW_HALF_BITS_PTX = gl.constexpr(_draw_bits_ptx(True))
 
 
+# Philox's key increments (Weyl constants) for the key schedule.
+KA = gl.constexpr(0x9E3779B9)
+KB = gl.constexpr(0xBB67AE85)
+
+
 @gluon.jit
 def _key(k, r: gl.constexpr, step: gl.constexpr):
     """Round r's key: ``k + r·step`` modulo 2³² (int32 ``k``)."""
@@ -84,17 +89,15 @@ def _draw_bits(seed, c0, c1, c2, c3, threshold, high):
     k0 = c0 * 0 + seed.to(gl.int32)
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
     if high is None:
-        lo = c0 * 0 + seed.to(gl.int32)
-        hi = c0 * 0 + (seed >> 32).to(gl.int32)
         bits = gl.inline_asm_elementwise(
             DRAW_BITS_PTX, "=r" + ",r" * 27,
             [
                 c0, c1, c2, c3, k0, k1, c0 * 0 + threshold,
-                _key(lo, 0, 0x9E3779B9), _key(hi, 0, 0xBB67AE85), _key(lo, 1, 0x9E3779B9), _key(hi, 1, 0xBB67AE85),
-                _key(lo, 2, 0x9E3779B9), _key(hi, 2, 0xBB67AE85), _key(lo, 3, 0x9E3779B9), _key(hi, 3, 0xBB67AE85),
-                _key(lo, 4, 0x9E3779B9), _key(hi, 4, 0xBB67AE85), _key(lo, 5, 0x9E3779B9), _key(hi, 5, 0xBB67AE85),
-                _key(lo, 6, 0x9E3779B9), _key(hi, 6, 0xBB67AE85), _key(lo, 7, 0x9E3779B9), _key(hi, 7, 0xBB67AE85),
-                _key(lo, 8, 0x9E3779B9), _key(hi, 8, 0xBB67AE85), _key(lo, 9, 0x9E3779B9), _key(hi, 9, 0xBB67AE85),
+                _key(k0, 0, KA), _key(k1, 0, KB), _key(k0, 1, KA), _key(k1, 1, KB),
+                _key(k0, 2, KA), _key(k1, 2, KB), _key(k0, 3, KA), _key(k1, 3, KB),
+                _key(k0, 4, KA), _key(k1, 4, KB), _key(k0, 5, KA), _key(k1, 5, KB),
+                _key(k0, 6, KA), _key(k1, 6, KB), _key(k0, 7, KA), _key(k1, 7, KB),
+                _key(k0, 8, KA), _key(k1, 8, KB), _key(k0, 9, KA), _key(k1, 9, KB),
             ],
             dtype=gl.int32, is_pure=True, pack=1,
         )  # fmt: skip
