@@ -85,8 +85,13 @@
 #   zf bench --options dropout (one Philox call per eight forward entries, the forward's key schedule
 #      hoisted, the backward comparing only its half of each draw), then the Gluon forward and backward test
 #      files and the API's option and dropout GPU tests
+#   zg memcheck over the new hopper_dropout sanitizer group, scripts/decode_lse_tail.py (the tenth session's
+#      decode LSE miss: its seed and 150 others, the kernel's error split into input rounding and its own
+#      arithmetic), then the decode, KV-cache and transformers GPU tests
+#   zh the rest of the GPU suite on the session's code: kernel options, kernels, sinks, head dims, block
+#      masks (portable and Gluon), API, hardening, CLI, launch cache
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -495,8 +500,29 @@ case "$part" in
     cp "$work/gpu_tests_zf.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  zg)
+    begin
+    step precompile 90 python3 scripts/sanitize_kernels.py --only hopper_dropout
+    step memcheck 120 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_dropout
+    step lse_tail 90 env PYTHONPATH=src:. python3 scripts/decode_lse_tail.py --seeds 150 \
+      --extra-seed 1574294081 --out "$work/lse_tail.csv"
+    step gpu_tests 270 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zg.xml" tests/test_gpu_kvcache.py \
+      tests/test_decode_kernel.py tests/test_gpu_transformers.py "$@"
+    cp "$work/gpu_tests_zg.xml" "$work/lse_tail.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  zh)
+    begin
+    step gpu_tests 520 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zh.xml" tests/test_kernel_options.py \
+      tests/test_kernels.py tests/test_sinks.py tests/test_head_dims.py tests/test_block_sparse.py \
+      tests/test_gpu_hopper_block_sparse.py tests/test_gpu_api.py tests/test_gpu_hardening.py \
+      tests/test_cli_bench.py tests/test_launch_cache.py "$@"
+    cp "$work/gpu_tests_zh.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

@@ -19,7 +19,9 @@ Groups (``--only`` takes a comma-separated subset):
   skipped unless the GPU has compute capability 9.x;
 - ``hopper_sparse``: block masks in the Gluon forward and backward (D 64/128): random tile states with an
   empty query block, 128- and 256-row blocks, causal, and the causal and document ``mask_mod`` in the
-  partial blocks, at odd lengths; skipped unless the GPU has compute capability 9.x.
+  partial blocks, at odd lengths; skipped unless the GPU has compute capability 9.x;
+- ``hopper_dropout``: dropout in the Gluon forward and backward (D 64/128), alone, packed, and with a window,
+  softcap and ALiBi; skipped unless the GPU has compute capability 9.x.
 
 The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
@@ -51,7 +53,7 @@ import triton.language as tl
 
 # The newest kernels first, so that a memcheck run cut short by its time box has checked them; groups added
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
-GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse")
+GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout")
 
 SHAPES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
@@ -533,13 +535,15 @@ HOPPER_OPTIONS = [
 HOPPER_PACKED = [(17, 17), (0, 5), (129, 255), (64, 33)]
 
 
-def hopper_option_cases() -> Iterator[Case]:
+def _gluon_option_cases(group: str, option_list: list[tuple[dict, bool]]) -> Iterator[Case]:
+    """The Gluon forward and backward (causal, GQA 4/2) at each head dim the backward takes, for each
+    (options, packed?) of ``option_list``: dense (2, 77, 129) or the packed batch HOPPER_PACKED."""
     K = T.kernels
-    for i, (options, packed) in enumerate(HOPPER_OPTIONS):
+    for i, (options, packed) in enumerate(option_list):
         for d in HOPPER_BWD_DIMS:
             dtype = DTYPES[i % 2]
             form = f"packed {HOPPER_PACKED}" if packed else "(2, 77, 129, 4, 2)"
-            label = f"hopper_options fwd+bwd {_name(dtype)} D={d} {form} {options}"
+            label = f"{group} fwd+bwd {_name(dtype)} D={d} {form} {options}"
 
             def run(label=label, options=options, packed=packed, d=d, dtype=dtype):
                 if packed:
@@ -553,7 +557,23 @@ def hopper_option_cases() -> Iterator[Case]:
                 kw.setdefault("window_size", (-1, 0))
                 fwd_bwd(label, K.hopper_fwd, K.hopper_bwd, q, k, v, True, **kw, **varlen)
 
-            yield Case("hopper_options", label, run)
+            yield Case(group, label, run)
+
+
+def hopper_option_cases() -> Iterator[Case]:
+    yield from _gluon_option_cases("hopper_options", HOPPER_OPTIONS)
+
+
+# Dropout in the Gluon kernels (the mask drawn in the accumulator's layout), with the options and packed.
+HOPPER_DROPOUT = [
+    (dict(dropout_p=0.2), False),
+    (dict(dropout_p=0.1), True),
+    (dict(window_size=(37, 0), softcap=20.0, alibi=True, dropout_p=0.3), False),
+]
+
+
+def hopper_dropout_cases() -> Iterator[Case]:
+    yield from _gluon_option_cases("hopper_dropout", HOPPER_DROPOUT)
 
 
 # Block masks in the Gluon kernels: (batch, N_q, N_k, heads, heads_kv, block size, mask, causal); "tiles" are
@@ -606,6 +626,7 @@ BUILDERS = {
     "portable": portable_cases,
     "hopper_options": hopper_option_cases,
     "hopper_sparse": hopper_sparse_cases,
+    "hopper_dropout": hopper_dropout_cases,
 }
 
 
