@@ -1,9 +1,10 @@
-"""Why one GPU decode case misses the 2× LSE rule for a rare seed (docs/testing.md, the tenth session).
+"""Why one GPU decode case missed the 2× LSE rule for a rare seed (docs/testing.md, the tenth session).
 
 The case is test_gpu_kvcache's ``q1-new1-cap1024-gqa-page64-causal-rope1.0-gptj-float16``: one query and
 one appended key per sequence, a paged fp16 cache, GPT-J rotary. For each seed it measures, against the
-float64 oracle, the max |LSE error| of flashtile's kernel and of the fp16 baseline (the PyTorch reference in
-fp16), and splits the kernel's error in two:
+float64 oracle with q and k rotated in float64 (the tests' oracle until the eleventh session; it now
+attends to the rotary op's rounded output), the max |LSE error| of flashtile's kernel and of the fp16
+baseline (the PyTorch reference in fp16), and splits the kernel's error in two:
 
 - ``input``: the oracle against exact (float64) attention on the inputs the kernel actually reads, q rotated
   and rounded to fp16 and the cache after the kernel's append (rotated keys rounded to fp16);
@@ -48,7 +49,7 @@ def measure(seed: int, num_splits: int) -> dict[str, float]:
     torch.manual_seed(seed)
     args = _inputs(CASE)
     before = {n: args[n].clone() for n in ("k_cache", "v_cache")}
-    _, oracle_lse, _, _ = _oracle(_cpu(args))
+    _, oracle_lse, _, _ = _oracle(_cpu(args), rotate_in_float64=True)
     baseline_args = _cpu({**args, "k_cache": before["k_cache"].clone(), "v_cache": before["v_cache"].clone()})
     window = baseline_args.pop("window_size")
     _, base_lse = with_kvcache(**baseline_args, window_size=window)

@@ -88,8 +88,9 @@
 #   zg memcheck over the new hopper_dropout sanitizer group, scripts/decode_lse_tail.py (the tenth session's
 #      decode LSE miss: its seed and 150 others, the kernel's error split into input rounding and its own
 #      arithmetic), then the decode, KV-cache and transformers GPU tests
-#   zh the rest of the GPU suite on the session's code: kernel options, kernels, sinks, head dims, block
-#      masks (portable and Gluon), API, hardening, CLI, launch cache
+#   zh the KV-cache GPU tests with the tenth session's failing seed pinned (the oracle now attends to the
+#      rotary op's rounded q and k), then the rest of the GPU suite on the session's code: kernel options,
+#      kernels, sinks, head dims, block masks (portable and Gluon), API, hardening, CLI, launch cache
 #
 #     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh [test files for a, c, e, f, h, i and k]
 #
@@ -514,11 +515,13 @@ case "$part" in
     ;;
   zh)
     begin
-    step gpu_tests 520 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zh.xml" tests/test_kernel_options.py \
+    step kvcache_pinned 100 env FLASHTILE_TEST_SEED=124414929 "${pytest_gpu[@]}" --junitxml="$work/kvcache_zh.xml" \
+      tests/test_gpu_kvcache.py
+    step gpu_tests 420 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zh.xml" tests/test_kernel_options.py \
       tests/test_kernels.py tests/test_sinks.py tests/test_head_dims.py tests/test_block_sparse.py \
       tests/test_gpu_hopper_block_sparse.py tests/test_gpu_api.py tests/test_gpu_hardening.py \
       tests/test_cli_bench.py tests/test_launch_cache.py "$@"
-    cp "$work/gpu_tests_zh.xml" "$OUT"/ 2>/dev/null
+    cp "$work/gpu_tests_zh.xml" "$work/kvcache_zh.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   *)

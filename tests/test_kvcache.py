@@ -130,10 +130,13 @@ def _logical(cache: torch.Tensor, args: dict) -> torch.Tensor:
     return cache if idx is None else cache[idx.long().to(cache.device)]
 
 
-def _oracle(args: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _oracle(
+    args: dict, rotate_in_float64: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, lse, logical k cache, logical v cache after the append) in float64, built as flash_attn's test
     does: append by a position mask, rotate, attend over the whole logical cache with a key padding mask
-    and leftpad-relative columns."""
+    and leftpad-relative columns. ``rotate_in_float64``: attend to q and k rotated in float64, not rounded
+    to their dtype (scripts/decode_lse_tail.py measures the difference)."""
     f64 = {
         n: t.double() if torch.is_tensor(t) and t.is_floating_point() and n != "alibi_slopes" else t
         for n, t in args.items()
@@ -148,21 +151,37 @@ def _oracle(args: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch
     left, right = (-1 if w < 0 or w >= cap else w for w in args["window_size"])
     right = 0 if args["causal"] else right
     if "rotary_cos" in args:
-        cos, sin, inter = f64["rotary_cos"], f64["rotary_sin"], args["rotary_interleaved"]
-        k = apply_rotary(k, cos, sin, interleaved=inter, seqlen_offsets=lengths)
+        # Rotary is its own operation (flashtile.rotary, flash_attn's layers.rotary): computed in float32 and
+        # rounded to the inputs' dtype, which is what the attention then reads, in the kernels as in
+        # flash_attn's. The oracle attends to those rounded q and k in float64. (Rotating in float64 instead
+        # made the oracle differ from every fp16 implementation by the rounding of q and k: for 2 seeds in
+        # 151 the kernel, exact to 1e-6 on its inputs, missed the 2× rule by that term alone;
+        # scripts/decode_lse_tail.py, docs/test-runs/2026-11-26-session11/zg/.)
+        cos, sin, inter = args["rotary_cos"], args["rotary_sin"], args["rotary_interleaved"]
+        if rotate_in_float64:
+            args = f64
+            cos, sin = f64["rotary_cos"], f64["rotary_sin"]
+        # The cache check measures the append's rotation itself: against the float64 rotation.
+        k_exact = apply_rotary(
+            k, f64["rotary_cos"], f64["rotary_sin"], interleaved=inter, seqlen_offsets=lengths
+        )
+        k = apply_rotary(args["k"], cos, sin, interleaved=inter, seqlen_offsets=lengths).double()
         if (left, right) != (-1, -1):
-            q = apply_rotary(q, cos, sin, interleaved=inter, seqlen_offsets=lengths)
+            q = apply_rotary(args["q"], cos, sin, interleaved=inter, seqlen_offsets=lengths).double()
         else:
             # Every query at position cache_seqlens[b]: one token at a time.
             one = [
-                apply_rotary(q[:, i : i + 1], cos, sin, interleaved=inter, seqlen_offsets=lengths)
+                apply_rotary(args["q"][:, i : i + 1], cos, sin, interleaved=inter, seqlen_offsets=lengths)
                 for i in range(seqlen_q)
             ]
-            q = torch.cat(one, dim=1)
+            q = torch.cat(one, dim=1).double()
     j = torch.arange(cap)[None, :]
+    kc_exact = kc
     if k is not None:
         target = (j >= lengths[:, None]) & (j < lengths[:, None] + seqlen_new)
+        kc_exact = kc.clone()
         kc[target], vc[target] = k.flatten(0, 1), v.flatten(0, 1)
+        kc_exact[target] = (k_exact if "rotary_cos" in args else k).flatten(0, 1)
     start = args.get("cache_leftpad", torch.zeros(batch, dtype=torch.int32)).long()[:, None]
     end = lengths[:, None] + seqlen_new
     valid = (j >= start) & (j < end)  # (B, cap)
@@ -188,7 +207,7 @@ def _oracle(args: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch
     shift = lse.where(lse.isfinite(), 0.0)[..., None]
     p = torch.where(keep, torch.exp(s - shift), 0.0)
     out = torch.einsum("bhij,bjhd->bihd", p, vz.repeat_interleave(group, 2))
-    return out, lse, kc, vc
+    return out, lse, kc_exact, vc
 
 
 def _run(args: dict, **extra) -> tuple[torch.Tensor, torch.Tensor]:
