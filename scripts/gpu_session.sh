@@ -91,8 +91,10 @@
 #   zh the KV-cache GPU tests with the tenth session's failing seed pinned (the oracle now attends to the
 #      rotary op's rounded q and k), then the rest of the GPU suite on the session's code: kernel options,
 #      kernels, sinks, head dims, block masks (portable and Gluon), API, hardening, CLI, launch cache
+#   zi bench --options dropout on the portable kernels (FLASHTILE_BACKEND=triton: the new mask rule there),
+#      then the GPU test files zh's box did not reach
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -524,8 +526,19 @@ case "$part" in
     cp "$work/gpu_tests_zh.xml" "$work/kvcache_zh.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zi)
+    begin
+    step bench_portable_dropout 80 env FLASHTILE_BACKEND=triton python3 -m flashtile bench --options dropout \
+      --out-dir "$work/bench"
+    step gpu_tests 400 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zi.xml" tests/test_head_dims.py \
+      tests/test_sinks.py tests/test_block_sparse.py tests/test_gpu_hopper_block_sparse.py tests/test_gpu_api.py \
+      tests/test_gpu_hardening.py tests/test_cli_bench.py tests/test_launch_cache.py "$@"
+    cp "$work/gpu_tests_zi.xml" "$OUT"/ 2>/dev/null
+    for f in "$work"/bench/*.csv; do cp "$f" "$OUT/portable_$(basename "$f")"; done 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
