@@ -93,8 +93,9 @@
 #      kernels, sinks, head dims, block masks (portable and Gluon), API, hardening, CLI, launch cache
 #   zi bench --options dropout on the portable kernels (FLASHTILE_BACKEND=triton: the new mask rule there),
 #      then the GPU test files zh's box did not reach
+#   zj the CLI and launch-cache GPU tests (zi's box ran out in the CLI's)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -537,8 +538,15 @@ case "$part" in
     for f in "$work"/bench/*.csv; do cp "$f" "$OUT/portable_$(basename "$f")"; done 2>/dev/null
     finish
     ;;
+  zj)
+    begin
+    step gpu_tests 300 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zj.xml" tests/test_cli_bench.py \
+      tests/test_launch_cache.py "$@"
+    cp "$work/gpu_tests_zj.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
