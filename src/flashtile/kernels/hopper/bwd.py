@@ -803,7 +803,7 @@ def _consumer_dim(
 @gluon.jit(
     do_not_specialize=[
         "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "window_left", "window_right", "stride_alibi_b",
-        "list_stride_b", "list_stride_h", "list_row_len",
+        "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold",
     ]
 )  # fmt: skip
 def attn_bwd_kernel(

@@ -57,8 +57,9 @@ WG_ROWS = gl.constexpr(64)
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
-# Runtime values: a window bound or a batch stride of 1 would otherwise compile a kernel of its own.
-WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b"]
+# Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
+# compile a kernel of its own.
+WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
 # A block mask's list strides and row length: runtime values too (0 where broadcast).
 LIST_ARGS = ["list_stride_b", "list_stride_h", "list_row_len"]
 
