@@ -94,8 +94,10 @@
 #   zi bench --options dropout on the portable kernels (FLASHTILE_BACKEND=triton: the new mask rule there),
 #      then the GPU test files zh's box did not reach
 #   zj the CLI and launch-cache GPU tests (zi's box ran out in the CLI's)
+#   zk the session's last kernel change (the dropout threshold unspecialised): the dropout GPU tests and
+#      bench --options dropout again
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -545,8 +547,16 @@ case "$part" in
     cp "$work/gpu_tests_zj.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zk)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zk.xml" -k "drop" tests/test_gpu_api.py \
+      tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_launch_cache.py "$@"
+    step bench_dropout 70 python3 -m flashtile bench --options dropout --out-dir "$work/bench"
+    cp "$work/gpu_tests_zk.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
