@@ -121,16 +121,17 @@ def keep_tile(
         # Bit 2c + a.
         shift_even = tl.join(tl.join(zero, zero + 2), tl.join(zero + 1, zero + 3))
         shift_odd = shift_even
-    bits = tl.join(_four(even), _four(odd))
-    shift = tl.join(shift_even, shift_odd)
-    # [R/2, C/4, c, a, b] with R/2 = (P, r) and C/4 = (Q, s); row 16P + 8a + r, column 16Q + 8c + 2s + b.
-    bits = tl.reshape(
-        tl.permute(tl.reshape(bits, [R // 16, 8, C // 16, 4, 2, 2, 2]), (0, 5, 1, 2, 4, 3, 6)), [R, C]
+    bits = _tile_order(tl.join(_four(even), _four(odd)), R, C)
+    return bits, _tile_order(tl.join(shift_even, shift_odd), R, C)
+
+
+@triton.jit
+def _tile_order(x, R: tl.constexpr, C: tl.constexpr):
+    """[R/2, C/4, c, a, b] → [R, C]: with R/2 = (P, r) and C/4 = (Q, s), entry (16P + 8a + r, 16Q + 8c + 2s +
+    b)."""
+    return tl.reshape(
+        tl.permute(tl.reshape(x, [R // 16, 8, C // 16, 4, 2, 2, 2]), (0, 5, 1, 2, 4, 3, 6)), [R, C]
     )
-    shift = tl.reshape(
-        tl.permute(tl.reshape(shift, [R // 16, 8, C // 16, 4, 2, 2, 2]), (0, 5, 1, 2, 4, 3, 6)), [R, C]
-    )
-    return bits, shift
 
 
 @triton.jit
