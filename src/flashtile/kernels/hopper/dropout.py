@@ -128,7 +128,7 @@ def draw(
     """The keep bits of the 64 × COLS tile at (r0, c0) (multiples of 16), kernels/_dropout.py's ``(bits,
     shift)`` in ``layout`` (the m64 wgmma accumulator of that shape): :func:`kept` picks each entry's. Rows
     are queries and columns keys, or the other way round. Drawn before a wgmma is waited on, they cost a
-    register per four entries across the wait."""
+    register per Philox call across the wait (eight entries in the forward, four in the backward)."""
     ROWS: gl.constexpr = 64
     row_pairs = r0 // 2 + gl.arange(0, ROWS // 2, layout=gl.SliceLayout(1, PAIRS))
     col_quads = c0 // 4 + gl.arange(0, COLS // 4, layout=gl.SliceLayout(0, PAIRS))
