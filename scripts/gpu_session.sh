@@ -96,8 +96,10 @@
 #   zj the CLI and launch-cache GPU tests (zi's box ran out in the CLI's)
 #   zk the session's last kernel change (the dropout threshold unspecialised): the dropout GPU tests and
 #      bench --options dropout again
+#   zl the session's final code (keep_tile's tile order in a helper): the dropout GPU tests, then the whole
+#      bench --options on the H200 (every option against its peers in one run)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -555,8 +557,16 @@ case "$part" in
     cp "$work/gpu_tests_zk.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  zl)
+    begin
+    step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zl.xml" -k "drop" tests/test_gpu_api.py \
+      tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py "$@"
+    step bench_options 330 python3 -m flashtile bench --options --out-dir "$work/bench"
+    cp "$work/gpu_tests_zl.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
