@@ -32,16 +32,15 @@ def load_rng_state(rng_state_ptr):
 
 
 @triton.jit
-def _kept(word, threshold, bit: tl.constexpr):
-    """Bits ``bit`` and ``bit + 4`` (int32) where ``word``'s low and high 16-bit draws are kept."""
-    low = ((word & 0xFFFF).to(tl.int32) >= threshold).to(tl.int32) << bit
-    return low | (((word >> 16).to(tl.int32) >= threshold).to(tl.int32) << (bit + 4))
-
-
-@triton.jit
 def _kept_half(word, shift, threshold, bit: tl.constexpr):
     """Bit ``bit`` (int32) where the 16-bit draw at ``shift`` (0 or 16) of ``word`` is kept."""
     return (((word >> shift) & 0xFFFF).to(tl.int32) >= threshold).to(tl.int32) << bit
+
+
+@triton.jit
+def _kept(word, threshold, bit: tl.constexpr):
+    """Bits ``bit`` and ``bit + 4`` (int32) where ``word``'s low and high 16-bit draws are kept."""
+    return _kept_half(word, 0, threshold, bit) | _kept_half(word, 16, threshold, bit + 4)
 
 
 @triton.jit
