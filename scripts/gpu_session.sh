@@ -98,8 +98,10 @@
 #      bench --options dropout again
 #   zl the session's final code (keep_tile's tile order in a helper): the dropout GPU tests, then the whole
 #      bench --options on the H200 (every option against its peers in one run)
+#   zn the last review's change to the portable draws (_kept over _kept_half): the dropout GPU tests of the
+#      API, the Gluon kernels and the portable kernels' options
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -565,8 +567,15 @@ case "$part" in
     cp "$work/gpu_tests_zl.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  zn)
+    begin
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zn.xml" -k "drop" tests/test_gpu_api.py \
+      tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_kernel_options.py "$@"
+    cp "$work/gpu_tests_zn.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
