@@ -101,7 +101,11 @@
 #   zn the last review's change to the portable draws (_kept over _kept_half): the dropout GPU tests of the
 #      API, the Gluon kernels and the portable kernels' options
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn [test files for a, c, e, f, h, i and k]
+#   zo the twelfth session's first call, the paper grid's short cells: benchmarks/launch_overhead.py at
+#      N = 512, 1k, 2k and D = 64, 128, 256 with SDPA cuDNN beside flashtile (host µs, per-call ms, kernel
+#      ms: which cells trail on the host, which in the kernels), then benchmarks/host_path.py on this host
+#
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -574,8 +578,16 @@ case "$part" in
     cp "$work/gpu_tests_zn.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zo)
+    begin
+    step launch_overhead 330 python3 benchmarks/launch_overhead.py --head-dim 64 128 256 --peer \
+      --csv "$work/launch_overhead.csv" --label "${FLASHTILE_COMMIT:-unknown}"
+    step host_path 120 python3 benchmarks/host_path.py --reps 1000
+    cp "$work/launch_overhead.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
