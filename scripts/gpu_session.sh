@@ -104,8 +104,11 @@
 #   zo the twelfth session's first call, the paper grid's short cells: benchmarks/launch_overhead.py at
 #      N = 512, 1k, 2k and D = 64, 128, 256 with SDPA cuDNN beside flashtile (host µs, per-call ms, kernel
 #      ms: which cells trail on the host, which in the kernels), then benchmarks/host_path.py on this host
+#   zp the persistent Gluon forward: scripts/hopper_persistent_check.py (persistent against one program a
+#      work tile and cuDNN, CUDA-graph kernel times), then the Gluon forward's GPU tests (dense, options,
+#      varlen, block masks) and the backward's, which run the forward first
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -586,8 +589,16 @@ case "$part" in
     cp "$work/launch_overhead.csv" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zp)
+    begin
+    step persistent_check 200 python3 scripts/hopper_persistent_check.py --csv "$work/persistent_check.csv"
+    step gpu_tests 280 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zp.xml" tests/test_gpu_hopper.py \
+      tests/test_gpu_hopper_block_sparse.py tests/test_gpu_hopper_bwd.py "$@"
+    cp "$work/persistent_check.csv" "$work/gpu_tests_zp.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

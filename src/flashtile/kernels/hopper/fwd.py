@@ -1,12 +1,15 @@
 """Hopper (sm_90) forward in Gluon: a TMA producer warp and two consumer warpgroups per program.
 
-Each program owns BLOCK_M = 128 query rows of one (batch, head). A 1-warp producer partition loads the two
-64-row halves of Q once and streams K and V tiles of BLOCK_N keys into a STAGES-deep shared-memory ring,
-each slot guarded by a "ready" mbarrier (the TMA completes it) and an "empty" one (both consumers arrive on
-it once done). Each 4-warp consumer partition owns 64 query rows and runs the online softmax with async
-wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O += P(j−1)·V(j−1), wait for
-S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline, the
-barrier protocol and the register budget are drawn and measured in docs/design/hopper.md.
+A work tile is BLOCK_M = 128 query rows of one (batch, head). The grid is persistent: one program an SM,
+each taking work tiles pid, pid + P, … (:func:`_work_tile`), so the next tile's Q and first K/V tiles load
+while this one's last P·V and output store run. A 1-warp producer partition loads a tile's two 64-row
+halves of Q (once the consumers have released the last tile's: the q_empty mbarrier) and streams K and V
+tiles of BLOCK_N keys into a STAGES-deep shared-memory ring, each slot guarded by a "ready" mbarrier (the
+TMA completes it) and an "empty" one (both consumers arrive on it once done); the ring's slots and phases
+count on across work tiles. Each 4-warp consumer partition owns 64 query rows and runs the online softmax
+with async wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O += P(j−1)·V(j−1),
+wait for S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline,
+the barrier protocol and the register budget are drawn and measured in docs/design/hopper.md.
 
 Options (docs/design/options.md): a sliding window ``(left, right)`` (causal is (−1, 0)), softcap, ALiBi and
 dropout (its Philox mask drawn in the accumulator's layout: hopper/dropout.py), each a constexpr switch with
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 from triton.experimental import gluon
@@ -57,6 +61,12 @@ WG_ROWS = gl.constexpr(64)
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
+# A persistent grid (one program an SM, each looping over work tiles) unless FLASHTILE_HOPPER_FWD_PERSISTENT
+# is 0 (read at each launch): then one program a work tile, as before the twelfth session.
+PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
+# Shared memory the Q, output and K/V tiles may take (of the 227 KB an sm_90 program may have: the rest is
+# for the mbarriers and the compiler's layout-conversion scratch).
+SMEM_FOR_TILES = gl.constexpr(200 * 1024)
 # Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
 # compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
@@ -170,28 +180,106 @@ def _tile_start(j, t_lo, tiles, TILE: gl.constexpr, SPARSE_TILES: gl.constexpr):
 
 
 @gluon.jit
-def _attn_fwd_producer(
-    loads, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
-    SPARSE_TILES: gl.constexpr,
+def _work_tile(
+    w, sched, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
 ):  # fmt: skip
-    q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start, tiles = loads
+    """Work tile w: the query rows [m0, m0 + BLOCK_M) of one (batch b, head h), bh = b·H + h, with row
+    blocks of one head adjacent (they read the same keys, which stay in L2), the longest first when causal.
+    Returns ``(b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles,
+    tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
+    ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
+    is live and writes out 0, LSE −inf), the key tiles of :func:`_key_tiles` or of the block mask's lists,
+    ``tiles`` as :func:`_tile_start` takes them."""
+    num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
+    cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
+    BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    m_block = w % num_m_blocks
+    bh = w // num_m_blocks
+    if IS_LOCAL and not HAS_WINDOW_LEFT:
+        # The longest rows (most key tiles) start first, so the short ones fill the tail.
+        m_block = num_m_blocks - 1 - m_block
+    b = bh // H
+    h = bh % H
+    m0 = m_block * BLOCK_M
+    live = True
+    if IS_VARLEN:
+        q_start, q_end = _sequence_rows(cu_seqlens_q_ptr, b, total_q)
+        k_start, k_end = _sequence_rows(cu_seqlens_k_ptr, b, total_k)
+        seqlen_q = q_end - q_start
+        seqlen_k = k_end - k_start
+        # The grid covers the longest sequence; blocks past this one's end have nothing to do.
+        live = m0 < seqlen_q
+    else:
+        q_start = 0
+        k_start = 0
+        seqlen_q = total_q
+        seqlen_k = total_k
+    diag = seqlen_k - seqlen_q
+    lo_diag = diag - window_left
+    hi_diag = diag + window_right
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, stride_b, stride_h, row_len = lists
+    if SPARSE_TILES:
+        row_base, n_partial, n_listed = _block_list(
+            kv_count_ptr, full_kv_count_ptr, b, h, m0 // SPARSE_BLOCK_M, stride_b, stride_h, row_len
+        )
+        t_lo = 0
+        n_tiles = n_listed * SPARSE_TILES
+        tiles = (kv_index_ptr, full_kv_index_ptr, row_base, n_partial)
+    else:
+        t_lo, n_tiles = _key_tiles(
+            m0, seqlen_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+        )
+        tiles = (kv_index_ptr, full_kv_index_ptr, 0, 0)
+    return b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles, tiles
+
+
+@gluon.jit
+def _attn_fwd_producer(
+    sched, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr,
+):  # fmt: skip
+    """For each live work tile of the program: Q's two halves once the consumers are done with the last
+    tile's (q_empty), or with no key tile an arrival on q_bar alone; then its key tiles into the ring, whose
+    slots and phases count every tile the program has loaded (``it``)."""
+    q_desc, k_desc, v_desc, group = descs
     q_smem, k_smem, v_smem = smem
-    q_bar, k_ready, k_empty, v_ready, v_empty = bars
-    if n_tiles > 0:
-        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-        for half in gl.static_range(2):
-            _load_rows(q_desc, b, q_start, m0 + half * WG_ROWS, h, q_bar, q_smem.index(half), IS_VARLEN)
-    for j in range(n_tiles):
-        slot = j % STAGES
-        # An mbarrier starts with its phase-1 wait complete: the first round finds every slot empty.
-        phase = (j // STAGES) & 1
-        n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
-        mbarrier.wait(k_empty.index(slot), phase ^ 1)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
-        mbarrier.wait(v_empty.index(slot), phase ^ 1)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+    pid, num_programs, total_work = sched[9:]
+    it = 0
+    n_live = 0
+    for w in range(pid, total_work, num_programs):
+        work = _work_tile(
+            w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
+        )
+        b, h = work[:2]
+        m0, q_start, k_start = work[3:6]
+        live = work[8]
+        t_lo, n_tiles, tiles = work[11:]
+        if live:
+            # An mbarrier starts with its phase-1 wait complete: the first tile finds Q's buffer free.
+            mbarrier.wait(q_empty, (n_live & 1) ^ 1)
+            n_live += 1
+            if n_tiles > 0:
+                mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+                for half in gl.static_range(2):
+                    row = m0 + half * WG_ROWS
+                    _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(half), IS_VARLEN)
+            else:
+                mbarrier.arrive(q_bar, count=1)
+            h_kv = h // group
+            for j in range(n_tiles):
+                slot = (it + j) % STAGES
+                phase = ((it + j) // STAGES) & 1
+                n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+                mbarrier.wait(k_empty.index(slot), phase ^ 1)
+                mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+                _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
+                mbarrier.wait(v_empty.index(slot), phase ^ 1)
+                mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+                _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+            it += n_tiles
 
 
 @gluon.jit
@@ -323,14 +411,15 @@ def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr):
 
 @gluon.jit
 def _attn_fwd_steps(
-    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, lo, hi, t_lo, tiles, rows,
+    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, lo, hi, t_lo, tiles, rows,
     scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
     MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr,
 ):  # fmt: skip
-    """Tiles [lo, hi) (key tile t_lo + j): issue S(j), then O += P(j−1)·V(j−1), softmax(j) while the P·V
-    wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma operand."""
+    """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
+    softmax(j) while the P·V wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the
+    wgmma operand."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -338,11 +427,11 @@ def _attn_fwd_steps(
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
     s_zero = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     for j in range(lo, hi):
-        slot = j % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        slot = (base + j) % STAGES
+        mbarrier.wait(k_ready.index(slot), ((base + j) // STAGES) & 1)
         s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        prev = (j - 1) % STAGES
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        prev = (base + j - 1) % STAGES
+        mbarrier.wait(v_ready.index(prev), ((base + j - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         # The tile's keys matter only to the mask, ALiBi and dropout (a listed tile's start is a load).
@@ -371,17 +460,53 @@ def _attn_fwd_steps(
 
 @gluon.jit
 def _attn_fwd_consumer(
-    program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+    sched, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr,
+    HAS_DROPOUT: gl.constexpr, SEPARATE_O: gl.constexpr,
 ):  # fmt: skip
-    o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q = program[:12]
-    t_lo, n_tiles, qk_scale, tiles = program[12:]
-    lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
-    q_smem, k_smem, v_smem = smem
-    q_bar, k_ready, k_empty, v_ready, v_empty = bars
+    """Consumer WG of every live work tile of the program, in the producer's order; ``it`` counts the
+    ring entries consumed, ``n_live`` the tiles whose Q (or q_bar's arrival alone) came."""
+    pid, num_programs, total_work = sched[9:]
+    it = 0
+    n_live = 0
+    for w in range(pid, total_work, num_programs):
+        work = _work_tile(
+            w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
+        )
+        if work[8]:
+            mbarrier.wait(bars[0], n_live & 1)
+            n_live += 1
+            _attn_fwd_tile(
+                work, it, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT,
+                HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
+                MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, SEPARATE_O,
+            )  # fmt: skip
+            it += work[12]
+    # The last tile's output store reads the staging buffer until it completes.
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_fwd_tile(
+    work, it, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+    IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+    P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    HAS_DROPOUT: gl.constexpr, SEPARATE_O: gl.constexpr,
+):  # fmt: skip
+    """One work tile (:func:`_work_tile`) for consumer WG, its Q landed: its 64 rows' online softmax over
+    the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Q's buffer is released (q_empty)
+    once this warpgroup's last S wgmma has retired, or under SEPARATE_O = False once it has staged the
+    output tile and its store has completed."""
+    b, h, bh, m0 = work[:4]
+    seqlen_q, seqlen_k = work[6:8]
+    lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
+    o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
+    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
+    q_smem, o_smem, k_smem, v_smem = smem
+    q_empty, k_ready, k_empty, v_ready, v_empty = bars[1:]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -433,15 +558,14 @@ def _attn_fwd_consumer(
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
     q = q_smem.index(WG)
     if n_tiles > 0:
-        mbarrier.wait(q_bar, 0)
         # Tile 0 alone: it has no P·V to overlap with, and may need the mask.
-        mbarrier.wait(k_ready.index(0), 0)
+        mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
         s_tok = warpgroup_mma(
-            q, k_smem.index(0).permute((1, 0)), gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout),
+            q, k_smem.index(it % STAGES).permute((1, 0)), gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout),
             use_acc=False, is_async=True,
         )  # fmt: skip
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        mbarrier.arrive(k_empty.index(0), count=1)
+        mbarrier.arrive(k_empty.index(it % STAGES), count=1)
         n_first = _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         p, m_i, l_i, _ = _softmax_step(
             s, m_i, l_i, n_first, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
@@ -455,26 +579,32 @@ def _attn_fwd_consumer(
             # The window's left edge: tiles some rows see in part, before those all rows see in full; or
             # a block mask's partial tiles, with its mask_mod.
             acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, 1, a, t_lo, tiles,
-                rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-                BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT,
+                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, 1, a, t_lo,
+                tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+                P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                HAS_DROPOUT,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, a, b_full, t_lo, tiles,
-            rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
+            tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b_full, n_tiles, t_lo,
-            tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND,
-            BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, b_full, n_tiles,
+            t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
-        last = (n_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+        if SEPARATE_O:
+            # Every S wgmma of this tile has retired: the producer may load the next tile's Q meanwhile.
+            mbarrier.arrive(q_empty, count=1)
+        last = (it + n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((it + n_tiles - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
+    elif SEPARATE_O:
+        mbarrier.arrive(q_empty, count=1)
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     l_o = gl.convert_layout(l_i, o_rows)
@@ -491,8 +621,13 @@ def _attn_fwd_consumer(
     else:
         lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
     gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
-    # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile.
-    q.store(out.to(q.dtype))
+    # The staging buffer: this warpgroup's own, whose previous store must have read it, or Q's half, free
+    # once this warpgroup's last S wgmma has retired.
+    staged = o_smem.index(WG) if SEPARATE_O else q
+    tma.store_wait(0)
+    # Every warp's store_wait done before any warp writes: the warp that issued the store may be behind.
+    gl.thread_barrier()
+    staged.store(out.to(q.dtype))
     if IS_VARLEN:
         # A TMA store would write the rows past the sequence, the next sequence's: masked stores instead,
         # STORE_ROWS rows at a time read back from the staged tile (a few registers a thread).
@@ -505,24 +640,31 @@ def _attn_fwd_consumer(
         # One 64-bit base (a uniform value), then 32-bit offsets: 64 rows of H·D elements stay far below 2³¹.
         o_rows = o_ptr + (q_start + row0).to(gl.int64) * (H * HEAD_DIM) + h.to(gl.int64) * HEAD_DIM
         for c in gl.static_range(WG_ROWS // STORE_ROWS):
-            tile = q.slice(c * STORE_ROWS, STORE_ROWS, dim=0).load(store_layout)
+            tile = staged.slice(c * STORE_ROWS, STORE_ROWS, dim=0).load(store_layout)
             r = c * STORE_ROWS + gl.arange(0, STORE_ROWS, layout=gl.SliceLayout(1, store_layout))
             offs = gl.expand_dims(r * (H * HEAD_DIM), 1) + gl.expand_dims(cols, 0)
             gl.store(o_rows + offs, tile, mask=gl.expand_dims(r < seqlen_q - row0, 1))
     else:
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(q, o_desc))
+        tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(staged, o_desc))
+    if not SEPARATE_O:
+        # Q's half is read until the output's store has completed; then the producer may load the next Q.
         tma.store_wait(0)
+        mbarrier.arrive(q_empty, count=1)
 
 
 # Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
 # varlen training changes the totals, the block count and the batch at every step).
-@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "num_m_blocks", "H", "GROUP", *WINDOW_ARGS, *LIST_ARGS])
+SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP"]
+
+
+@gluon.jit(do_not_specialize=[*SIZE_ARGS, *WINDOW_ARGS, *LIST_ARGS])
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
     kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, seqlen_q, seqlen_k,
-    num_m_blocks, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
-    dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
+    num_m_blocks, total_work, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out,
+    stride_alibi_b, dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h, list_row_len,
+    HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
@@ -544,95 +686,73 @@ def attn_fwd_kernel(
     list_row_len entries); a program visits its query block's listed key blocks only, and in the partial
     ones hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` (a ``@triton.jit`` function, None:
     none) is False, or under MASK_BITS where the mask's bits (``aux`` = flashtile.block_mask.MaskBits' ids,
-    words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None."""
-    BLOCK_M: gl.constexpr = 2 * WG_ROWS
-    pid = gl.program_id(0)
-    m_block = pid % num_m_blocks
-    bh = pid // num_m_blocks
-    if IS_LOCAL and not HAS_WINDOW_LEFT:
-        # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
-        m_block = num_m_blocks - 1 - m_block
-    b = bh // H
-    h = bh % H
-    h_kv = h // GROUP
-    m0 = m_block * BLOCK_M
-    total_q = seqlen_q
-    if IS_VARLEN:
-        q_start, q_end = _sequence_rows(cu_seqlens_q_ptr, b, seqlen_q)
-        k_start, k_end = _sequence_rows(cu_seqlens_k_ptr, b, seqlen_k)
-        # From here on seqlen_q/k are this sequence's lengths, as in the dense kernel.
-        seqlen_q = q_end - q_start
-        seqlen_k = k_end - k_start
-        # The grid covers the longest sequence; blocks past this one's end have nothing to do (a block
-        # of a sequence without keys still writes its rows: out 0, LSE −inf).
-        if m0 >= seqlen_q:
-            return
-    else:
-        q_start = 0
-        k_start = 0
-    diag = seqlen_k - seqlen_q
-    lo_diag = diag - window_left
-    hi_diag = diag + window_right
+    words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None.
+
+    The grid's P programs take work tiles pid, pid + P, … of the ``total_work`` = num_m_blocks · B · H
+    (P = total_work: one program a tile)."""
     # With an option on, P passes between tiles as the bf16 wgmma operand (32 registers a thread fewer
     # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
     P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
-    if SPARSE_TILES:
-        row_base, n_partial, n_listed = _block_list(
-            kv_count_ptr, full_kv_count_ptr, b, h, m0 // SPARSE_BLOCK_M, list_stride_b, list_stride_h,
-            list_row_len,
-        )  # fmt: skip
-        t_lo = 0
-        n_tiles = n_listed * SPARSE_TILES
-        tiles = (kv_index_ptr, full_kv_index_ptr, row_base, n_partial)
-    else:
-        t_lo, n_tiles = _key_tiles(
-            m0, seqlen_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
-        )
-        tiles = (kv_index_ptr, full_kv_index_ptr, 0, 0)
-
     dtype: gl.constexpr = q_desc.dtype
+    # The output tile gets its own staging buffer where it fits beside Q and the ring (all but D = 256),
+    # so Q's buffer is free for the next work tile before this one's last P·V and epilogue.
+    tile_bytes: gl.constexpr = WG_ROWS * HEAD_DIM * dtype.primitive_bitwidth // 8
+    ring_bytes: gl.constexpr = 2 * STAGES * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
+    SEPARATE_O: gl.constexpr = 4 * tile_bytes + ring_bytes <= SMEM_FOR_TILES
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
+    o_smem = q_smem
+    if SEPARATE_O:
+        o_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    # Each of the two consumer partitions arrives once per tile.
+    mbarrier.init(q_empty, count=2)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        # Each of the two consumer partitions arrives once per tile.
         mbarrier.init(k_empty.index(i), count=2)
         mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
 
-    smem = (q_smem, k_smem, v_smem)
-    bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
-    loads = (q_desc, k_desc, v_desc, b, h, h_kv, m0, t_lo, n_tiles, q_start, k_start, tiles)
-    program = (
-        o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, b, h, bh, H, m0, seqlen_q, seqlen_k, total_q, t_lo, n_tiles,
-        qk_scale, tiles,
+    # The program's work tiles: pid, pid + P, … of total_work (P programs; one per tile without persistence).
+    lists = (
+        kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, list_stride_b, list_stride_h,
+        list_row_len,
     )  # fmt: skip
+    sched = (
+        num_m_blocks, H, seqlen_q, seqlen_k, window_left, window_right, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+        lists, gl.program_id(0), gl.num_programs(0), total_work,
+    )  # fmt: skip
+    bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
+    program = (o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, seqlen_q, qk_scale)
     drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
-    options = (lo_diag, hi_diag, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
+    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
+    consumer_smem = (q_smem, o_smem, k_smem, v_smem)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
         [
-            (_attn_fwd_producer, (loads, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)),
-            (_attn_fwd_consumer, (program, options, smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
-                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                                  HAS_DROPOUT)),
-            (_attn_fwd_consumer, (program, options, smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
-                                  HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN,
-                                  SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                                  HAS_DROPOUT)),
+            (_attn_fwd_producer, (sched, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars,
+                                  BLOCK_N, STAGES, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
+                                  SPARSE_BLOCK_M)),
+            (_attn_fwd_consumer, (sched, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N,
+                                  IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES,
+                                  IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                                  HAS_DROPOUT, SEPARATE_O)),
+            (_attn_fwd_consumer, (sched, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N,
+                                  IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES,
+                                  IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                                  HAS_DROPOUT, SEPARATE_O)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -755,24 +875,29 @@ def _fwd_launch(
     varlen: tuple[int, int, int, int] | None = None,
     sparse: Sparse | None = None,
     dropout_p: float = 0.0,
+    persistent: bool = True,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
-    grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the grid covers the rounded longest
-    sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
-    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None."""
+    grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
+    longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
+    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: as many
+    programs as SMs (or work tiles, if fewer), else one a work tile."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
         totals, longest = varlen[:2], varlen[2:]
     num_m_blocks = cdiv(longest[0], 2 * WG_ROWS.value)
+    total_work = num_m_blocks * batch * heads
     values = dict(
-        seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, H=heads, GROUP=heads // heads_kv,
+        seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, total_work=total_work, H=heads,
+        GROUP=heads // heads_kv,
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
         IS_VARLEN=varlen is not None,
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
-    grid = (num_m_blocks * batch * heads,)
+    # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
+    grid = (min(total_work, configs.multiprocessor_count(device)) if persistent else total_work,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
 
@@ -834,7 +959,7 @@ def attn_fwd(
     launch = _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
-        dropout_p,
+        dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
     if varlen is None:

@@ -141,6 +141,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         seqlen_q="i32",
         seqlen_k="i32",
         num_m_blocks="i32",
+        total_work="i32",
         H="i32",
         GROUP="i32",
         qk_scale="fp32",
