@@ -107,8 +107,11 @@
 #   zp the persistent Gluon forward: scripts/hopper_persistent_check.py (persistent against one program a
 #      work tile and cuDNN, CUDA-graph kernel times), then the Gluon forward's GPU tests (dense, options,
 #      varlen, block masks) and the backward's, which run the forward first
+#   zq the persistent forward with causal work tiles longest-first across heads: scripts/hopper_persistent_check.py
+#      with the eleventh session's forward (scripts/baseline_hopper_fwd.py, untracked: `git show
+#      d579e7f:src/flashtile/kernels/hopper/fwd.py`) timed beside
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -597,8 +600,15 @@ case "$part" in
     cp "$work/persistent_check.csv" "$work/gpu_tests_zp.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zq)
+    begin
+    step persistent_check 300 python3 scripts/hopper_persistent_check.py --csv "$work/persistent_check.csv" \
+      --baseline scripts/baseline_hopper_fwd.py "$@"
+    cp "$work/persistent_check.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

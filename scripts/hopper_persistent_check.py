@@ -6,13 +6,18 @@ launchers (no host path in the figure), median of 7 replays, for flashtile's for
 FLASHTILE_HOPPER_FWD_PERSISTENT=1 (one program an SM looping over work tiles) and =0 (one program a work
 tile), and cuDNN. Before timing, both flashtile outputs are compared with cuDNN's (max |difference|).
 
-    PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv]
+    PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
+        [--baseline path/to/an/earlier/hopper/fwd.py]
+
+``--baseline`` times another version of kernels/hopper/fwd.py (e.g. ``git show <rev>:src/flashtile/kernels/
+hopper/fwd.py > old_fwd.py``) in the same process, as "baseline".
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import os
 import statistics
 
@@ -61,6 +66,11 @@ def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int]):
     return run
 
 
+def launcher(attn_fwd, q, k, v, causal: bool, window: tuple[int, int]):
+    scale = q.shape[-1] ** -0.5
+    return lambda: attn_fwd(q, k, v, scale, causal, window_size=window)[0]
+
+
 def cudnn(q, k, v, causal: bool, window: tuple[int, int]):
     if window != (-1, -1) and not causal:
         return None
@@ -92,7 +102,13 @@ def main() -> None:
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 16384])
     parser.add_argument("--csv", help="append one row per cell and implementation to this CSV")
+    parser.add_argument("--baseline", help="another version of kernels/hopper/fwd.py to time beside")
     args = parser.parse_args()
+    baseline = None
+    if args.baseline:
+        spec = importlib.util.spec_from_file_location("baseline_hopper_fwd", args.baseline)
+        baseline = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(baseline)
     cells = [
         (d, n, causal, (-1, 0) if causal else (-1, -1))
         for d in args.head_dims
@@ -112,6 +128,8 @@ def main() -> None:
             "per-tile": flashtile(False, q, k, v, causal, window),
             "sdpa-cudnn": cudnn(q, k, v, causal, window),
         }
+        if baseline is not None:
+            impls["baseline"] = launcher(baseline.attn_fwd, q, k, v, causal, window)
         outs = {name: fn().float() for name, fn in impls.items() if fn is not None}
         ref = outs["per-tile"]
         work = flops(batch, seqlen, heads, head_dim, causal, window)

@@ -185,7 +185,8 @@ def _work_tile(
     IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
 ):  # fmt: skip
     """Work tile w: the query rows [m0, m0 + BLOCK_M) of one (batch b, head h), bh = b·H + h, with row
-    blocks of one head adjacent (they read the same keys, which stay in L2), the longest first when causal.
+    blocks of one head adjacent (they read the same keys, which stay in L2), or when causal the longest row
+    blocks of every head first.
     Returns ``(b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles,
     tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
     ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
@@ -193,12 +194,18 @@ def _work_tile(
     ``tiles`` as :func:`_tile_start` takes them."""
     num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
     cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
+    total_work = sched[11]
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
-    m_block = w % num_m_blocks
-    bh = w // num_m_blocks
     if IS_LOCAL and not HAS_WINDOW_LEFT:
-        # The longest rows (most key tiles) start first, so the short ones fill the tail.
-        m_block = num_m_blocks - 1 - m_block
+        # Causal: the row blocks with the most key tiles first, every head's, then the next shorter ones:
+        # the programs' static share of tiles p, p + P, … then evens out (one head's blocks in turn would
+        # give some programs only long blocks), and the short ones fill the tail.
+        heads_total = total_work // num_m_blocks
+        m_block = num_m_blocks - 1 - w // heads_total
+        bh = w % heads_total
+    else:
+        m_block = w % num_m_blocks
+        bh = w // num_m_blocks
     b = bh // H
     h = bh % H
     m0 = m_block * BLOCK_M
