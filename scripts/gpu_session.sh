@@ -110,8 +110,11 @@
 #   zq the persistent forward with causal work tiles longest-first across heads: scripts/hopper_persistent_check.py
 #      with the eleventh session's forward (scripts/baseline_hopper_fwd.py, untracked: `git show
 #      d579e7f:src/flashtile/kernels/hopper/fwd.py`) timed beside
+#   zr the persistent grid for plain attention only (causal, options, packed batches and block masks keep one
+#      program a work tile): scripts/hopper_persistent_check.py with the baseline, then the Gluon forward,
+#      block-mask and backward GPU tests
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -607,8 +610,17 @@ case "$part" in
     cp "$work/persistent_check.csv" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zr)
+    begin
+    step persistent_check 150 python3 scripts/hopper_persistent_check.py --csv "$work/persistent_check.csv" \
+      --baseline scripts/baseline_hopper_fwd.py
+    step gpu_tests 340 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zr.xml" tests/test_gpu_hopper.py \
+      tests/test_gpu_hopper_block_sparse.py tests/test_gpu_hopper_bwd.py "$@"
+    cp "$work/persistent_check.csv" "$work/gpu_tests_zr.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

@@ -41,6 +41,11 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     # registers) beside S in flight: an 8-byte frame at D = 256.
     if "dropout" in case[1]:
         stack_allowed = 8
+    # The persistent grid (plain attention at D ≤ 192) keeps values hoisted out of its work-tile loop: ptxas
+    # parks a few in an 8–16-byte frame, read back once a work tile; no spill inside a key loop.
+    if case[1] == "full" and case[0] <= 192:
+        stack_allowed = 16
+        assert report.loop_spills == 0, f"{case}: {report.loop_spills} local loads/stores inside a key loop"
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
     assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"
 

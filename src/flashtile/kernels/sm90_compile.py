@@ -60,6 +60,9 @@ class CompileReport:
     stack_bytes: int
     has_wgmma: bool
     has_tma: bool
+    # Local loads and stores (LDL/STL: spill traffic) inside innermost loops of the SASS, the key loops: a
+    # stack frame whose accesses all sit outside them costs a few loads a work tile, not a few a key tile.
+    loop_spills: int = 0
 
 
 def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
@@ -179,6 +182,9 @@ def report(kernel: str, compiled) -> CompileReport:
             text=True,
             check=True,
         ).stdout
+        sass = subprocess.run(
+            [os.path.join(bin_dir, "nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True
+        ).stdout
     regs = re.search(r"REG:(\d+)", usage)
     local = re.search(r"LOCAL:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
@@ -190,6 +196,32 @@ def report(kernel: str, compiled) -> CompileReport:
         shared_bytes=int(compiled.metadata.shared),
         has_wgmma="wgmma" in ptx,
         has_tma="cp.async.bulk.tensor" in ptx,
+        loop_spills=loop_spills(sass),
+    )
+
+
+def loop_spills(sass: str) -> int:
+    """LDL/STL instructions inside innermost loops of ``nvdisasm -c`` output: the spans from a label to a
+    later branch back to it that contain no other such span."""
+    lines = sass.splitlines()
+    labels = {}
+    for i, line in enumerate(lines):
+        label = re.match(r"^\.(L_x_\d+):", line)
+        if label:
+            labels[label.group(1)] = i
+    spans = []
+    for i, line in enumerate(lines):
+        branch = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
+        if branch and labels.get(branch.group(1), i) < i:
+            spans.append((labels[branch.group(1)], i))
+    innermost = [
+        (a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)
+    ]
+    return sum(
+        1
+        for a, b in innermost
+        for line in lines[a : b + 1]
+        if re.search(r"\b(LDL|STL)(\.[A-Z0-9]+)*\b", line)
     )
 
 

@@ -61,12 +61,15 @@ WG_ROWS = gl.constexpr(64)
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
-# A persistent grid (one program an SM, each looping over work tiles) unless FLASHTILE_HOPPER_FWD_PERSISTENT
-# is 0 (read at each launch): then one program a work tile, as before the twelfth session.
+# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) runs on a
+# persistent grid, one program an SM looping over work tiles, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0
+# (read at each launch). H200, kernel time, against one program a work tile: 4-18 % faster at N ≤ 2k, within
+# ±3 % from 4k (docs/design/hopper.md, "Persistent forward"). Causal work tiles, dealt out statically, ran
+# slower than the hardware's dynamic order (up to 35 % at N = 16k), so they keep one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
-# Shared memory the Q, output and K/V tiles may take (of the 227 KB an sm_90 program may have: the rest is
-# for the mbarriers and the compiler's layout-conversion scratch).
-SMEM_FOR_TILES = gl.constexpr(200 * 1024)
+# Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
+# program may have; the rest is for the mbarriers and the compiler's scratch): D ≤ 192.
+PERSISTENT_SMEM = 200 * 1024
 # Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
 # compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
@@ -185,8 +188,7 @@ def _work_tile(
     IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
 ):  # fmt: skip
     """Work tile w: the query rows [m0, m0 + BLOCK_M) of one (batch b, head h), bh = b·H + h, with row
-    blocks of one head adjacent (they read the same keys, which stay in L2), or when causal the longest row
-    blocks of every head first.
+    blocks of one head adjacent (they read the same keys, which stay in L2), the longest first when causal.
     Returns ``(b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles,
     tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
     ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
@@ -194,18 +196,12 @@ def _work_tile(
     ``tiles`` as :func:`_tile_start` takes them."""
     num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
     cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
-    total_work = sched[11]
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    m_block = w % num_m_blocks
+    bh = w // num_m_blocks
     if IS_LOCAL and not HAS_WINDOW_LEFT:
-        # Causal: the row blocks with the most key tiles first, every head's, then the next shorter ones:
-        # the programs' static share of tiles p, p + P, … then evens out (one head's blocks in turn would
-        # give some programs only long blocks), and the short ones fill the tail.
-        heads_total = total_work // num_m_blocks
-        m_block = num_m_blocks - 1 - w // heads_total
-        bh = w % heads_total
-    else:
-        m_block = w % num_m_blocks
-        bh = w // num_m_blocks
+        # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
+        m_block = num_m_blocks - 1 - m_block
     b = bh // H
     h = bh % H
     m0 = m_block * BLOCK_M
@@ -243,50 +239,68 @@ def _work_tile(
 
 @gluon.jit
 def _attn_fwd_producer(
-    sched, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_LOCAL: gl.constexpr,
+    sched, work, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    SPARSE_BLOCK_M: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """For each live work tile of the program: Q's two halves once the consumers are done with the last
-    tile's (q_empty), or with no key tile an arrival on q_bar alone; then its key tiles into the ring, whose
-    slots and phases count every tile the program has loaded (``it``)."""
+    """The loads of the program's work tiles: ``work`` (tile pid) alone, or under PERSISTENT tiles pid,
+    pid + P, …"""
+    if PERSISTENT:
+        pid, num_programs, total_work = sched[9:]
+        it = 0
+        n_live = 0
+        for w in range(pid, total_work, num_programs):
+            tile = _work_tile(
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
+            )
+            it, n_live = _produce_tile(
+                tile, it, n_live, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT
+            )
+    else:
+        _produce_tile(work, 0, 0, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT)
+
+
+@gluon.jit
+def _produce_tile(
+    work, it, n_live, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, PERSISTENT: gl.constexpr,
+):  # fmt: skip
+    """Work tile ``work`` (:func:`_work_tile`), if live: its Q halves once the consumers are done with the
+    last tile's (q_empty, under PERSISTENT), or with no key tile an arrival on q_bar alone; then its key
+    tiles into the ring, whose slots and phases count the ``it`` key tiles loaded before. Returns ``it``
+    and ``n_live`` (live tiles) counted on."""
     q_desc, k_desc, v_desc, group = descs
     q_smem, k_smem, v_smem = smem
     q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
-    pid, num_programs, total_work = sched[9:]
-    it = 0
-    n_live = 0
-    for w in range(pid, total_work, num_programs):
-        work = _work_tile(
-            w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
-        )
-        b, h = work[:2]
-        m0, q_start, k_start = work[3:6]
-        live = work[8]
-        t_lo, n_tiles, tiles = work[11:]
-        if live:
+    b, h = work[:2]
+    m0, q_start, k_start = work[3:6]
+    t_lo, n_tiles, tiles = work[11:]
+    if work[8]:
+        if PERSISTENT:
             # An mbarrier starts with its phase-1 wait complete: the first tile finds Q's buffer free.
             mbarrier.wait(q_empty, (n_live & 1) ^ 1)
             n_live += 1
-            if n_tiles > 0:
-                mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-                for half in gl.static_range(2):
-                    row = m0 + half * WG_ROWS
-                    _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(half), IS_VARLEN)
-            else:
-                mbarrier.arrive(q_bar, count=1)
-            h_kv = h // group
-            for j in range(n_tiles):
-                slot = (it + j) % STAGES
-                phase = ((it + j) // STAGES) & 1
-                n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
-                mbarrier.wait(k_empty.index(slot), phase ^ 1)
-                mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-                _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
-                mbarrier.wait(v_empty.index(slot), phase ^ 1)
-                mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-                _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+        if n_tiles > 0:
+            mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+            for half in gl.static_range(2):
+                row = m0 + half * WG_ROWS
+                _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(half), IS_VARLEN)
+        else:
+            mbarrier.arrive(q_bar, count=1)
+        h_kv = h // group
+        for j in range(n_tiles):
+            slot = (it + j) % STAGES
+            phase = ((it + j) // STAGES) & 1
+            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+            mbarrier.wait(k_empty.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
+            mbarrier.wait(v_empty.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+        if PERSISTENT:
             it += n_tiles
+    return it, n_live
 
 
 @gluon.jit
@@ -467,32 +481,59 @@ def _attn_fwd_steps(
 
 @gluon.jit
 def _attn_fwd_consumer(
-    sched, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-    IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-    P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr, SEPARATE_O: gl.constexpr,
+    sched, work, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """Consumer WG of every live work tile of the program, in the producer's order; ``it`` counts the
-    ring entries consumed, ``n_live`` the tiles whose Q (or q_bar's arrival alone) came."""
-    pid, num_programs, total_work = sched[9:]
-    it = 0
-    n_live = 0
-    for w in range(pid, total_work, num_programs):
-        work = _work_tile(
-            w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
-        )
-        if work[8]:
-            mbarrier.wait(bars[0], n_live & 1)
-            n_live += 1
-            _attn_fwd_tile(
-                work, it, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT,
-                HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
-                MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, SEPARATE_O,
+    """Consumer WG of the program's work tiles, in the producer's order: ``work`` (tile pid) alone, or under
+    PERSISTENT tiles pid, pid + P, …; ``it`` counts the ring entries consumed, ``n_live`` the tiles whose Q
+    (or q_bar's arrival alone) came."""
+    if PERSISTENT:
+        pid, num_programs, total_work = sched[9:]
+        it = 0
+        n_live = 0
+        for w in range(pid, total_work, num_programs):
+            tile = _work_tile(
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
+            )
+            it, n_live = _consume_tile(
+                tile, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
+                MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
             )  # fmt: skip
+        # The last tile's output store reads the staging buffer until it completes.
+        tma.store_wait(0)
+    else:
+        _consume_tile(
+            work, 0, 0, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT,
+            HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
+            MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
+        )  # fmt: skip
+
+
+@gluon.jit
+def _consume_tile(
+    work, it, n_live, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
+):  # fmt: skip
+    """Work tile ``work`` for consumer WG, if live (:func:`_attn_fwd_tile` once its Q has come); returns
+    ``it`` and ``n_live`` counted on."""
+    if work[8]:
+        mbarrier.wait(bars[0], n_live & 1)
+        _attn_fwd_tile(
+            work, it, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT,
+            HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
+            MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
+        )  # fmt: skip
+        if PERSISTENT:
+            n_live += 1
             it += work[12]
-    # The last tile's output store reads the staging buffer until it completes.
-    tma.store_wait(0)
+    return it, n_live
 
 
 @gluon.jit
@@ -501,12 +542,12 @@ def _attn_fwd_tile(
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr, SEPARATE_O: gl.constexpr,
+    HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
     """One work tile (:func:`_work_tile`) for consumer WG, its Q landed: its 64 rows' online softmax over
-    the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Q's buffer is released (q_empty)
-    once this warpgroup's last S wgmma has retired, or under SEPARATE_O = False once it has staged the
-    output tile and its store has completed."""
+    the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Under PERSISTENT the output has a
+    staging buffer of its own and Q's buffer is released (q_empty) once this warpgroup's last S wgmma has
+    retired; otherwise Q's half stages the output."""
     b, h, bh, m0 = work[:4]
     seqlen_q, seqlen_k = work[6:8]
     lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
@@ -601,7 +642,7 @@ def _attn_fwd_tile(
             t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
             P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
-        if SEPARATE_O:
+        if PERSISTENT:
             # Every S wgmma of this tile has retired: the producer may load the next tile's Q meanwhile.
             mbarrier.arrive(q_empty, count=1)
         last = (it + n_tiles - 1) % STAGES
@@ -610,7 +651,7 @@ def _attn_fwd_tile(
         o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
-    elif SEPARATE_O:
+    elif PERSISTENT:
         mbarrier.arrive(q_empty, count=1)
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
@@ -628,12 +669,15 @@ def _attn_fwd_tile(
     else:
         lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
     gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
-    # The staging buffer: this warpgroup's own, whose previous store must have read it, or Q's half, free
-    # once this warpgroup's last S wgmma has retired.
-    staged = o_smem.index(WG) if SEPARATE_O else q
-    tma.store_wait(0)
-    # Every warp's store_wait done before any warp writes: the warp that issued the store may be behind.
-    gl.thread_barrier()
+    if PERSISTENT:
+        # The staging buffer: this warpgroup's own, which the last tile's store must have read (every
+        # warp's wait done before any warp writes: the warp that issued the store may be behind).
+        staged = o_smem.index(WG)
+        tma.store_wait(0)
+        gl.thread_barrier()
+    else:
+        # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile.
+        staged = q
     staged.store(out.to(q.dtype))
     if IS_VARLEN:
         # A TMA store would write the rows past the sequence, the next sequence's: masked stores instead,
@@ -654,10 +698,8 @@ def _attn_fwd_tile(
     else:
         fence_async_shared()
         tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(staged, o_desc))
-    if not SEPARATE_O:
-        # Q's half is read until the output's store has completed; then the producer may load the next Q.
-        tma.store_wait(0)
-        mbarrier.arrive(q_empty, count=1)
+        if not PERSISTENT:
+            tma.store_wait(0)
 
 
 # Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
@@ -675,7 +717,7 @@ def attn_fwd_kernel(
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
-    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -695,23 +737,20 @@ def attn_fwd_kernel(
     none) is False, or under MASK_BITS where the mask's bits (``aux`` = flashtile.block_mask.MaskBits' ids,
     words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None.
 
-    The grid's P programs take work tiles pid, pid + P, … of the ``total_work`` = num_m_blocks · B · H
-    (P = total_work: one program a tile)."""
+    Work tiles: num_m_blocks · B · H = ``total_work``; PERSISTENT: the grid's P programs take tiles pid,
+    pid + P, …, else program pid takes tile pid (P = total_work)."""
     # With an option on, P passes between tiles as the bf16 wgmma operand (32 registers a thread fewer
     # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
     P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
     dtype: gl.constexpr = q_desc.dtype
-    # The output tile gets its own staging buffer where it fits beside Q and the ring (all but D = 256),
-    # so Q's buffer is free for the next work tile before this one's last P·V and epilogue.
-    tile_bytes: gl.constexpr = WG_ROWS * HEAD_DIM * dtype.primitive_bitwidth // 8
-    ring_bytes: gl.constexpr = 2 * STAGES * BLOCK_N * HEAD_DIM * dtype.primitive_bitwidth // 8
-    SEPARATE_O: gl.constexpr = 4 * tile_bytes + ring_bytes <= SMEM_FOR_TILES
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
     o_smem = q_smem
-    if SEPARATE_O:
+    if PERSISTENT:
+        # The output's own staging buffer: Q's is free for the next work tile before this one's last P·V
+        # and epilogue.
         o_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
@@ -741,6 +780,18 @@ def attn_fwd_kernel(
         lists, gl.program_id(0), gl.num_programs(0), total_work,
     )  # fmt: skip
     bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
+    # One program a tile: the tile's indices here, before the partitions split (as captured values they
+    # cost the consumers fewer registers than computed in each).
+    # (The persistent partitions find their tiles themselves: any value will do.)
+    work = gl.program_id(0)
+    if not PERSISTENT:
+        work = _work_tile(
+            gl.program_id(0), sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
+            SPARSE_BLOCK_M,
+        )  # fmt: skip
+        # A block past its sequence's end has nothing to do.
+        if IS_VARLEN and work[3] >= work[6]:
+            return
     program = (o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, seqlen_q, qk_scale)
     drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
     options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
@@ -749,17 +800,17 @@ def attn_fwd_kernel(
     # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
     gl.warp_specialize(
         [
-            (_attn_fwd_producer, (sched, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars,
-                                  BLOCK_N, STAGES, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
-                                  SPARSE_BLOCK_M)),
-            (_attn_fwd_consumer, (sched, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N,
+            (_attn_fwd_producer, (sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem),
+                                  bars, BLOCK_N, STAGES, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
+                                  SPARSE_BLOCK_M, PERSISTENT)),
+            (_attn_fwd_consumer, (sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N,
                                   IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES,
                                   IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                                  HAS_DROPOUT, SEPARATE_O)),
-            (_attn_fwd_consumer, (sched, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N,
+                                  HAS_DROPOUT, PERSISTENT)),
+            (_attn_fwd_consumer, (sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N,
                                   IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES,
                                   IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                                  HAS_DROPOUT, SEPARATE_O)),
+                                  HAS_DROPOUT, PERSISTENT)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],
@@ -807,6 +858,15 @@ def option_arguments(
         HAS_ALIBI=switches["HAS_ALIBI"],
         HAS_DROPOUT=switches["HAS_DROPOUT"],
     )
+
+
+def runs_persistent(values: dict[str, object]) -> bool:
+    """Whether a launch of dense batches without a block mask, whose kernel arguments ``values`` are,
+    takes the persistent grid: plain attention whose Q, output and K/V tiles fit PERSISTENT_SMEM."""
+    options = ("IS_LOCAL", "HAS_WINDOW_LEFT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT")
+    head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
+    tiles_bytes = 2 * (4 * WG_ROWS.value + 2 * stages * block_n) * head_dim
+    return not any(values[switch] for switch in options) and tiles_bytes <= PERSISTENT_SMEM
 
 
 # A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
@@ -887,8 +947,8 @@ def _fwd_launch(
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
     longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
-    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: as many
-    programs as SMs (or work tiles, if fewer), else one a work tile."""
+    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: plain attention
+    runs on as many programs as SMs (or work tiles, if fewer), else one a work tile (PERSISTENT_ENV)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -903,6 +963,8 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
+    persistent = persistent and varlen is None and sparse is None and runs_persistent(values)
+    values["PERSISTENT"] = persistent
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     grid = (min(total_work, configs.multiprocessor_count(device)) if persistent else total_work,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
