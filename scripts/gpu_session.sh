@@ -115,8 +115,12 @@
 #      block-mask and backward GPU tests
 #   zs scripts/hopper_persistent_check.py with each implementation timed in every position of a cell's
 #      order (zr's first-timed kernel read up to 11 % faster than the same kernel timed second)
+#   zt the session's final forward (persistent at D = 64 or N_k ≤ 2k; q_bar waited inside the tile as before
+#      for one program a tile): the Gluon forward, block-mask and backward GPU tests, then
+#      scripts/hopper_persistent_check.py with the baseline
+#   zu flashtile bench --paper (every peer in the same run), then benchmarks/launch_overhead.py --peer
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -628,8 +632,25 @@ case "$part" in
     cp "$work/persistent_check.csv" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zt)
+    begin
+    step gpu_tests 330 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zt.xml" tests/test_gpu_hopper.py \
+      tests/test_gpu_hopper_block_sparse.py tests/test_gpu_hopper_bwd.py "$@"
+    step persistent_check 200 python3 scripts/hopper_persistent_check.py --csv "$work/persistent_check.csv" \
+      --baseline scripts/baseline_hopper_fwd.py --seqlens 512 1024 2048 4096 16384
+    cp "$work/persistent_check.csv" "$work/gpu_tests_zt.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  zu)
+    begin
+    step bench_paper 450 python3 -m flashtile bench --paper --out-dir "$work/bench"
+    step launch_overhead 100 python3 benchmarks/launch_overhead.py --head-dim 64 128 256 --peer \
+      --csv "$work/launch_overhead.csv" --label "${FLASHTILE_COMMIT:-unknown}"
+    cp "$work"/bench/*.csv "$work"/bench/*.png "$work/launch_overhead.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

@@ -33,20 +33,25 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     # thread-index offsets in a 16-byte stack frame, read back once per masked/unmasked phase change (4
     # LDLs per program, none inside a tile loop; docs/design/hopper.md, "Variable length").
     stack_allowed = 16 if case[0] == 256 and case[1] == "varlen+window+softcap+alibi" else 0
+    # Local loads and stores inside a key loop (CompileReport.loop_spills): none, but where recorded below.
+    loop_spills_allowed = 0
     # A block mask's mask_mod or its bits (ids, bounds and pointers beside the dense kernel's): ptxas parks a
-    # few scalars in a 16–32-byte frame at D = 128 and 256 (none at D = 64).
+    # few scalars in a 16–32-byte frame at D = 128 and 256 (none at D = 64), 16 accesses inside the loops.
     if case[1] in ("mod", "bits"):
-        stack_allowed = 32
+        stack_allowed, loop_spills_allowed = 32, 16
     # Dropout's draws (hopper/dropout.py: eight Philox calls a thread a tile, with the key schedule's 20
-    # registers) beside S in flight: an 8-byte frame at D = 256.
+    # registers) beside S in flight: an 8-byte frame at D = 256, 12 accesses inside the loops; with every
+    # option as well, 16 bytes and 20 (16 before the twelfth session's persistent forward).
     if "dropout" in case[1]:
-        stack_allowed = 8
+        stack_allowed, loop_spills_allowed = 8, 12
+        if case[1] == "window+softcap+alibi+dropout":
+            stack_allowed, loop_spills_allowed = 16, 20
     # The persistent grid (plain attention at D ≤ 192) keeps values hoisted out of its work-tile loop: ptxas
     # parks a few in an 8–16-byte frame, read back once a work tile; no spill inside a key loop.
     if case[1] == "full" and case[0] <= 192:
         stack_allowed = 16
-        assert report.loop_spills == 0, f"{case}: {report.loop_spills} local loads/stores inside a key loop"
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
+    assert report.loop_spills <= loop_spills_allowed, f"{case}: {report.loop_spills} local accesses in a loop"
     assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"
 
 

@@ -62,14 +62,17 @@ NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
 CONSUMER_REGS = gl.constexpr(240)
 # Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) runs on a
-# persistent grid, one program an SM looping over work tiles, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0
-# (read at each launch). H200, kernel time, against one program a work tile: 4-18 % faster at N ≤ 2k, within
-# ±3 % from 4k (docs/design/hopper.md, "Persistent forward"). Causal work tiles, dealt out statically, ran
-# slower than the hardware's dynamic order (up to 35 % at N = 16k), so they keep one program a tile.
+# persistent grid, one program an SM looping over work tiles, at D = 64 and wherever N_k is at most
+# PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). H200, kernel
+# time against one program a work tile (docs/design/hopper.md, "Persistent forward"): D = 64 11-15 %
+# faster at N ≤ 1k, 2-4 % from 2k; D = 128 11-16 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k. Causal
+# work tiles, dealt out statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k):
+# they keep one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
 # program may have; the rest is for the mbarriers and the compiler's scratch): D ≤ 192.
 PERSISTENT_SMEM = 200 * 1024
+PERSISTENT_MAX_KEYS = 2048
 # Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
 # compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
@@ -275,7 +278,11 @@ def _produce_tile(
     b, h = work[:2]
     m0, q_start, k_start = work[3:6]
     t_lo, n_tiles, tiles = work[11:]
-    if work[8]:
+    # One program a tile: the kernel returned already if its tile has nothing to do.
+    live = True
+    if PERSISTENT:
+        live = work[8]
+    if live:
         if PERSISTENT:
             # An mbarrier starts with its phase-1 wait complete: the first tile finds Q's buffer free.
             mbarrier.wait(q_empty, (n_live & 1) ^ 1)
@@ -285,7 +292,7 @@ def _produce_tile(
             for half in gl.static_range(2):
                 row = m0 + half * WG_ROWS
                 _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(half), IS_VARLEN)
-        else:
+        elif PERSISTENT:
             mbarrier.arrive(q_bar, count=1)
         h_kv = h // group
         for j in range(n_tiles):
@@ -488,8 +495,8 @@ def _attn_fwd_consumer(
     SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
     """Consumer WG of the program's work tiles, in the producer's order: ``work`` (tile pid) alone, or under
-    PERSISTENT tiles pid, pid + P, …; ``it`` counts the ring entries consumed, ``n_live`` the tiles whose Q
-    (or q_bar's arrival alone) came."""
+    PERSISTENT tiles pid, pid + P, …; ``it`` counts the ring entries consumed, ``n_live`` the live tiles
+    (q_bar's phases)."""
     if PERSISTENT:
         pid, num_programs, total_work = sched[9:]
         it = 0
@@ -521,14 +528,16 @@ def _consume_tile(
     SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """Work tile ``work`` for consumer WG, if live (:func:`_attn_fwd_tile` once its Q has come); returns
-    ``it`` and ``n_live`` counted on."""
-    if work[8]:
-        mbarrier.wait(bars[0], n_live & 1)
+    """Work tile ``work`` for consumer WG, if live (:func:`_attn_fwd_tile`); returns ``it`` and ``n_live``
+    counted on."""
+    live = True
+    if PERSISTENT:
+        live = work[8]
+    if live:
         _attn_fwd_tile(
-            work, it, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT,
-            HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
-            MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
+            work, it, n_live & 1, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
+            HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
+            MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
         )  # fmt: skip
         if PERSISTENT:
             n_live += 1
@@ -538,14 +547,15 @@ def _consume_tile(
 
 @gluon.jit
 def _attn_fwd_tile(
-    work, it, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-    IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-    P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
+    work, it, q_phase, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """One work tile (:func:`_work_tile`) for consumer WG, its Q landed: its 64 rows' online softmax over
-    the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Under PERSISTENT the output has a
+    """One work tile (:func:`_work_tile`) for consumer WG: its Q (q_bar's phase ``q_phase``), its 64 rows'
+    online softmax over the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Without key
+    tiles, under PERSISTENT, it takes its turn on q_bar all the same. Under PERSISTENT the output has a
     staging buffer of its own and Q's buffer is released (q_empty) once this warpgroup's last S wgmma has
     retired; otherwise Q's half stages the output."""
     b, h, bh, m0 = work[:4]
@@ -554,7 +564,7 @@ def _attn_fwd_tile(
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
     softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
     q_smem, o_smem, k_smem, v_smem = smem
-    q_empty, k_ready, k_empty, v_ready, v_empty = bars[1:]
+    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -606,6 +616,7 @@ def _attn_fwd_tile(
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
     q = q_smem.index(WG)
     if n_tiles > 0:
+        mbarrier.wait(q_bar, q_phase)
         # Tile 0 alone: it has no P·V to overlap with, and may need the mask.
         mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
         s_tok = warpgroup_mma(
@@ -652,6 +663,8 @@ def _attn_fwd_tile(
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
     elif PERSISTENT:
+        # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
+        mbarrier.wait(q_bar, q_phase)
         mbarrier.arrive(q_empty, count=1)
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
@@ -948,7 +961,8 @@ def _fwd_launch(
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
     longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
     ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: plain attention
-    runs on as many programs as SMs (or work tiles, if fewer), else one a work tile (PERSISTENT_ENV)."""
+    at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
+    one program a work tile (PERSISTENT_ENV)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -963,7 +977,8 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
-    persistent = persistent and varlen is None and sparse is None and runs_persistent(values)
+    few_keys = head_dim <= 64 or seqlen_k <= PERSISTENT_MAX_KEYS
+    persistent = persistent and few_keys and varlen is None and sparse is None and runs_persistent(values)
     values["PERSISTENT"] = persistent
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     grid = (min(total_work, configs.multiprocessor_count(device)) if persistent else total_work,)
