@@ -64,8 +64,8 @@ CONSUMER_REGS = gl.constexpr(240)
 # Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) runs on a
 # persistent grid, one program an SM looping over work tiles, at D = 64 and wherever N_k is at most
 # PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). H200, kernel
-# time against one program a work tile (docs/design/hopper.md, "Persistent forward"): D = 64 11-15 %
-# faster at N ≤ 1k, 2-4 % from 2k; D = 128 11-16 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k. Causal
+# time against one program a work tile (docs/design/hopper.md, "Persistent forward"): D = 64 10-15 %
+# faster at N ≤ 1k, 2-5 % from 2k; D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k. Causal
 # work tiles, dealt out statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k):
 # they keep one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
