@@ -119,8 +119,11 @@
 #      for one program a tile): the Gluon forward, block-mask and backward GPU tests, then
 #      scripts/hopper_persistent_check.py with the baseline
 #   zu flashtile bench --paper (every peer in the same run), then benchmarks/launch_overhead.py --peer
+#   zv memcheck over the new hopper_persistent sanitizer group (programs looping over several work tiles),
+#      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
+#   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -649,8 +652,25 @@ case "$part" in
     cp "$work"/bench/*.csv "$work"/bench/*.png "$work/launch_overhead.csv" "$OUT"/ 2>/dev/null
     finish
     ;;
+  zv)
+    begin
+    step precompile 120 python3 scripts/sanitize_kernels.py --only hopper_persistent
+    step memcheck 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_persistent
+    step launch_overhead 100 python3 benchmarks/launch_overhead.py --head-dim 64 128 256 --peer \
+      --csv "$work/launch_overhead.csv" --label "${FLASHTILE_COMMIT:-unknown}"
+    step gpu_tests 120 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zv.xml" tests/test_gpu_api.py "$@"
+    cp "$work/launch_overhead.csv" "$work/gpu_tests_zv.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  zw)
+    begin
+    step bench_paper 450 python3 -m flashtile bench --paper --out-dir "$work/bench"
+    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

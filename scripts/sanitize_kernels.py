@@ -21,7 +21,10 @@ Groups (``--only`` takes a comma-separated subset):
   empty query block, 128- and 256-row blocks, causal, and the causal and document ``mask_mod`` in the
   partial blocks, at odd lengths; skipped unless the GPU has compute capability 9.x;
 - ``hopper_dropout``: dropout in the Gluon forward and backward (D 64/128), alone, packed, and with a window,
-  softcap and ALiBi; skipped unless the GPU has compute capability 9.x.
+  softcap and ALiBi; skipped unless the GPU has compute capability 9.x;
+- ``hopper_persistent``: the Gluon forward's persistent grid (plain attention, D 64/128) at shapes with more
+  work tiles than the GPU has SMs, so that programs loop over several (odd lengths, N_q ≠ N_k, GQA), then
+  its backward; skipped unless the GPU has compute capability 9.x.
 
 The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
@@ -53,7 +56,10 @@ import triton.language as tl
 
 # The newest kernels first, so that a memcheck run cut short by its time box has checked them; groups added
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
-GROUPS = ("hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout")
+GROUPS = (
+    "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
+    "hopper_persistent",
+)  # fmt: skip
 
 SHAPES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal)
@@ -619,6 +625,27 @@ def hopper_sparse_cases() -> Iterator[Case]:
             yield Case("hopper_sparse", label, run)
 
 
+# (batch, seqlen_q, seqlen_k, heads, heads_kv): at least 210 work tiles of 128 rows, above an H100's or
+# H200's 132 SMs, N_k ≤ 2048 (the persistent grid's reach at D = 128).
+PERSISTENT_SHAPES = [(5, 777, 901, 6, 3), (9, 300, 129, 12, 4), (2, 2047, 2000, 8, 8)]
+
+
+def hopper_persistent_cases() -> Iterator[Case]:
+    K = T.kernels
+    for i, shape in enumerate(PERSISTENT_SHAPES):
+        for d in (64, 128):
+            dtype = DTYPES[i % 2]
+            label = f"hopper_persistent fwd+bwd {_name(dtype)} {(*shape, d)}"
+
+            def run(label=label, shape=shape, d=d, dtype=dtype):
+                batch, sq, sk, h, hkv = shape
+                q = randn(batch, sq, h, d, dtype=dtype)
+                k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+                fwd_bwd(label, K.hopper_fwd, K.hopper_bwd, q, k, v, False, window_size=(-1, -1))
+
+            yield Case("hopper_persistent", label, run)
+
+
 BUILDERS = {
     "hopper": hopper_cases,
     "decode": decode_cases,
@@ -627,6 +654,7 @@ BUILDERS = {
     "hopper_options": hopper_option_cases,
     "hopper_sparse": hopper_sparse_cases,
     "hopper_dropout": hopper_dropout_cases,
+    "hopper_persistent": hopper_persistent_cases,
 }
 
 

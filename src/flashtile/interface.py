@@ -19,7 +19,7 @@ import torch
 
 from flashtile import autograd as _autograd
 from flashtile import backend as _backend
-from flashtile import kvcache_validation, paged, validation
+from flashtile import kvcache_validation, paged, plain_calls, validation
 from flashtile import ops as _ops
 from flashtile.reference.naive import attention_probs
 from flashtile.validation_mods import check_mods
@@ -220,6 +220,19 @@ def _attention(
     ``tensors`` are the user's tensor arguments by name (``q, k, v``, ``qkv`` or ``q, kv``), so that errors
     name what the user passed; ``varlen`` holds a packed batch's boundaries.
     """
+    call_key = plain_calls.key(
+        tensors, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+        return_attn_probs, varlen, mods, learnable_sink,
+    )  # fmt: skip
+    seen = None if call_key is None else plain_calls.verdict(call_key)
+    if seen is not None:
+        # A plain call whose metadata passed validation before: the same verdict.
+        scale, options, backend, checked_mods = seen
+        q, k, v = tensors["q"], tensors["k"], tensors["v"]
+        return _autograd.attention(
+            q, k, v, scale, options.causal, backend, window_size=options.window_size, softcap=options.softcap,
+            deterministic=options.deterministic, mods=checked_mods,
+        )[0]  # fmt: skip
     q, k, v = validation.unpack_qkv(varlen is not None, **tensors)
     validation.check_same_device(**tensors)
     backend = _backend.resolve(q.device)
@@ -249,6 +262,8 @@ def _attention(
     )  # fmt: skip
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
+    if call_key is not None:
+        plain_calls.remember(call_key, (scale, options, backend, checked_mods))
     rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = boundaries or (None, None, 0, 0)
     out, lse = _autograd.attention(

@@ -1,0 +1,80 @@
+"""Validation's verdicts on plain calls, remembered: a shortcut through the eager host path.
+
+A plain call is ``flash_attn_func``'s q, k, v as plain 4-D tensors with unit last strides, and no packed
+batch, block mask, mask or score mod, sink, ALiBi slopes, dropout or attention probabilities. Validating it
+reads only the tensors' shapes, strides, dtypes and devices, the option values and the backend's environment
+variables. So once one such call has passed validation, a later call with the same key reuses the verdict:
+the softmax scale, the normalised options, the backend and the (empty) mods. Any other call, and any call
+not seen before, takes the full path, which raises its errors as before and records the verdict only when it
+passes. docs/design/host_path.md, "Plain calls", has what this saves.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from flashtile.backend import ENV_VAR as BACKEND_ENV
+
+# Verdicts kept (a training run sees a handful of shapes; the cache is emptied when full).
+MAX_VERDICTS = 256
+_verdicts: dict[tuple, tuple] = {}
+
+
+def _plain_tensor(t: object) -> bool:
+    return type(t) is torch.Tensor and t.dim() == 4 and t.stride(-1) == 1
+
+
+def key(
+    tensors: dict[str, object],
+    dropout_p: object,
+    softmax_scale: object,
+    causal: object,
+    window_size: object,
+    softcap: object,
+    alibi_slopes: object,
+    deterministic: object,
+    return_attn_probs: object,
+    varlen: object,
+    mods: dict[str, object] | None,
+    learnable_sink: object,
+) -> tuple | None:
+    """The call's key if it is plain (module docstring), else None. Option values must have the exact
+    types validation accepts without conversion (``True == 1`` and ``-1 == -1.0`` would share a key)."""
+    if torch.compiler.is_compiling():
+        return None
+    if varlen is not None or learnable_sink is not None or alibi_slopes is not None:
+        return None
+    if return_attn_probs is not False or (mods and any(value is not None for value in mods.values())):
+        return None
+    if type(dropout_p) not in (float, int) or dropout_p != 0 or type(softcap) not in (float, int):
+        return None
+    if type(causal) is not bool or type(deterministic) is not bool:
+        return None
+    if softmax_scale is not None and type(softmax_scale) not in (float, int):
+        return None
+    if type(window_size) is not tuple or len(window_size) != 2:
+        return None
+    if type(window_size[0]) is not int or type(window_size[1]) is not int:
+        return None
+    q, k, v = tensors.get("q"), tensors.get("k"), tensors.get("v")
+    if len(tensors) != 3 or not (_plain_tensor(q) and _plain_tensor(k) and _plain_tensor(v)):
+        return None
+    return (
+        q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
+        v.dtype, v.device, softmax_scale, causal, window_size, softcap, deterministic,
+        os.environ.get(BACKEND_ENV), os.environ.get("TRITON_INTERPRET"),
+    )  # fmt: skip
+
+
+def verdict(call_key: tuple) -> tuple | None:
+    """What validation returned for a call of this key, or None if none passed yet."""
+    return _verdicts.get(call_key)
+
+
+def remember(call_key: tuple, result: tuple) -> None:
+    """Keep validation's ``result`` for calls of ``call_key`` (a plain call that passed it)."""
+    if len(_verdicts) >= MAX_VERDICTS:
+        _verdicts.clear()
+    _verdicts[call_key] = result

@@ -1,0 +1,82 @@
+"""The remembered verdicts of plain calls (flashtile.plain_calls): a repeated call skips validation and gives
+the same result; anything that validation would reject, or that is not plain, still takes the full path."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from flashtile import flash_attn_func, plain_calls
+from flashtile.errors import FlashtileTypeError, FlashtileValueError
+
+
+@pytest.fixture(autouse=True)
+def fresh_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    monkeypatch.setattr(plain_calls, "_verdicts", {})
+
+
+def qkv(seed: int, dtype: torch.dtype = torch.float32, heads_kv: int = 2) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 17, 4, 16, generator=gen, dtype=dtype)
+    k, v = (torch.randn(2, 23, heads_kv, 16, generator=gen, dtype=dtype) for _ in range(2))
+    return q, k, v
+
+
+def test_a_repeated_plain_call_reuses_the_verdict_and_gives_the_same_result():
+    q, k, v = qkv(0)
+    first = flash_attn_func(q, k, v, causal=True, window_size=(5, 0))
+    assert len(plain_calls._verdicts) == 1
+    # Fresh inputs of the same metadata: the remembered verdict, the same arithmetic.
+    q2, k2, v2 = qkv(1)
+    again = flash_attn_func(q2, k2, v2, causal=True, window_size=(5, 0))
+    assert len(plain_calls._verdicts) == 1
+    reference = flash_attn_func(q2, k2, v2, causal=True, window_size=(5, 0), return_attn_probs=True)[0]
+    assert torch.equal(again, reference)
+    assert not torch.equal(first, again)
+
+
+def test_rejected_calls_are_never_remembered_and_still_raise():
+    q, k, v = qkv(0)
+    flash_attn_func(q, k, v)
+    # Same shapes, other dtypes or option types: other keys, so validation runs and raises.
+    with pytest.raises(FlashtileTypeError, match="dtype"):
+        flash_attn_func(q.to(torch.int32), k.to(torch.int32), v.to(torch.int32))
+    with pytest.raises(FlashtileTypeError, match="window_size"):
+        flash_attn_func(q, k, v, window_size=(-1.5, -1))
+    with pytest.raises(FlashtileValueError, match="heads"):
+        flash_attn_func(*qkv(0, heads_kv=3))
+    assert len(plain_calls._verdicts) == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(dropout_p=0.1),
+        dict(alibi_slopes=torch.ones(4)),
+        dict(return_attn_probs=True),
+        dict(window_size=[2, 2]),
+        dict(causal=1),
+        dict(softcap=torch.tensor(1.0)),
+    ],
+    ids=["dropout", "alibi", "probs", "window-list", "causal-int", "softcap-tensor"],
+)
+def test_calls_that_are_not_plain_take_the_full_path(options):
+    q, k, v = qkv(0)
+    with contextlib.suppress(FlashtileTypeError, FlashtileValueError):
+        flash_attn_func(q, k, v, **options)
+    assert plain_calls._verdicts == {}
+
+
+def test_strided_last_dimension_and_backend_variable_change_the_key(monkeypatch):
+    q, k, v = qkv(0)
+    flash_attn_func(q, k, v)
+    strided = torch.randn(2, 17, 4, 32)[..., ::2]
+    out = flash_attn_func(strided, k, v)
+    assert len(plain_calls._verdicts) == 1
+    assert torch.equal(out, flash_attn_func(strided.contiguous(), k, v))
+    monkeypatch.setenv("FLASHTILE_BACKEND", "auto")
+    flash_attn_func(q, k, v)
+    assert len(plain_calls._verdicts) == 2
