@@ -26,6 +26,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
+from flashtile.bench.decode import graph_time_ms
 from flashtile.kernels.hopper.fwd import PERSISTENT_ENV
 from flashtile.kernels.hopper.fwd import attn_fwd as hopper_fwd
 
@@ -34,26 +35,8 @@ CALLS, REPLAYS = 20, 7
 
 
 def graph_ms(fn) -> float:
-    """Median over REPLAYS of one captured graph of CALLS calls, per call."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for _ in range(CALLS):
-            fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / CALLS)
-    return statistics.median(times)
+    """Median over REPLAYS of one captured graph of CALLS calls, per call (the decode bench's timer)."""
+    return graph_time_ms([fn] * CALLS, reps=REPLAYS)[1]
 
 
 def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int]):
