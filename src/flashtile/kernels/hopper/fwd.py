@@ -70,7 +70,7 @@ CONSUMER_REGS = gl.constexpr(240)
 # they keep one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
-# program may have; the rest is for the mbarriers and the compiler's scratch): D ≤ 192.
+# program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
 PERSISTENT_SMEM = 200 * 1024
 PERSISTENT_MAX_KEYS = 2048
 # Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
