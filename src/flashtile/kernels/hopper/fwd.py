@@ -874,12 +874,13 @@ def option_arguments(
 
 
 def runs_persistent(values: dict[str, object]) -> bool:
-    """Whether a launch of dense batches without a block mask, whose kernel arguments ``values`` are,
-    takes the persistent grid: plain attention whose Q, output and K/V tiles fit PERSISTENT_SMEM."""
-    options = ("IS_LOCAL", "HAS_WINDOW_LEFT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT")
+    """Whether a launch whose kernel arguments ``values`` are may take the persistent grid: plain attention
+    (dense batches, no block mask, no option) whose Q, output and K/V tiles fit PERSISTENT_SMEM."""
+    not_plain = ("IS_LOCAL", "HAS_WINDOW_LEFT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT")
+    not_plain += ("IS_VARLEN", "SPARSE_TILES")
     head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
     tiles_bytes = 2 * (4 * WG_ROWS.value + 2 * stages * block_n) * head_dim
-    return not any(values[switch] for switch in options) and tiles_bytes <= PERSISTENT_SMEM
+    return not any(values[switch] for switch in not_plain) and tiles_bytes <= PERSISTENT_SMEM
 
 
 # A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
@@ -978,7 +979,7 @@ def _fwd_launch(
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
     few_keys = head_dim <= 64 or seqlen_k <= PERSISTENT_MAX_KEYS
-    persistent = persistent and few_keys and varlen is None and sparse is None and runs_persistent(values)
+    persistent = persistent and few_keys and runs_persistent(values)
     values["PERSISTENT"] = persistent
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     grid = (min(total_work, configs.multiprocessor_count(device)) if persistent else total_work,)

@@ -166,8 +166,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     # The grid the launcher picks: persistent for plain dense attention where its tiles fit.
-    packed = options["IS_VARLEN"] or options["SPARSE_TILES"]
-    constexprs["PERSISTENT"] = not packed and fwd.runs_persistent(constexprs)
+    constexprs["PERSISTENT"] = fwd.runs_persistent(constexprs)
     if options["MASK_BITS"]:
         # The mask bits' tensors: tile ids, words and their layout (int32).
         signature["aux"] = ("*i32", "*i32", "*i32")
