@@ -1,11 +1,12 @@
 """The Gluon forward with and without its persistent grid, beside SDPA's cuDNN backend, kernel time only.
 
 Each cell (bf16, B·N = 16k tokens, H·D = 2048, as `flashtile bench --paper`; plus the options bench's window
-(256, 0) and causal cells at N = 8k) is timed as CUDA-graph replays of 20 back-to-back calls of the
-launchers (no host path in the figure), median of 7 replays, each implementation once in every position of
-the cell's order (the median of those), for flashtile's forward with
-FLASHTILE_HOPPER_FWD_PERSISTENT=1 (one program an SM looping over work tiles) and =0 (one program a work
-tile), and cuDNN. Every output is compared with the per-tile one first (max |difference|).
+(256, 0) and causal cells at N = 8k, and sliding windows (256, 0) at D = 64 and 128 from 2k to 16k) is
+timed as CUDA-graph replays of 20 back-to-back calls of the launchers (no host path in the figure), median
+of 7 replays, each implementation once in every position of the cell's order (the median of those), for
+flashtile's forward with FLASHTILE_HOPPER_FWD_PERSISTENT=1 (one program an SM looping over work tiles) and
+=0 (one program a work tile), and cuDNN (dense and causal cells). Every output is compared with the
+per-tile one first (max |difference|).
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
         [--baseline path/to/an/earlier/hopper/fwd.py]
@@ -84,7 +85,10 @@ def flops(batch: int, seqlen: int, heads: int, head_dim: int, causal: bool, wind
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 16384])
+    parser.add_argument(
+        "--seqlens", type=int, nargs="*", default=[512, 1024, 2048, 4096, 16384],
+        help="the paper grid's lengths to time (none: only the window and causal cells)",
+    )  # fmt: skip
     parser.add_argument("--csv", help="append one row per cell and implementation to this CSV")
     parser.add_argument("--baseline", help="another version of kernels/hopper/fwd.py to time beside")
     args = parser.parse_args()
@@ -100,6 +104,9 @@ def main() -> None:
         for causal in (False, True)
     ]
     cells += [(128, 8192, True, (-1, 0)), (128, 8192, False, (256, 0))]
+    # Sliding windows: every work tile visits about the same keys, so they take the persistent grid.
+    cells += [(d, n, False, (256, 0)) for d in (64, 128) for n in (2048, 4096, 16384)]
+    cells += [(64, 8192, False, (256, 0)), (64, 8192, True, (-1, 0))]
     rows = []
     print(f"{torch.cuda.get_device_name()}: ms per forward (TFLOP/s), CUDA-graph replays of {CALLS} calls")
     for head_dim, seqlen, causal, window in cells:

@@ -256,6 +256,49 @@ def test_window_with_a_three_stage_ring_matches_oracle(seed):
     _check_options(q, k, v, 128**-0.5, False, seed, (300, 40), 30.0, _slopes("bh", 2, 4), config=config)
 
 
+# Launches the persistent grid takes (kernels/hopper/fwd.py, runs_persistent): plain attention and sliding
+# windows, more work tiles than SMs (so programs loop over several), odd lengths both ways round, and a
+# window that leaves whole tiles of rows without a key (their turn on Q's barrier without a load).
+PERSISTENT_CASES = [
+    (8, 1023, 1025, 64, "gqa", torch.bfloat16, False, (-1, -1)),
+    (8, 777, 1500, 128, "mha", torch.float16, False, (-1, -1)),
+    (8, 2000, 1999, 128, "gqa", torch.bfloat16, True, (256, 0)),
+    (8, 1500, 777, 64, "mqa", torch.float16, False, (100, 50)),
+    (8, 1000, 300, 128, "gqa", torch.bfloat16, False, (0, 0)),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    PERSISTENT_CASES,
+    ids=[f"{c[1]}x{c[2]}-d{c[3]}-{c[4]}-w{c[7][0]},{c[7][1]}" for c in PERSISTENT_CASES],
+)
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_persistent_grid_matches_oracle_and_one_program_a_tile(seed, case, monkeypatch):
+    from flashtile.kernels.hopper import fwd
+
+    batch, sq, sk, d, layout, dtype, causal, window = case
+    heads, heads_kv = HEAD_LAYOUTS[layout]
+    q = torch.randn(batch, sq, heads, d, dtype=dtype, device="cuda")
+    k, v = (torch.randn(batch, sk, heads_kv, d, dtype=dtype, device="cuda") for _ in range(2))
+    cfg = configs.hopper_fwd_config(d)
+    args = (torch.device("cuda"), batch, sq, sk, heads, heads_kv, d, d**-0.5, causal, window, 0.0, None)
+    launch = fwd._fwd_launch(*args, cfg.BLOCK_N, cfg.STAGES)
+    assert launch.kernel is fwd.attn_fwd_kernel
+    sms = configs.multiprocessor_count(torch.device("cuda"))
+    assert launch.grid == (sms,), "the case must take the persistent grid, with tiles to loop over"
+    assert -(-sq // 128) * batch * heads > sms
+    out, lse = _check_options(q, k, v, d**-0.5, causal, seed, window, 0.0, None)
+    monkeypatch.setenv(fwd.PERSISTENT_ENV, "0")
+    out_tiles, lse_tiles = _fwd(q, k, v, d**-0.5, causal, window_size=window)
+    # The same tiles in the same order of key tiles: bitwise the same results.
+    assert torch.equal(out, out_tiles) and torch.equal(lse, lse_tiles)
+    if window == (0, 0):
+        # Query i sees key i − 700 alone: rows before 700 see nothing.
+        assert torch.equal(out[:, :700], torch.zeros_like(out[:, :700]))
+        assert torch.isneginf(lse[:, :, :700]).all() and torch.isfinite(lse[:, :, 700:]).all()
+
+
 @pytest.mark.parametrize(
     ("window", "softcap", "alibi"),
     [((128, 0), 0.0, "h"), ((64, 64), 20.0, None)],

@@ -874,13 +874,32 @@ def option_arguments(
 
 
 def runs_persistent(values: dict[str, object]) -> bool:
-    """Whether a launch whose kernel arguments ``values`` are may take the persistent grid: plain attention
-    (dense batches, no block mask, no option) whose Q, output and K/V tiles fit PERSISTENT_SMEM."""
-    not_plain = ("IS_LOCAL", "HAS_WINDOW_LEFT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT")
-    not_plain += ("IS_VARLEN", "SPARSE_TILES")
+    """Whether a launch whose kernel arguments ``values`` are takes the persistent grid: work tiles of about
+    equal cost (:func:`even_work`) on dense batches, with no other option and no block mask, whose Q, output
+    and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
+    not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
     head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
     tiles_bytes = 2 * (4 * WG_ROWS.value + 2 * stages * block_n) * head_dim
-    return not any(values[switch] for switch in not_plain) and tiles_bytes <= PERSISTENT_SMEM
+    few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
+    fits = tiles_bytes <= PERSISTENT_SMEM
+    return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
+
+
+def even_work(values: dict[str, object]) -> bool:
+    """Whether every work tile visits about as many keys: plain attention, or a sliding window whose span
+    (left + right + a tile's rows) is at most half of N_k. Causal, or a window with one side open, gives
+    tiles of growing cost, which dealt out statically measured slower than one program a tile."""
+    if not values["IS_LOCAL"] and not values["HAS_WINDOW_LEFT"]:
+        return True
+    span = values["window_left"] + values["window_right"] + 2 * WG_ROWS.value
+    return bool(values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"] and 2 * span <= values["seqlen_k"])
+
+
+def keys_per_tile(values: dict[str, object]) -> int:
+    """About how many keys one work tile visits: a sliding window's span, else N_k."""
+    if values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"]:
+        return min(values["window_left"] + values["window_right"] + 2 * WG_ROWS.value, values["seqlen_k"])
+    return values["seqlen_k"]
 
 
 # A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
@@ -978,8 +997,7 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
-    few_keys = head_dim <= 64 or seqlen_k <= PERSISTENT_MAX_KEYS
-    persistent = persistent and few_keys and runs_persistent(values)
+    persistent = persistent and runs_persistent(values)
     values["PERSISTENT"] = persistent
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     grid = (min(total_work, configs.multiprocessor_count(device)) if persistent else total_work,)

@@ -23,6 +23,9 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 DTYPES = ("fp16", "bf16")
 
 
+# The sequence length the variants are configured for (window bounds are clamped by it; the grid's choice
+# reads it).
+SEQLEN = 1024
 # Launcher options of each variant word; a variant joins words with "+" ("causal+softcap+alibi"). Window
 # bounds and slopes are runtime values: "window" and "left", "alibi" and "alibi2d" compile the same kernel,
 # named apart to show that each launch reaches a compiled configuration.
@@ -71,7 +74,7 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     return cases
 
 
-def fwd_options(variant: str, block_n: int, seqlen: int = 1024) -> dict[str, object]:
+def fwd_options(variant: str, block_n: int, seqlen: int = SEQLEN) -> dict[str, object]:
     """The kernel's option arguments (:func:`flashtile.kernels.hopper.fwd.option_arguments`, and the block
     mask's of ``sparse_arguments``) for a variant at N_q = N_k = ``seqlen`` and key tiles of ``block_n``,
     as the launcher computes them."""
@@ -125,7 +128,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
 
     cfg = configs.hopper_fwd_config(head_dim)
     rows = fwd.WG_ROWS.value
-    options = fwd_options(variant, cfg.BLOCK_N)
+    options = fwd_options(variant, cfg.BLOCK_N, SEQLEN)
     varlen = options["IS_VARLEN"]
     signature = dict(
         q_desc=_descriptor_type(dtype, rows, head_dim, varlen),
@@ -166,7 +169,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     # The grid the launcher picks: persistent for plain dense attention where its tiles fit.
-    constexprs["PERSISTENT"] = fwd.runs_persistent(constexprs)
+    constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
     if options["MASK_BITS"]:
         # The mask bits' tensors: tile ids, words and their layout (int32).
         signature["aux"] = ("*i32", "*i32", "*i32")
