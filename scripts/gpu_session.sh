@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -680,8 +680,17 @@ case "$part" in
     cp "$work/persistent_check.csv" "$work/gpu_tests_s13a.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  s13b)
+    # The backward's host time on the GPU's host: a short paper cell and the options bench's window cell
+    # (scripts/host_profile_dense.py: engine thread against calling thread, the launcher alone, SDPA cuDNN).
+    begin
+    step host_512 90 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 16 --head-dim 128
+    step host_window 90 python3 scripts/host_profile_dense.py --batch 2 --seqlen 8192 --heads 16 \
+      --head-dim 128 --causal --window 256 0
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

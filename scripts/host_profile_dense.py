@@ -102,7 +102,8 @@ def main() -> None:
     for name, fn in rows:
         for _ in range(5):
             fn()
-        print(f"{name:36s} {host_us(fn):9.1f} {per_call_event_ms(fn):8.3f} {kernels_ms(fn):11.3f}", flush=True)
+        times = f"{host_us(fn):9.1f} {per_call_event_ms(fn):8.3f} {kernels_ms(fn):11.3f}"
+        print(f"{name:36s} {times}", flush=True)
     torch.cuda.synchronize()
     profiler = cProfile.Profile()
     with torch.autograd.set_multithreading_enabled(False):
