@@ -47,11 +47,20 @@ class _NoGpuDriver:
         return GPUTarget("cuda", 90, 32)
 
 
+class _NoScratch:
+    """A compiled kernel's metadata as the launches read it: no global or profiling scratch (the Gluon and
+    the attention kernels have none; tests/test_launch_cache.py checks the Gluon ones on a GPU)."""
+
+    global_scratch_size = 0
+    profile_scratch_size = 0
+
+
 class _NoLaunchKernel:
     """A compiled kernel whose launcher does nothing."""
 
     function = 1
     packed_metadata = ()
+    metadata = _NoScratch()
 
     def launch_metadata(self, grid, stream, *args) -> None:
         return None
