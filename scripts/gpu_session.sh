@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -689,8 +689,24 @@ case "$part" in
       --head-dim 128 --causal --window 256 0
     finish
     ;;
+  s13c)
+    # The direct relaunch without run_on_device: the launch-cache, API, hardening, Gluon backward and
+    # portable kernel GPU tests; the window and causal cells' kernel time beside their per-call time; the
+    # options bench's window row twice (its spread).
+    begin
+    step gpu_tests 330 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s13c.xml" tests/test_launch_cache.py \
+      tests/test_gpu_api.py tests/test_gpu_hardening.py tests/test_gpu_hopper_bwd.py tests/test_kernels.py "$@"
+    step host_window 60 python3 scripts/host_profile_dense.py --batch 2 --seqlen 8192 --heads 16 \
+      --head-dim 128 --causal --window 256 0
+    step host_causal 60 python3 scripts/host_profile_dense.py --batch 2 --seqlen 8192 --heads 16 \
+      --head-dim 128 --causal
+    step bench_window_1 60 python3 -m flashtile bench --options window --out-dir "$work/bench"
+    step bench_window_2 60 python3 -m flashtile bench --options window --out-dir "$work/bench"
+    cp "$work/gpu_tests_s13c.xml" "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
