@@ -6,7 +6,8 @@ timed as CUDA-graph replays of 20 back-to-back calls of the launchers (no host p
 of 7 replays, each implementation once in every position of the cell's order (the median of those), for
 flashtile's forward with FLASHTILE_HOPPER_FWD_PERSISTENT=1 (one program an SM looping over work tiles) and
 =0 (one program a work tile), and cuDNN (dense and causal cells). Every output is compared with the
-per-tile one first (max |difference|).
+per-tile one first (max |difference|). ``--consumers`` adds the D = 64 forward with three consumer
+warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent where the grid rule allows).
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
         [--baseline path/to/an/earlier/hopper/fwd.py]
@@ -28,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 from flashtile.bench.decode import graph_time_ms
-from flashtile.kernels.hopper.fwd import PERSISTENT_ENV
+from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV
 from flashtile.kernels.hopper.fwd import attn_fwd as hopper_fwd
 
 TOKENS, HIDDEN = 16384, 2048
@@ -40,12 +41,13 @@ def graph_ms(fn) -> float:
     return graph_time_ms([fn] * CALLS, reps=REPLAYS)[1]
 
 
-def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int]):
+def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2):
     scale = q.shape[-1] ** -0.5
 
     def run():
         # Read at each launch (the graph captures the launch it picked).
         os.environ[PERSISTENT_ENV] = "1" if persistent else "0"
+        os.environ[CONSUMERS_ENV] = str(consumers)
         return hopper_fwd(q, k, v, scale, causal, window_size=window)[0]
 
     return run
@@ -91,6 +93,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--csv", help="append one row per cell and implementation to this CSV")
     parser.add_argument("--baseline", help="another version of kernels/hopper/fwd.py to time beside")
+    parser.add_argument(
+        "--consumers", action="store_true",
+        help="also time three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3; D = 64 only)",
+    )  # fmt: skip
     args = parser.parse_args()
     baseline = None
     if args.baseline:
@@ -121,6 +127,8 @@ def main() -> None:
         }
         if baseline is not None:
             impls["baseline"] = launcher(baseline.attn_fwd, q, k, v, causal, window)
+        if args.consumers and head_dim == 64:
+            impls["3-consumers"] = flashtile(True, q, k, v, causal, window, consumers=3)
         impls = {name: fn for name, fn in impls.items() if fn is not None}
         outs = {name: fn().float() for name, fn in impls.items()}
         ref = outs["per-tile"]

@@ -59,8 +59,10 @@ LOG2_E_C = gl.constexpr(LOG2_E)
 WG_ROWS = gl.constexpr(64)
 # The default partition: the producer. Each consumer partition has 4 warps (a warpgroup) as well.
 NUM_WARPS = 4
-# Registers per consumer thread after setmaxnreg; the producer warpgroup gives its registers up (down to 24).
+# Registers per consumer thread after setmaxnreg, with two or three consumer warpgroups; the producer
+# warpgroup gives its registers up (down to 24): 2 · 128 · 240 or 3 · 128 · 160 of the SM's 65,536.
 CONSUMER_REGS = gl.constexpr(240)
+CONSUMER_REGS_3 = gl.constexpr(160)
 # Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) runs on a
 # persistent grid, one program an SM looping over work tiles, at D = 64 and wherever N_k is at most
 # PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). H200, kernel
@@ -69,6 +71,8 @@ CONSUMER_REGS = gl.constexpr(240)
 # work tiles, dealt out statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k):
 # they keep one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
+# Three consumer warpgroups (192-row work tiles) at D = 64 where consumer_count allows (read at each launch).
+CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
 # program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
 PERSISTENT_SMEM = 200 * 1024
@@ -189,9 +193,11 @@ def _tile_start(j, t_lo, tiles, TILE: gl.constexpr, SPARSE_TILES: gl.constexpr):
 def _work_tile(
     w, sched, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    CONSUMERS: gl.constexpr,
 ):  # fmt: skip
-    """Work tile w: the query rows [m0, m0 + BLOCK_M) of one (batch b, head h), bh = b·H + h, with row
-    blocks of one head adjacent (they read the same keys, which stay in L2), the longest first when causal.
+    """Work tile w: the query rows [m0, m0 + BLOCK_M) (BLOCK_M = CONSUMERS · WG_ROWS) of one (batch b,
+    head h), bh = b·H + h, with row blocks of one head adjacent (they read the same keys, which stay in
+    L2), the longest first when causal.
     Returns ``(b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles,
     tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
     ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
@@ -199,7 +205,7 @@ def _work_tile(
     ``tiles`` as :func:`_tile_start` takes them."""
     num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
     cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
-    BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    BLOCK_M: gl.constexpr = CONSUMERS * WG_ROWS
     m_block = w % num_m_blocks
     bh = w // num_m_blocks
     if IS_LOCAL and not HAS_WINDOW_LEFT:
@@ -244,7 +250,7 @@ def _work_tile(
 def _attn_fwd_producer(
     sched, work, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    SPARSE_BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
 ):  # fmt: skip
     """The loads of the program's work tiles: ``work`` (tile pid) alone, or under PERSISTENT tiles pid,
     pid + P, …"""
@@ -254,19 +260,23 @@ def _attn_fwd_producer(
         n_live = 0
         for w in range(pid, total_work, num_programs):
             tile = _work_tile(
-                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
-            )
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
+                CONSUMERS,
+            )  # fmt: skip
             it, n_live = _produce_tile(
-                tile, it, n_live, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT
-            )
+                tile, it, n_live, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT,
+                CONSUMERS,
+            )  # fmt: skip
     else:
-        _produce_tile(work, 0, 0, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT)
+        _produce_tile(
+            work, 0, 0, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT, CONSUMERS
+        )
 
 
 @gluon.jit
 def _produce_tile(
     work, it, n_live, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
-    SPARSE_TILES: gl.constexpr, PERSISTENT: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
 ):  # fmt: skip
     """Work tile ``work`` (:func:`_work_tile`), if live: its Q halves once the consumers are done with the
     last tile's (q_empty, under PERSISTENT), or with no key tile an arrival on q_bar alone; then its key
@@ -288,10 +298,10 @@ def _produce_tile(
             mbarrier.wait(q_empty, (n_live & 1) ^ 1)
             n_live += 1
         if n_tiles > 0:
-            mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-            for half in gl.static_range(2):
-                row = m0 + half * WG_ROWS
-                _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(half), IS_VARLEN)
+            mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+            for part in gl.static_range(CONSUMERS):
+                row = m0 + part * WG_ROWS
+                _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(part), IS_VARLEN)
         elif PERSISTENT:
             mbarrier.arrive(q_bar, count=1)
         h_kv = h // group
@@ -493,6 +503,7 @@ def _attn_fwd_consumer(
     HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
+    CONSUMERS: gl.constexpr,
 ):  # fmt: skip
     """Consumer WG of the program's work tiles, in the producer's order: ``work`` (tile pid) alone, or under
     PERSISTENT tiles pid, pid + P, …; ``it`` counts the ring entries consumed, ``n_live`` the live tiles
@@ -503,8 +514,9 @@ def _attn_fwd_consumer(
         n_live = 0
         for w in range(pid, total_work, num_programs):
             tile = _work_tile(
-                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M
-            )
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
+                CONSUMERS,
+            )  # fmt: skip
             it, n_live = _consume_tile(
                 tile, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
@@ -730,7 +742,7 @@ def attn_fwd_kernel(
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
-    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr,
+    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -750,21 +762,27 @@ def attn_fwd_kernel(
     none) is False, or under MASK_BITS where the mask's bits (``aux`` = flashtile.block_mask.MaskBits' ids,
     words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None.
 
+    CONSUMERS (2, or 3 at D = 64 without an option but a window): consumer warpgroups of WG_ROWS query rows
+    each, so a work tile has CONSUMERS · WG_ROWS rows.
+
     Work tiles: num_m_blocks · B · H = ``total_work``; PERSISTENT: the grid's P programs take tiles pid,
     pid + P, …, else program pid takes tile pid (P = total_work)."""
     # With an option on, P passes between tiles as the bf16 wgmma operand (32 registers a thread fewer
     # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
-    P_OPERAND: gl.constexpr = (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
+    # Three consumers have 160 registers a thread: P as the operand too.
+    P_OPERAND: gl.constexpr = (
+        (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
+    ) or CONSUMERS == 3
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     o_smem = q_smem
     if PERSISTENT:
         # The output's own staging buffer: Q's is free for the next work tile before this one's last P·V
         # and epilogue.
-        o_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -774,13 +792,13 @@ def attn_fwd_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
-    # Each of the two consumer partitions arrives once per tile.
-    mbarrier.init(q_empty, count=2)
+    # Each consumer partition arrives once per tile.
+    mbarrier.init(q_empty, count=CONSUMERS)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     fence_async_shared()
 
     # The program's work tiles: pid, pid + P, … of total_work (P programs; one per tile without persistence).
@@ -800,7 +818,7 @@ def attn_fwd_kernel(
     if not PERSISTENT:
         work = _work_tile(
             gl.program_id(0), sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
-            SPARSE_BLOCK_M,
+            SPARSE_BLOCK_M, CONSUMERS,
         )  # fmt: skip
         # A block past its sequence's end has nothing to do.
         if IS_VARLEN and work[3] >= work[6]:
@@ -810,24 +828,40 @@ def attn_fwd_kernel(
     options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
     consumer_smem = (q_smem, o_smem, k_smem, v_smem)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
-    # warpgroup anyway, and setmaxnreg then hands both consumer warpgroups 240 registers a thread.
-    gl.warp_specialize(
-        [
-            (_attn_fwd_producer, (sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem),
-                                  bars, BLOCK_N, STAGES, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
-                                  SPARSE_BLOCK_M, PERSISTENT)),
-            (_attn_fwd_consumer, (sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N,
-                                  IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES,
-                                  IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                                  HAS_DROPOUT, PERSISTENT)),
-            (_attn_fwd_consumer, (sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N,
-                                  IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES,
-                                  IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                                  HAS_DROPOUT, PERSISTENT)),
-        ],
-        [4, 4],
-        [CONSUMER_REGS, CONSUMER_REGS],
-    )  # fmt: skip
+    # warpgroup anyway, and setmaxnreg then hands the consumer warpgroups CONSUMER_REGS registers a thread.
+    # Each call spells its partitions out: Gluon takes no jit function inside a tuple value, and no *args.
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_attn_fwd_producer, (
+                sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars, BLOCK_N, STAGES,
+                IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 2, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+        ], [4, 4, 4], [CONSUMER_REGS_3, CONSUMER_REGS_3, CONSUMER_REGS_3])  # fmt: skip
+    else:
+        gl.warp_specialize([
+            (_attn_fwd_producer, (
+                sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars, BLOCK_N, STAGES,
+                IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])  # fmt: skip
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
@@ -873,13 +907,25 @@ def option_arguments(
     )
 
 
+def consumer_count(
+    head_dim: int, softcap: float, alibi: bool, dropout_p: float, varlen: bool, sparse: bool
+) -> int:
+    """Consumer warpgroups a program has: three at D = 64 for dense batches with no option but a window
+    or causal mask (their 160 registers a thread hold D = 64's accumulators and nothing more), under
+    CONSUMERS_ENV=3; otherwise two."""
+    if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse:
+        return 2
+    return 3 if os.environ.get(CONSUMERS_ENV, "2").strip() == "3" else 2
+
+
 def runs_persistent(values: dict[str, object]) -> bool:
     """Whether a launch whose kernel arguments ``values`` are takes the persistent grid: work tiles of about
     equal cost (:func:`even_work`) on dense batches, with no other option and no block mask, whose Q, output
     and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
     not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
     head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
-    tiles_bytes = 2 * (4 * WG_ROWS.value + 2 * stages * block_n) * head_dim
+    # Q and the output's staging buffer (CONSUMERS · WG_ROWS rows each), and the K and V rings, 2-byte.
+    tiles_bytes = 2 * (2 * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
     few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
     fits = tiles_bytes <= PERSISTENT_SMEM
     return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
@@ -891,14 +937,15 @@ def even_work(values: dict[str, object]) -> bool:
     tiles of growing cost, which dealt out statically measured slower than one program a tile."""
     if not values["IS_LOCAL"] and not values["HAS_WINDOW_LEFT"]:
         return True
-    span = values["window_left"] + values["window_right"] + 2 * WG_ROWS.value
+    span = values["window_left"] + values["window_right"] + values["CONSUMERS"] * WG_ROWS.value
     return bool(values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"] and 2 * span <= values["seqlen_k"])
 
 
 def keys_per_tile(values: dict[str, object]) -> int:
     """About how many keys one work tile visits: a sliding window's span, else N_k."""
     if values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"]:
-        return min(values["window_left"] + values["window_right"] + 2 * WG_ROWS.value, values["seqlen_k"])
+        rows = values["CONSUMERS"] * WG_ROWS.value
+        return min(values["window_left"] + values["window_right"] + rows, values["seqlen_k"])
     return values["seqlen_k"]
 
 
@@ -976,6 +1023,7 @@ def _fwd_launch(
     sparse: Sparse | None = None,
     dropout_p: float = 0.0,
     persistent: bool = True,
+    consumers: int = 2,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
@@ -987,13 +1035,13 @@ def _fwd_launch(
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
         totals, longest = varlen[:2], varlen[2:]
-    num_m_blocks = cdiv(longest[0], 2 * WG_ROWS.value)
+    num_m_blocks = cdiv(longest[0], consumers * WG_ROWS.value)
     total_work = num_m_blocks * batch * heads
     values = dict(
         seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, total_work=total_work, H=heads,
         GROUP=heads // heads_kv,
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
-        IS_VARLEN=varlen is not None,
+        IS_VARLEN=varlen is not None, CONSUMERS=consumers,
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
@@ -1063,6 +1111,9 @@ def attn_fwd(
         q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
         dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
+        consumer_count(
+            head_dim, softcap, slopes is not None, dropout_p, varlen is not None, sparse is not None
+        ),
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
     if varlen is None:

@@ -168,6 +168,10 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     )
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
+    constexprs["CONSUMERS"] = fwd.consumer_count(
+        head_dim, options["HAS_SOFTCAP"], options["HAS_ALIBI"], options["HAS_DROPOUT"], varlen,
+        bool(options["SPARSE_TILES"]),
+    )  # fmt: skip
     # The grid the launcher picks: persistent for plain dense attention where its tiles fit.
     constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
     if options["MASK_BITS"]:
