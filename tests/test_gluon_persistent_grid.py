@@ -92,3 +92,51 @@ def test_a_grid_never_exceeds_its_work_tiles():
     # One work tile in all (a single 64-row block of one head): one program, however many SMs.
     launch = fwd._fwd_launch(CPU, 1, 64, 64, 1, 1, 64, 0.125, False, (-1, -1), 0.0, None, 128, 2)
     assert launch.grid == (1,)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "seqlen", "window", "options", "expected"),
+    [
+        (64, 2048, (-1, -1), {}, 3),
+        (64, 2047, (-1, -1), {}, 2),
+        (64, 4096, (-1, 0), {}, 3),
+        (64, 4095, (-1, 0), {}, 2),
+        (64, 16384, (256, 0), {}, 2),
+        (64, 16384, (-1, 100), {}, 2),
+        (128, 16384, (-1, -1), {}, 2),
+        (256, 16384, (-1, 0), {}, 2),
+        (64, 16384, (-1, -1), {"softcap": 30.0}, 2),
+        (64, 16384, (-1, -1), {"alibi": True}, 2),
+        (64, 16384, (-1, -1), {"dropout_p": 0.1}, 2),
+        (64, 16384, (-1, -1), {"varlen": True}, 2),
+        (64, 16384, (-1, -1), {"sparse": True}, 2),
+    ],
+)
+def test_three_consumer_warpgroups_at_d64_for_long_plain_or_causal_rows(
+    head_dim, seqlen, window, options, expected, monkeypatch
+):
+    monkeypatch.delenv(fwd.CONSUMERS_ENV, raising=False)
+    full = {**dict(softcap=0.0, alibi=False, dropout_p=0.0, varlen=False, sparse=False), **options}
+    assert fwd.consumer_count(head_dim, seqlen, window, *full.values()) == expected
+
+
+def test_the_consumers_knob_overrides_the_length_rule_where_d64_allows(monkeypatch):
+    plain = (0.0, False, 0.0, False, False)
+    monkeypatch.setenv(fwd.CONSUMERS_ENV, "3")
+    assert fwd.consumer_count(64, 17, (5, 5), *plain) == 3
+    assert fwd.consumer_count(128, 16384, (-1, -1), *plain) == 2
+    assert fwd.consumer_count(64, 16384, (-1, -1), 30.0, False, 0.0, False, False) == 2
+    monkeypatch.setenv(fwd.CONSUMERS_ENV, "2")
+    assert fwd.consumer_count(64, 16384, (-1, -1), *plain) == 2
+
+
+def test_three_consumers_tile_192_rows():
+    # N = 2100: 11 row blocks of 192 per head (2 · 8 heads: 176 work tiles), persistent over the SMs.
+    cfg = configs.hopper_fwd_config(64)
+    launch = fwd._fwd_launch(
+        CPU, 2, 2100, 2100, 8, 2, 64, 0.125, False, (-1, -1), 0.0, None, cfg.BLOCK_N, cfg.STAGES, consumers=3
+    )  # fmt: skip
+    assert launch.grid == (SMS,)
+    arguments = launch.arguments((None,) * len(fwd.FWD_POINTERS))
+    values = dict(zip(fwd.attn_fwd_kernel.arg_names, arguments, strict=True))
+    assert values["num_m_blocks"] == 11 and values["total_work"] == 11 * 2 * 8

@@ -265,7 +265,47 @@ PERSISTENT_CASES = [
     (8, 2000, 1999, 128, "gqa", torch.bfloat16, True, (256, 0)),
     (8, 1500, 777, 64, "mqa", torch.float16, False, (100, 50)),
     (8, 1000, 300, 128, "gqa", torch.bfloat16, False, (0, 0)),
+    # Three consumer warpgroups (D = 64 from N_q = 2048): 192-row tiles.
+    (4, 2100, 2047, 64, "gqa", torch.bfloat16, False, (-1, -1)),
 ]
+
+
+# Three consumer warpgroups at D = 64 (fwd.consumer_count), forced at every length: odd lengths both ways
+# round, causal (one program a tile) and not (persistent), and the lengths where the rule picks them itself.
+THREE_CONSUMER_CASES = [
+    (2, 1, 1, False, "3"),
+    (2, 203, 113, True, "3"),
+    (2, 113, 203, False, "3"),
+    (3, 1023, 1025, True, "3"),
+    (1, 4100, 4099, True, None),
+    (2, 2048, 3000, False, None),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    THREE_CONSUMER_CASES,
+    ids=[f"{c[1]}x{c[2]}-{'causal' if c[3] else 'full'}" for c in THREE_CONSUMER_CASES],
+)
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_three_consumer_warpgroups_match_oracle(seed, case, monkeypatch):
+    from flashtile.kernels.hopper import fwd
+
+    batch, sq, sk, causal, forced = case
+    if forced is not None:
+        monkeypatch.setenv(fwd.CONSUMERS_ENV, forced)
+    else:
+        monkeypatch.delenv(fwd.CONSUMERS_ENV, raising=False)
+    window = (-1, 0) if causal else (-1, -1)
+    if forced is None:
+        assert fwd.consumer_count(64, sq, window, 0.0, False, 0.0, False, False) == 3
+    q = torch.randn(batch, sq, 4, 64, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(batch, sk, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    out, lse = _check_options(q, k, v, 0.125, causal, seed, window, 0.0, None)
+    monkeypatch.setenv(fwd.CONSUMERS_ENV, "2")
+    out_two, lse_two = _fwd(q, k, v, 0.125, causal, window_size=window)
+    # Each row sees the same key tiles in the same order whichever warpgroup holds it: the same bits.
+    assert torch.equal(out, out_two) and torch.equal(lse, lse_two)
 
 
 @pytest.mark.parametrize(
@@ -282,12 +322,13 @@ def test_persistent_grid_matches_oracle_and_one_program_a_tile(seed, case, monke
     q = torch.randn(batch, sq, heads, d, dtype=dtype, device="cuda")
     k, v = (torch.randn(batch, sk, heads_kv, d, dtype=dtype, device="cuda") for _ in range(2))
     cfg = configs.hopper_fwd_config(d)
+    consumers = fwd.consumer_count(d, sq, window, 0.0, False, 0.0, False, False)
     args = (torch.device("cuda"), batch, sq, sk, heads, heads_kv, d, d**-0.5, causal, window, 0.0, None)
-    launch = fwd._fwd_launch(*args, cfg.BLOCK_N, cfg.STAGES)
+    launch = fwd._fwd_launch(*args, cfg.BLOCK_N, cfg.STAGES, consumers=consumers)
     assert launch.kernel is fwd.attn_fwd_kernel
     sms = configs.multiprocessor_count(torch.device("cuda"))
     assert launch.grid == (sms,), "the case must take the persistent grid, with tiles to loop over"
-    assert -(-sq // 128) * batch * heads > sms
+    assert -(-sq // (64 * consumers)) * batch * heads > sms
     out, lse = _check_options(q, k, v, d**-0.5, causal, seed, window, 0.0, None)
     monkeypatch.setenv(fwd.PERSISTENT_ENV, "0")
     out_tiles, lse_tiles = _fwd(q, k, v, d**-0.5, causal, window_size=window)

@@ -71,8 +71,12 @@ CONSUMER_REGS_3 = gl.constexpr(160)
 # work tiles, dealt out statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k):
 # they keep one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
-# Three consumer warpgroups (192-row work tiles) at D = 64 where consumer_count allows (read at each launch).
+# Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
+# kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
+# FLASHTILE_HOPPER_FWD_CONSUMERS = 2 or 3 overrides the lengths (read at each launch).
 CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
+THREE_CONSUMERS_MIN_ROWS = 2048
+THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
 # program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
 PERSISTENT_SMEM = 200 * 1024
@@ -908,14 +912,31 @@ def option_arguments(
 
 
 def consumer_count(
-    head_dim: int, softcap: float, alibi: bool, dropout_p: float, varlen: bool, sparse: bool
+    head_dim: int,
+    seqlen_q: int,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi: bool,
+    dropout_p: float,
+    varlen: bool,
+    sparse: bool,
 ) -> int:
-    """Consumer warpgroups a program has: three at D = 64 for dense batches with no option but a window
-    or causal mask (their 160 registers a thread hold D = 64's accumulators and nothing more), under
-    CONSUMERS_ENV=3; otherwise two."""
+    """Consumer warpgroups a program has (``window_size`` normalised, causal (−1, 0)). Three, in 192-row
+    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 4096 causal: their
+    160 registers a thread hold D = 64's accumulators with P as the wgmma operand, and the third warpgroup
+    hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, causal or in a
+    window, to the key tiles a warpgroup steps through wholly masked (docs/design/hopper.md, "Three
+    consumers at D = 64"). CONSUMERS_ENV = 2 or 3 overrides the length rule (3 only where D = 64 allows)."""
     if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse:
         return 2
-    return 3 if os.environ.get(CONSUMERS_ENV, "2").strip() == "3" else 2
+    forced = os.environ.get(CONSUMERS_ENV, "").strip()
+    if forced in ("2", "3"):
+        return int(forced)
+    if window_size == (-1, -1):
+        return 3 if seqlen_q >= THREE_CONSUMERS_MIN_ROWS else 2
+    if window_size == (-1, 0):
+        return 3 if seqlen_q >= THREE_CONSUMERS_MIN_ROWS_CAUSAL else 2
+    return 2
 
 
 def runs_persistent(values: dict[str, object]) -> bool:
@@ -1112,7 +1133,8 @@ def attn_fwd(
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
         dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
         consumer_count(
-            head_dim, softcap, slopes is not None, dropout_p, varlen is not None, sparse is not None
+            head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
+            dropout_p, varlen is not None, sparse is not None,
         ),
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)

@@ -47,6 +47,8 @@ FWD_OPTION_WORDS = {
     "mod": dict(sparse=True, mask_mod=True),
     # With its mask bits in place of the mask_mod (create_block_mask's masks: kernels/_mask_bits.py).
     "bits": dict(sparse=True, mask_mod="bits"),
+    # Three consumer warpgroups (D = 64 at long rows: fwd.consumer_count).
+    "three": dict(consumers=3),
 }
 # Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
 # differ in their conversions only, and dense and causal compile in both).
@@ -71,6 +73,8 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     cases += [(d, v, t) for d in HOPPER_FWD_HEAD_DIMS for v in FWD_VARLEN_VARIANTS for t in DTYPES]
     cases += [(d, "sparse", "fp16") for d in HOPPER_FWD_HEAD_DIMS]
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SPARSE_VARIANTS]
+    # Three consumer warpgroups: D = 64 only, dense and causal, both dtypes.
+    cases += [(64, v, t) for v in ("full+three", "causal+three") for t in DTYPES]
     return cases
 
 
@@ -105,7 +109,10 @@ def fwd_options(variant: str, block_n: int, seqlen: int = SEQLEN) -> dict[str, o
         bits = opts.get("mask_mod") == "bits"
         mask_mod = masks.causal if opts.get("mask_mod") is True else None
         sparse = (128, 128, (0, 0, seqlen // 128), mask_mod, False, bits)
-    return {**args, "IS_VARLEN": bool(opts.get("varlen")), **fwd.sparse_arguments(sparse, block_n)}
+    return {
+        **args, "IS_VARLEN": bool(opts.get("varlen")), "CONSUMERS": opts.get("consumers", 2),
+        **fwd.sparse_arguments(sparse, block_n),
+    }  # fmt: skip
 
 
 def _descriptor_type(dtype: str, rows: int, head_dim: int, varlen: bool = False) -> str:
@@ -168,10 +175,6 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     )
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
-    constexprs["CONSUMERS"] = fwd.consumer_count(
-        head_dim, options["HAS_SOFTCAP"], options["HAS_ALIBI"], options["HAS_DROPOUT"], varlen,
-        bool(options["SPARSE_TILES"]),
-    )  # fmt: skip
     # The grid the launcher picks: persistent for plain dense attention where its tiles fit.
     constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
     if options["MASK_BITS"]:
