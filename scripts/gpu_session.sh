@@ -726,7 +726,9 @@ case "$part" in
     finish
     ;;
   s13f)
-    # flashtile bench --paper with the GPU kept busy before each shape's first timing.
+    # flashtile bench --paper with the GPU kept busy (100 ms of matrix products) before each shape's first
+    # timing, at 6c2f2d5: flashtile, timed first, read 10-15 % slower than in s13e, the peers the same; the
+    # warm-up was reverted (README, "Measured").
     begin
     step bench_paper 450 python3 -m flashtile bench --paper --out-dir "$work/bench"
     cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null

@@ -39,7 +39,7 @@ from flashtile.bench import grid, results
 from flashtile.bench.grid import DTYPES, MODES, Config, Preset
 from flashtile.bench.peers import Peer
 from flashtile.bench.results import Environment, Result
-from flashtile.bench.timing import rotation_copies, time_calls, warm_up
+from flashtile.bench.timing import rotation_copies, time_calls
 from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, Comparison, compare
 
 # Largest float64 score tensor (B·H·N_q·N_k elements, 1 GiB) and largest q-shaped tensor (B·N·H·D elements)
@@ -94,10 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "bench",
         help="check and time flashtile against its peers on the FlashAttention papers' grid",
         description=(
-            "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s; "
-            "on a GPU each shape's timings start after 100 ms of matrix products, so that whichever "
-            "implementation goes first does not run at an idle GPU's clocks. Appends rows to a CSV, "
-            "prints one table per (mode, causal, head dim), draws plots from the CSV. "
+            "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s. "
+            "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
             "Without a GPU the defaults are tiny CPU shapes."
         ),
     )
@@ -558,8 +556,6 @@ class _Runner:
                         except torch.OutOfMemoryError as exc:
                             inputs, no_inputs = [], f"allocating the inputs: {_short(exc)}"
                         self._free()
-                        # The checks left the GPU idle: its clocks up again before the first timing.
-                        warm_up(self.device)
                     if inputs:
                         done.append(self._time(peer, config, inputs, verdict, options))
                     else:

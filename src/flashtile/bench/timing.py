@@ -40,29 +40,6 @@ class Timing:
     reps: int
 
 
-# How long the GPU is kept busy before a configuration's first timing: checking the peers (compiling
-# FlexAttention for a new shape takes seconds of CPU time) leaves it idle, and an idle GPU drops its clocks;
-# whichever implementation was timed first then read up to 1.6× slower (README, "Measured").
-WARM_UP_MS = 100.0
-_WARM_UP_SIZE = 4096
-
-
-def warm_up(device: torch.device, ms: float = WARM_UP_MS) -> None:
-    """Keep a CUDA device busy with matrix products for about ``ms`` milliseconds (nothing on the CPU)."""
-    if device.type != "cuda":
-        return
-    a = torch.randn(_WARM_UP_SIZE, _WARM_UP_SIZE, device=device, dtype=torch.bfloat16)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    while True:
-        for _ in range(10):
-            torch.mm(a, a)
-        end.record()
-        end.synchronize()
-        if start.elapsed_time(end) >= ms:
-            return
-
-
 def cache_bytes(device: torch.device) -> int:
     """The L2 size of a CUDA device, or an assumed last-level cache size on the CPU."""
     if device.type == "cuda":
