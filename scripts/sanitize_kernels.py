@@ -24,7 +24,12 @@ Groups (``--only`` takes a comma-separated subset):
   softcap and ALiBi; skipped unless the GPU has compute capability 9.x;
 - ``hopper_persistent``: the Gluon forward's persistent grid (plain attention, D 64/128) at shapes with more
   work tiles than the GPU has SMs, so that programs loop over several (odd lengths, N_q ≠ N_k, GQA), then
-  its backward; skipped unless the GPU has compute capability 9.x.
+  its backward; skipped unless the GPU has compute capability 9.x;
+- ``hopper_three``: the Gluon forward's three consumer warpgroups at D = 64 (192-row work tiles: long rows
+  by the length rule, plain on the persistent grid and causal one program a tile, and short odd lengths
+  with ``FLASHTILE_HOPPER_FWD_CONSUMERS=3``), and sliding windows on the persistent grid (D 64/128, more
+  work tiles than SMs, rows that see no key), each with its backward; skipped unless the GPU has compute
+  capability 9.x.
 
 The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
@@ -58,7 +63,7 @@ import triton.language as tl
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
-    "hopper_persistent",
+    "hopper_persistent", "hopper_three",
 )  # fmt: skip
 
 SHAPES = [
@@ -646,6 +651,44 @@ def hopper_persistent_cases() -> Iterator[Case]:
             yield Case("hopper_persistent", label, run)
 
 
+# (batch, seqlen_q, seqlen_k, heads, heads_kv, head dim, causal, window, forced consumers or None).
+THREE_AND_WINDOW_CASES = [
+    (2, 2100, 2047, 8, 2, 64, False, (-1, -1), None),
+    (1, 4100, 4099, 4, 1, 64, True, (-1, 0), None),
+    (2, 203, 113, 4, 2, 64, True, (-1, 0), "3"),
+    (3, 113, 203, 4, 4, 64, False, (-1, -1), "3"),
+    (4, 2000, 1999, 8, 2, 128, True, (256, 0), None),
+    (3, 1500, 777, 8, 1, 64, False, (100, 50), None),
+    (3, 1000, 300, 8, 2, 128, False, (0, 0), None),
+]
+
+
+def hopper_three_cases() -> Iterator[Case]:
+    from flashtile.kernels.hopper.fwd import CONSUMERS_ENV
+
+    K = T.kernels
+    for i, (batch, sq, sk, h, hkv, d, causal, window, forced) in enumerate(THREE_AND_WINDOW_CASES):
+        dtype = DTYPES[i % 2]
+        shape = (batch, sq, sk, h, hkv, d)
+        label = f"hopper_three fwd+bwd {_name(dtype)} {shape} {window} consumers={forced}"
+
+        def run(label=label, shape=shape, causal=causal, window=window, forced=forced, dtype=dtype):
+            batch, sq, sk, h, hkv, d = shape
+            q = randn(batch, sq, h, d, dtype=dtype)
+            k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+            before = os.environ.pop(CONSUMERS_ENV, None)
+            if forced is not None:
+                os.environ[CONSUMERS_ENV] = forced
+            try:
+                fwd_bwd(label, K.hopper_fwd, K.hopper_bwd, q, k, v, causal, window_size=window)
+            finally:
+                os.environ.pop(CONSUMERS_ENV, None)
+                if before is not None:
+                    os.environ[CONSUMERS_ENV] = before
+
+        yield Case("hopper_three", label, run)
+
+
 BUILDERS = {
     "hopper": hopper_cases,
     "decode": decode_cases,
@@ -655,6 +698,7 @@ BUILDERS = {
     "hopper_sparse": hopper_sparse_cases,
     "hopper_dropout": hopper_dropout_cases,
     "hopper_persistent": hopper_persistent_cases,
+    "hopper_three": hopper_three_cases,
 }
 
 
