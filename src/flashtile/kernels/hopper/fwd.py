@@ -63,13 +63,13 @@ NUM_WARPS = 4
 # warpgroup gives its registers up (down to 24): 2 · 128 · 240 or 3 · 128 · 160 of the SM's 65,536.
 CONSUMER_REGS = gl.constexpr(240)
 CONSUMER_REGS_3 = gl.constexpr(160)
-# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) runs on a
-# persistent grid, one program an SM looping over work tiles, at D = 64 and wherever N_k is at most
-# PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). H200, kernel
-# time against one program a work tile (docs/design/hopper.md, "Persistent forward"): D = 64 10-15 %
-# faster at N ≤ 1k, 2-5 % from 2k; D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k. Causal
-# work tiles, dealt out statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k):
-# they keep one program a tile.
+# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) and sliding
+# windows (runs_persistent) run on a persistent grid, one program an SM looping over work tiles, at D = 64
+# and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0
+# (read at each launch). H200, kernel time against one program a work tile (docs/design/hopper.md,
+# "Persistent forward"): D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k; D = 128 11-17 % at N ≤ 1k, 4-6 % at
+# 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at D = 128. Causal work tiles, dealt out
+# statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k): one program a tile.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
 # kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
@@ -282,7 +282,7 @@ def _produce_tile(
     work, it, n_live, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_TILES: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
 ):  # fmt: skip
-    """Work tile ``work`` (:func:`_work_tile`), if live: its Q halves once the consumers are done with the
+    """Work tile ``work`` (:func:`_work_tile`), if live: its Q parts once the consumers are done with the
     last tile's (q_empty, under PERSISTENT), or with no key tile an arrival on q_bar alone; then its key
     tiles into the ring, whose slots and phases count the ``it`` key tiles loaded before. Returns ``it``
     and ``n_live`` (live tiles) counted on."""
@@ -766,8 +766,9 @@ def attn_fwd_kernel(
     none) is False, or under MASK_BITS where the mask's bits (``aux`` = flashtile.block_mask.MaskBits' ids,
     words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None.
 
-    CONSUMERS (2, or 3 at D = 64 without an option but a window): consumer warpgroups of WG_ROWS query rows
-    each, so a work tile has CONSUMERS · WG_ROWS rows.
+    CONSUMERS (2, or 3 at D = 64 with no softcap, ALiBi, dropout, packed batch or block mask:
+    :func:`consumer_count`): consumer warpgroups of WG_ROWS query rows each, so a work tile has
+    CONSUMERS · WG_ROWS rows.
 
     Work tiles: num_m_blocks · B · H = ``total_work``; PERSISTENT: the grid's P programs take tiles pid,
     pid + P, …, else program pid takes tile pid (P = total_work)."""
