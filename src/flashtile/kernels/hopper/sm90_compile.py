@@ -175,7 +175,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     )
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
-    # The grid the launcher picks: persistent for plain dense attention where its tiles fit.
+    # The grid the launcher picks: persistent for equal-cost work tiles (plain, sliding windows) that fit.
     constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
     if options["MASK_BITS"]:
         # The mask bits' tensors: tile ids, words and their layout (int32).
