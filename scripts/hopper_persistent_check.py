@@ -4,10 +4,10 @@ Each cell (bf16, B·N = 16k tokens, H·D = 2048, as `flashtile bench --paper`; p
 (256, 0) and causal cells at N = 8k, and sliding windows (256, 0) at D = 64 and 128 from 2k to 16k) is
 timed as CUDA-graph replays of 20 back-to-back calls of the launchers (no host path in the figure), median
 of 7 replays, each implementation once in every position of the cell's order (the median of those), for
-flashtile's forward with FLASHTILE_HOPPER_FWD_PERSISTENT=1 (one program an SM looping over work tiles) and
-=0 (one program a work tile), and cuDNN (dense and causal cells). Every output is compared with the
-per-tile one first (max |difference|). ``--consumers`` adds the D = 64 forward with three consumer
-warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent where the grid rule allows).
+flashtile's forward with two consumer warpgroups and FLASHTILE_HOPPER_FWD_PERSISTENT=1 (one program an SM
+looping over work tiles) and =0 (one program a work tile), and cuDNN (dense and causal cells). Every
+output is compared with the per-tile one first (max |difference|). ``--consumers`` adds the D = 64 forward
+with three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent where the grid rule allows).
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
         [--baseline path/to/an/earlier/hopper/fwd.py]

@@ -959,16 +959,22 @@ def even_work(values: dict[str, object]) -> bool:
     tiles of growing cost, which dealt out statically measured slower than one program a tile."""
     if not values["IS_LOCAL"] and not values["HAS_WINDOW_LEFT"]:
         return True
-    span = values["window_left"] + values["window_right"] + values["CONSUMERS"] * WG_ROWS.value
-    return bool(values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"] and 2 * span <= values["seqlen_k"])
+    span = _window_span(values)
+    return span is not None and 2 * span <= values["seqlen_k"]
 
 
 def keys_per_tile(values: dict[str, object]) -> int:
     """About how many keys one work tile visits: a sliding window's span, else N_k."""
-    if values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"]:
-        rows = values["CONSUMERS"] * WG_ROWS.value
-        return min(values["window_left"] + values["window_right"] + rows, values["seqlen_k"])
-    return values["seqlen_k"]
+    span = _window_span(values)
+    return values["seqlen_k"] if span is None else min(span, values["seqlen_k"])
+
+
+def _window_span(values: dict[str, object]) -> int | None:
+    """The keys a work tile's rows reach in a window bounded on both sides (left + right + the tile's
+    rows), or None without such a window."""
+    if not (values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"]):
+        return None
+    return values["window_left"] + values["window_right"] + values["CONSUMERS"] * WG_ROWS.value
 
 
 # A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
