@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -86,6 +87,24 @@ def test_bench_on_cpu_writes_documented_csv_and_plots(
     assert pngs == ["bench_bwd_fp32.png", "bench_fwd_fp32.png"]
     printed = capsys.readouterr().out
     assert "CPU numbers" in printed and "flashtile / best" in printed
+
+
+def test_each_configuration_times_the_peers_in_a_rotated_order(tmp_path: Path) -> None:
+    # The first-timed peer of a configuration runs on a GPU the checks left idle: the order rotates by one
+    # peer per configuration, and each row says where its peer came.
+    assert main([*TINY, "--mode", "fwd", "--out-dir", str(tmp_path), "--no-plot"]) == 0
+    _, rows = _rows(tmp_path / "bench.csv")
+    places: dict[tuple[str, str], dict[str, int]] = {}
+    for r in rows:
+        found = re.search(r"timed (\d+) of (\d+)", r["detail"])
+        if r["status"] == "ok":
+            assert found, r["detail"]
+            places.setdefault((r["seqlen_q"], r["causal"]), {})[r["impl"]] = int(found[1])
+    assert len(places) == 4
+    for timed in places.values():
+        assert sorted(timed.values()) == list(range(1, len(timed) + 1))
+    firsts = [next(impl for impl, place in timed.items() if place == 1) for timed in places.values()]
+    assert len(set(firsts)) > 1, firsts
 
 
 def test_second_run_appends_and_plot_only_redraws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -94,7 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "bench",
         help="check and time flashtile against its peers on the FlashAttention papers' grid",
         description=(
-            "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s. "
+            "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s, "
+            "in an order that rotates by one implementation per shape (each row records its place). "
             "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
             "Without a GPU the defaults are tiny CPU shapes."
         ),
@@ -508,6 +509,8 @@ class _Runner:
         self.preset, self.peers, self.device, self.progress = preset, peers, device, progress
         self.deadline = time.monotonic() + preset.time_budget_s if preset.time_budget_s else None
         self.peer_seconds: dict[str, float] = defaultdict(float)
+        # Kernel configurations timed so far: each starts its timings one peer further along the list.
+        self.shapes_timed = 0
         self.task = progress.add_task(
             "starting", total=sum(preset.measures(p.name, c) for c in preset.configs() for p in peers)
         )
@@ -539,8 +542,9 @@ class _Runner:
         verdicts = self._check(configs[0], todo, options)
         inputs: list[tuple[torch.Tensor, ...]] | None = None
         no_inputs = ""
-        for peer in self.peers:
-            for config in todo.get(peer.name, []):
+        order = self._timing_order(todo)
+        for position, peer in enumerate(order):
+            for config in todo[peer.name]:
                 self.progress.update(self.task, description=f"{config.label()} · {peer.name}")
                 verdict = verdicts[(peer.name, config.mode)]
                 if verdict.status != "ok":
@@ -557,13 +561,23 @@ class _Runner:
                             inputs, no_inputs = [], f"allocating the inputs: {_short(exc)}"
                         self._free()
                     if inputs:
-                        done.append(self._time(peer, config, inputs, verdict, options))
+                        place = (position, len(order))
+                        done.append(self._time(peer, config, inputs, verdict, options, place))
                     else:
                         done.append(Result(config, peer.name, "oom", no_inputs))
                 self.progress.advance(self.task)
         del inputs
         self._free()
         return done
+
+    def _timing_order(self, todo: dict[str, list[Config]]) -> list[Peer]:
+        """The peers to time in this configuration, the list rotated by one place per configuration. Whichever
+        is timed first runs on a GPU the checks left idle, and the position moved a kernel's time by up to
+        11 % (README, "Measured"): rotating spreads that over the peers instead of giving it to one."""
+        timed = [peer for peer in self.peers if peer.name in todo]
+        shift = self.shapes_timed % len(timed)
+        self.shapes_timed += 1
+        return timed[shift:] + timed[:shift]
 
     def _budget_reason(self) -> str:
         return f"run time budget of {self.preset.time_budget_s:.0f} s spent"
@@ -623,6 +637,7 @@ class _Runner:
         inputs: list[tuple[torch.Tensor, ...]],
         check: _Verdict,
         options: dict[str, object],
+        position: tuple[int, int],
     ) -> Result:
         start = time.monotonic()
         failed = None
@@ -638,6 +653,8 @@ class _Runner:
             self._free()
             return Result(config, peer.name, failed.status, failed.detail)
         detail = f"{check.detail}; {timing.reps} calls over {len(inputs)} input copies"
+        # The peer's place in the configuration's timing order (_timing_order): to read a position bias.
+        detail += f"; timed {position[0] + 1} of {position[1]}"
         if peer.note:
             detail = f"{peer.note}; {detail}"
         return Result(config, peer.name, "ok", detail, timing=timing)
