@@ -145,16 +145,22 @@ class KernelLaunch:
 
     def __call__(self, *pointers: torch.Tensor | tuple | None) -> None:
         cache = self._compiled
-        if cache is not None and direct_launch_requested():
-            entry = cache.get(self._signature(pointers))
-            # A kernel without scratch on the current device: its launcher straight away, without the
-            # context copy and allocator run_on_device installs (a few µs a launch on a GPU's host).
-            if entry is not None and not entry.needs_scratch and not self.kernel.pre_run_hooks:
-                device = self.device
-                if device.type != "cuda" or torch.cuda.current_device() == device.index:
-                    entry(self.grid, device, self.arguments(pointers))
-                    return
-        run_on_device(self.device, self._launch, pointers)
+        if cache is None or not direct_launch_requested():
+            run_on_device(self.device, self._launch, pointers, None, None)
+            return
+        # Looked up once a call: the launch below takes the entry (or, without one, the signature to keep it).
+        signature = self._signature(pointers)
+        entry = cache.get(signature)
+        if self.kernel.pre_run_hooks:
+            entry = None
+        # A kernel without scratch on the current device: its launcher straight away, without the context
+        # copy and allocator run_on_device installs (a few µs a launch on a GPU's host).
+        if entry is not None and not entry.needs_scratch:
+            device = self.device
+            if device.type != "cuda" or torch.cuda.current_device() == device.index:
+                entry(self.grid, device, self.arguments(pointers))
+                return
+        run_on_device(self.device, self._launch, pointers, signature, entry)
 
     @staticmethod
     def _signature(pointers: tuple) -> Hashable:
@@ -168,17 +174,14 @@ class KernelLaunch:
         )
         return signatures, knobs.runtime.debug, knobs.compilation.instrumentation_mode
 
-    def _launch(self, pointers: tuple) -> None:
+    def _launch(self, pointers: tuple, signature: Hashable | None, entry: _Compiled | None) -> None:
+        """Inside run_on_device: ``entry``'s launcher, or Triton's launch, whose compiled kernel is kept
+        under ``signature`` (None: the cache is off, keep nothing)."""
         args = self.arguments(pointers)
-        cache = self._compiled
-        if cache is None or not direct_launch_requested():
-            self.kernel[self.grid](*args, **self.options)
-            return
-        signature = self._signature(pointers)
-        entry = cache.get(signature)
-        if entry is not None and not self.kernel.pre_run_hooks:
+        if entry is not None:
             entry(self.grid, self.device, args)
             return
         compiled = self.kernel[self.grid](*args, **self.options)
-        if getattr(compiled, "function", None) is not None and not self.kernel.pre_run_hooks:
-            cache[signature] = _Compiled(compiled)
+        keep = signature is not None and not self.kernel.pre_run_hooks
+        if keep and getattr(compiled, "function", None) is not None:
+            self._compiled[signature] = _Compiled(compiled)
