@@ -736,12 +736,14 @@ case "$part" in
     ;;
   s14a)
     # Prepared in the thirteenth session, not yet run: memcheck over the three-consumer and sliding-window
-    # persistent kernels (sanitizer group hopper_three), then the whole test_gpu_hopper.py.
+    # persistent kernels (sanitizer group hopper_three), then test_launch_cache (693b994's lookup) and the
+    # whole test_gpu_hopper.py.
     begin
     step precompile 150 python3 scripts/sanitize_kernels.py --only hopper_three
     step memcheck 240 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
       --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_three
-    step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s14a.xml" tests/test_gpu_hopper.py "$@"
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s14a.xml" tests/test_launch_cache.py \
+      tests/test_gpu_hopper.py "$@"
     cp "$work/gpu_tests_s14a.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
