@@ -107,6 +107,18 @@ def test_each_configuration_times_the_peers_in_a_rotated_order(tmp_path: Path) -
     assert len(set(firsts)) > 1, firsts
 
 
+def test_the_rotation_does_not_repeat_with_the_period_of_the_peer_count() -> None:
+    # --paper times six lengths per row with six peers: a plain one-place rotation timed N = 512 first in
+    # every row. Each length (index mod count) must start at every place over count rows.
+    for count in range(1, 8):
+        starts: dict[int, set[int]] = {}
+        for index in range(count * count):
+            shift = bench.rotation_shift(index, count)
+            assert 0 <= shift < count
+            starts.setdefault(index % count, set()).add(shift)
+        assert all(shifts == set(range(count)) for shifts in starts.values()), (count, starts)
+
+
 def test_second_run_appends_and_plot_only_redraws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.csv"
     args = [

@@ -62,6 +62,13 @@ _FATAL_CUDA = (
 )
 
 
+def rotation_shift(index: int, count: int) -> int:
+    """Where configuration ``index`` starts its list of ``count`` peers: one place further per configuration,
+    and one more after each ``count`` of them, so that a grid whose rows have ``count`` lengths (six
+    lengths, six peers in ``--paper``) does not time the same length first in every row."""
+    return (index + index // count) % count
+
+
 class _FatalDeviceError(RuntimeError):
     """A CUDA error that leaves the context unusable: the run stops after writing what it has."""
 
@@ -575,7 +582,7 @@ class _Runner:
         is timed first runs on a GPU the checks left idle, and the position moved a kernel's time by up to
         11 % (README, "Measured"): rotating spreads that over the peers instead of giving it to one."""
         timed = [peer for peer in self.peers if peer.name in todo]
-        shift = self.shapes_timed % len(timed)
+        shift = rotation_shift(self.shapes_timed, len(timed))
         self.shapes_timed += 1
         return timed[shift:] + timed[:shift]
 
