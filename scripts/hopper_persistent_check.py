@@ -8,6 +8,8 @@ flashtile's forward with two consumer warpgroups and FLASHTILE_HOPPER_FWD_PERSIS
 looping over work tiles) and =0 (one program a work tile), and cuDNN (dense and causal cells). Every
 output is compared with the per-tile one first (max |difference|). ``--consumers`` adds the D = 64 forward
 with three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent where the grid rule allows).
+``--causal-only`` times the grid's causal cells alone (the persistent grid pairs their row blocks);
+``--any-keys`` adds the persistent grid past its key bound at D > 64.
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
         [--baseline path/to/an/earlier/hopper/fwd.py]
@@ -29,6 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 from flashtile.bench.decode import graph_time_ms
+from flashtile.kernels.hopper import fwd as fwd_module
 from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV
 from flashtile.kernels.hopper.fwd import attn_fwd as hopper_fwd
 
@@ -49,6 +52,26 @@ def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int], 
         os.environ[PERSISTENT_ENV] = "1" if persistent else "0"
         os.environ[CONSUMERS_ENV] = str(consumers)
         return hopper_fwd(q, k, v, scale, causal, window_size=window)[0]
+
+    return run
+
+
+def any_keys(q, k, v, causal: bool, window: tuple[int, int]):
+    """The persistent grid without its key bound: the bound lifted while the launch is prepared (at the
+    graph's capture), then restored."""
+    scale = q.shape[-1] ** -0.5
+
+    def run():
+        bound = fwd_module.PERSISTENT_MAX_KEYS
+        fwd_module.PERSISTENT_MAX_KEYS = 1 << 30
+        fwd_module._fwd_launch.cache_clear()
+        os.environ[PERSISTENT_ENV] = "1"
+        os.environ[CONSUMERS_ENV] = "2"
+        try:
+            return hopper_fwd(q, k, v, scale, causal, window_size=window)[0]
+        finally:
+            fwd_module.PERSISTENT_MAX_KEYS = bound
+            fwd_module._fwd_launch.cache_clear()
 
     return run
 
@@ -97,6 +120,14 @@ def main() -> None:
         "--consumers", action="store_true",
         help="also time three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3; D = 64 only)",
     )  # fmt: skip
+    parser.add_argument(
+        "--causal-only", action="store_true",
+        help="only the causal cells of the grid (persistent: row blocks dealt out in pairs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--any-keys", action="store_true",
+        help="also time the persistent grid past its key bound (PERSISTENT_MAX_KEYS) at D > 64",
+    )  # fmt: skip
     args = parser.parse_args()
     baseline = None
     if args.baseline:
@@ -107,12 +138,13 @@ def main() -> None:
         (d, n, causal, (-1, 0) if causal else (-1, -1))
         for d in args.head_dims
         for n in args.seqlens
-        for causal in (False, True)
+        for causal in ((True,) if args.causal_only else (False, True))
     ]
-    cells += [(128, 8192, True, (-1, 0)), (128, 8192, False, (256, 0))]
-    # Sliding windows: every work tile visits about the same keys, so they take the persistent grid.
-    cells += [(d, n, False, (256, 0)) for d in (64, 128) for n in (2048, 4096, 16384)]
-    cells += [(64, 8192, False, (256, 0)), (64, 8192, True, (-1, 0))]
+    if not args.causal_only:
+        cells += [(128, 8192, True, (-1, 0)), (128, 8192, False, (256, 0))]
+        # Sliding windows: every work tile visits about the same keys, so they take the persistent grid.
+        cells += [(d, n, False, (256, 0)) for d in (64, 128) for n in (2048, 4096, 16384)]
+        cells += [(64, 8192, False, (256, 0)), (64, 8192, True, (-1, 0))]
     rows = []
     print(f"{torch.cuda.get_device_name()}: ms per forward (TFLOP/s), CUDA-graph replays of {CALLS} calls")
     for head_dim, seqlen, causal, window in cells:
@@ -127,6 +159,8 @@ def main() -> None:
         }
         if baseline is not None:
             impls["baseline"] = launcher(baseline.attn_fwd, q, k, v, causal, window)
+        if args.any_keys and head_dim > 64:
+            impls["persistent-any-keys"] = any_keys(q, k, v, causal, window)
         if args.consumers and head_dim == 64:
             impls["3-consumers"] = flashtile(True, q, k, v, causal, window, consumers=3)
         impls = {name: fn for name, fn in impls.items() if fn is not None}

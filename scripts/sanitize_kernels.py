@@ -29,7 +29,11 @@ Groups (``--only`` takes a comma-separated subset):
   by the length rule, plain on the persistent grid and causal one program a tile, and short odd lengths
   with ``FLASHTILE_HOPPER_FWD_CONSUMERS=3``), and sliding windows on the persistent grid (D 64/128, more
   work tiles than SMs, rows that see no key), each with its backward; skipped unless the GPU has compute
-  capability 9.x.
+  capability 9.x;
+- ``hopper_paired``: the Gluon forward's causal persistent grid (row blocks dealt out in pairs, longest
+  with shortest) and a window bounded on the right only, at shapes with at least as many pairs as the GPU
+  has SMs: odd and even row-block and head counts, rows that see no key, three consumers; each with its
+  backward; skipped unless the GPU has compute capability 9.x.
 
 The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
@@ -63,7 +67,7 @@ import triton.language as tl
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
-    "hopper_persistent", "hopper_three",
+    "hopper_persistent", "hopper_three", "hopper_paired",
 )  # fmt: skip
 
 SHAPES = [
@@ -663,14 +667,35 @@ THREE_AND_WINDOW_CASES = [
 ]
 
 
+# Causal and right-bounded windows on the persistent grid: pairs of row blocks (≥ 132, an H100's or H200's
+# SMs), even and odd row-block and (batch · heads) counts, N_q > N_k, three consumers (N_q ≥ 4096).
+PAIRED_CASES = [
+    (12, 1023, 1025, 4, 2, 64, True, (-1, 0), None),
+    (13, 1100, 1100, 3, 3, 128, True, (-1, 0), None),
+    (13, 1500, 777, 3, 1, 128, True, (-1, 0), None),
+    (16, 777, 900, 3, 1, 64, False, (-1, 100), None),
+    (5, 4100, 4099, 3, 1, 64, True, (-1, 0), None),
+]
+
+
 def hopper_three_cases() -> Iterator[Case]:
+    return _consumer_cases("hopper_three", THREE_AND_WINDOW_CASES)
+
+
+def hopper_paired_cases() -> Iterator[Case]:
+    return _consumer_cases("hopper_paired", PAIRED_CASES)
+
+
+def _consumer_cases(group: str, cases: list[tuple]) -> Iterator[Case]:
+    """The Gluon forward and backward at each case's (batch, seqlen_q, seqlen_k, heads, heads_kv, head
+    dim, causal, window, forced consumers or None)."""
     from flashtile.kernels.hopper.fwd import CONSUMERS_ENV
 
     K = T.kernels
-    for i, (batch, sq, sk, h, hkv, d, causal, window, forced) in enumerate(THREE_AND_WINDOW_CASES):
+    for i, (batch, sq, sk, h, hkv, d, causal, window, forced) in enumerate(cases):
         dtype = DTYPES[i % 2]
         shape = (batch, sq, sk, h, hkv, d)
-        label = f"hopper_three fwd+bwd {_name(dtype)} {shape} {window} consumers={forced}"
+        label = f"{group} fwd+bwd {_name(dtype)} {shape} {window} consumers={forced}"
 
         def run(label=label, shape=shape, causal=causal, window=window, forced=forced, dtype=dtype):
             batch, sq, sk, h, hkv, d = shape
@@ -686,7 +711,7 @@ def hopper_three_cases() -> Iterator[Case]:
                 if before is not None:
                     os.environ[CONSUMERS_ENV] = before
 
-        yield Case("hopper_three", label, run)
+        yield Case(group, label, run)
 
 
 BUILDERS = {
@@ -699,6 +724,7 @@ BUILDERS = {
     "hopper_dropout": hopper_dropout_cases,
     "hopper_persistent": hopper_persistent_cases,
     "hopper_three": hopper_three_cases,
+    "hopper_paired": hopper_paired_cases,
 }
 
 

@@ -1,7 +1,8 @@
 """Which Gluon forward launches take the persistent grid (kernels/hopper/fwd.py, docs/design/hopper.md,
 "Persistent forward"): work tiles of equal cost — plain attention, or a sliding window at most half of N_k
-wide — at D = 64 or with ≤ 2048 keys a tile, as many programs as SMs; everything else one program a work
-tile. The launches are prepared on the CPU (no kernel runs), where the SM count is 4."""
+wide — or causal row blocks paired longest with shortest, at D = 64 or with ≤ 2048 keys a tile, as many
+programs as SMs; everything else one program a work tile. The launches are prepared on the CPU (no kernel
+runs), where the SM count is 4; the pairing's slot map is integer arithmetic, run here in Python."""
 
 from __future__ import annotations
 
@@ -54,9 +55,7 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
         (128, 2049, {}),
         (128, 16384, {}),
         (256, 1024, {}),
-        (128, 1024, {"causal": True}),
         (64, 1024, {"window": (17, -1)}),
-        (64, 1024, {"window": (-1, 17)}),
         (64, 1024, {"window": (300, 200)}),
         (128, 16384, {"window": (1100, 900)}),
         (64, 1024, {"softcap": 30.0}),
@@ -68,9 +67,7 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
         "long-keys",
         "16k",
         "d256",
-        "causal",
         "left-only",
-        "right-only",
         "wide-window",
         "long-window",
         "softcap",
@@ -140,3 +137,54 @@ def test_three_consumers_tile_192_rows():
     arguments = launch.arguments((None,) * len(fwd.FWD_POINTERS))
     values = dict(zip(fwd.attn_fwd_kernel.arg_names, arguments, strict=True))
     assert values["num_m_blocks"] == 11 and values["total_work"] == 11 * 2 * 8
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "seqlen", "options"),
+    [(128, 1024, {"causal": True}), (64, 16384, {"causal": True}), (64, 1024, {"window": (-1, 17)}),
+     (128, 777, {"causal": True})],
+    ids=["causal", "causal-16k", "right-only", "odd"],
+)  # fmt: skip
+def test_causal_and_right_bounded_windows_run_paired_row_blocks_one_program_an_sm(head_dim, seqlen, options):
+    assert grid(head_dim, seqlen, **options) == (SMS,)
+
+
+def test_too_few_paired_units_to_fill_the_sms_run_one_program_a_tile():
+    # One head of 4 row blocks: 2 units for 4 SMs; one program a tile runs 4 at once.
+    launch = fwd._fwd_launch(CPU, 1, 512, 512, 1, 1, 64, 0.125, True, (-1, 0), 0.0, None, 128, 2)
+    assert launch.grid == (4,)
+    arguments = launch.arguments((None,) * len(fwd.FWD_POINTERS))
+    assert not dict(zip(fwd.attn_fwd_kernel.arg_names, arguments, strict=True))["PERSISTENT"]
+
+
+@pytest.mark.parametrize("programs", [1, 3, 4, 132])
+@pytest.mark.parametrize("m_blocks", [1, 2, 7, 8, 86])
+@pytest.mark.parametrize("batch_heads", [1, 5, 64])
+def test_paired_slots_deal_every_row_block_once_in_balanced_units(programs, m_blocks, batch_heads):
+    # The kernel's own slot map (fwd._paired_tile, fwd._work_slots), each program stepping through its
+    # slots pid, pid + P, … as the producer and consumers do.
+    sched = (m_blocks, *(None,) * 9, programs, m_blocks * batch_heads)
+    slots = fwd._work_slots.fn(sched, True)
+    seen = []
+    costs = []
+    for pid in range(programs):
+        mine = [fwd._paired_tile.fn(w, programs, m_blocks, batch_heads) for w in range(pid, slots, programs)]
+        live = [(bh, m) for bh, m, alive in mine if alive]
+        seen += live
+        # A causal row block m visits about m + 1 key tiles.
+        costs.append(sum(m + 1 for _, m in live))
+        for (bh_first, first, _), (bh_second, second, alive_second) in zip(
+            mine[0::2], mine[1::2], strict=True
+        ):
+            # Rounds 2i and 2i + 1: one head's blocks k and M − 1 − k, the longer first, or (M odd) the
+            # middle blocks of two heads.
+            pair = (bh_first == bh_second and first + second == m_blocks - 1 and first >= second) or (
+                bh_second == bh_first + 1 and first == second == (m_blocks - 1) // 2 and m_blocks % 2
+            )
+            assert pair or not alive_second, (bh_first, first, bh_second, second)
+    assert sorted(seen) == [(bh, m) for bh in range(batch_heads) for m in range(m_blocks)]
+    units = batch_heads // 2 * m_blocks + batch_heads % 2 * -(-m_blocks // 2)
+    # Every unit costs M + 1 but a lone middle block, (M + 1) / 2: programs differ by at most a unit and a
+    # half.
+    assert max(costs) - min(costs) <= (m_blocks + 1) * 3 // 2
+    assert slots == 2 * programs * -(-units // programs)

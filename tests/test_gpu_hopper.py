@@ -256,9 +256,10 @@ def test_window_with_a_three_stage_ring_matches_oracle(seed):
     _check_options(q, k, v, 128**-0.5, False, seed, (300, 40), 30.0, _slopes("bh", 2, 4), config=config)
 
 
-# Launches the persistent grid takes (kernels/hopper/fwd.py, runs_persistent): plain attention and sliding
-# windows, more work tiles than SMs (so programs loop over several), odd lengths both ways round, and a
-# window that leaves whole tiles of rows without a key (their turn on Q's barrier without a load).
+# Launches the persistent grid takes (kernels/hopper/fwd.py, runs_persistent): plain attention, sliding
+# windows and causal (paired row blocks), more work tiles than SMs (so programs loop over several), odd
+# lengths both ways round, and a window that leaves whole tiles of rows without a key (their turn on Q's
+# barrier without a load).
 PERSISTENT_CASES = [
     (8, 1023, 1025, 64, "gqa", torch.bfloat16, False, (-1, -1)),
     (8, 777, 1500, 128, "mha", torch.float16, False, (-1, -1)),
@@ -267,6 +268,13 @@ PERSISTENT_CASES = [
     (8, 1000, 300, 128, "gqa", torch.bfloat16, False, (0, 0)),
     # Three consumer warpgroups (D = 64 from N_q = 2048): 192-row tiles.
     (4, 2100, 2047, 64, "gqa", torch.bfloat16, False, (-1, -1)),
+    # Causal and right-bounded windows: row blocks dealt out in pairs (fwd._paired_tile), with an even and
+    # an odd number of row blocks and of heads, rows that see no key (N_q > N_k), three consumers.
+    (12, 1023, 1025, 64, "gqa", torch.bfloat16, True, (-1, 0)),
+    (12, 1100, 1100, 128, "mha", torch.float16, True, (-1, 0)),
+    (13, 1500, 777, 128, "mqa", torch.bfloat16, True, (-1, 0)),
+    (16, 777, 900, 64, "mqa", torch.float16, False, (-1, 100)),
+    (5, 4100, 4099, 64, "mqa", torch.bfloat16, True, (-1, 0)),
 ]
 
 
@@ -328,7 +336,12 @@ def test_persistent_grid_matches_oracle_and_one_program_a_tile(seed, case, monke
     assert launch.kernel is fwd.attn_fwd_kernel
     sms = configs.multiprocessor_count(torch.device("cuda"))
     assert launch.grid == (sms,), "the case must take the persistent grid, with tiles to loop over"
-    assert -(-sq // (64 * consumers)) * batch * heads > sms
+    m_blocks = -(-sq // (64 * consumers))
+    if window[0] < 0 and window[1] >= 0:
+        # Pairs of row blocks (fwd.persistent_programs): at least as many as SMs.
+        assert (batch * heads // 2 * m_blocks + batch * heads % 2 * -(-m_blocks // 2)) >= sms
+    else:
+        assert m_blocks * batch * heads > sms
     out, lse = _check_options(q, k, v, d**-0.5, causal, seed, window, 0.0, None)
     monkeypatch.setenv(fwd.PERSISTENT_ENV, "0")
     out_tiles, lse_tiles = _fwd(q, k, v, d**-0.5, causal, window_size=window)

@@ -194,10 +194,53 @@ def _tile_start(j, t_lo, tiles, TILE: gl.constexpr, SPARSE_TILES: gl.constexpr):
 
 
 @gluon.jit
+def _paired_tile(w, num_programs, num_m_blocks, batch_heads):
+    """Slot w of a persistent causal grid (round r = w // P, program w % P). A unit is row blocks k and
+    M − 1 − k of one head, about M + 1 key tiles whatever k; with M odd, the middle blocks of two heads make
+    one more. So the units cost about the same and dealing them out statically balances the programs. They
+    run two heads at a time (M units a pair of heads), so programs running side by side read the same keys
+    (L2); with an odd number of heads the last one's units come last, its middle block alone. Program p's
+    rounds 2i and 2i + 1 take unit i·P + p's longer block, then its other one. Returns (bh, m_block, live):
+    live False past the last unit. Integer arithmetic only: the tests run it in Python (``.fn``)."""
+    r = w // num_programs
+    half = r % 2
+    unit = (r // 2) * num_programs + w % num_programs
+    paired_units = batch_heads // 2 * num_m_blocks
+    if unit < paired_units:
+        k = unit % num_m_blocks
+        # 1 for the unit of the two middle blocks (its k is M − 1, M odd), else 0.
+        middle = (k + 1) // num_m_blocks * (num_m_blocks % 2)
+        bh = 2 * (unit // num_m_blocks) + k % 2 + middle * half
+        step = k // 2
+        live = unit < paired_units
+    else:
+        step = unit - paired_units
+        bh = batch_heads - 1
+        alone = 2 * step + 1 == num_m_blocks
+        live = (batch_heads % 2 == 1) & ((2 * step + 1 < num_m_blocks) | (alone & (half == 0)))
+    m_block = step + (1 - half) * (num_m_blocks - 1 - 2 * step)
+    return bh, m_block, live
+
+
+@gluon.jit
+def _work_slots(sched, PAIRED: gl.constexpr):
+    """The slots a persistent grid's programs step through (pid, pid + P, … below it): the work tiles, or
+    PAIRED two rounds of P slots per P units (:func:`_paired_tile`), the last ones partly dead."""
+    num_m_blocks = sched[0]
+    num_programs, total_work = sched[10:]
+    slots = total_work
+    if PAIRED:
+        batch_heads = total_work // num_m_blocks
+        units = batch_heads // 2 * num_m_blocks + batch_heads % 2 * ((num_m_blocks + 1) // 2)
+        slots = 2 * num_programs * ((units + num_programs - 1) // num_programs)
+    return slots
+
+
+@gluon.jit
 def _work_tile(
     w, sched, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    CONSUMERS: gl.constexpr,
+    CONSUMERS: gl.constexpr, PAIRED: gl.constexpr,
 ):  # fmt: skip
     """Work tile w: the query rows [m0, m0 + BLOCK_M) (BLOCK_M = CONSUMERS · WG_ROWS) of one (batch b,
     head h), bh = b·H + h, with row blocks of one head adjacent (they read the same keys, which stay in
@@ -206,19 +249,23 @@ def _work_tile(
     tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
     ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
     is live and writes out 0, LSE −inf), the key tiles of :func:`_key_tiles` or of the block mask's lists,
-    ``tiles`` as :func:`_tile_start` takes them."""
+    ``tiles`` as :func:`_tile_start` takes them. PAIRED: w is a persistent program's slot
+    (:func:`_paired_tile`), not a work tile's index."""
     num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
     cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
     BLOCK_M: gl.constexpr = CONSUMERS * WG_ROWS
-    m_block = w % num_m_blocks
-    bh = w // num_m_blocks
-    if IS_LOCAL and not HAS_WINDOW_LEFT:
-        # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
-        m_block = num_m_blocks - 1 - m_block
+    if PAIRED:
+        bh, m_block, live = _paired_tile(w, sched[10], num_m_blocks, sched[11] // num_m_blocks)
+    else:
+        m_block = w % num_m_blocks
+        bh = w // num_m_blocks
+        if IS_LOCAL and not HAS_WINDOW_LEFT:
+            # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
+            m_block = num_m_blocks - 1 - m_block
+        live = True
     b = bh // H
     h = bh % H
     m0 = m_block * BLOCK_M
-    live = True
     if IS_VARLEN:
         q_start, q_end = _sequence_rows(cu_seqlens_q_ptr, b, total_q)
         k_start, k_end = _sequence_rows(cu_seqlens_k_ptr, b, total_k)
@@ -259,13 +306,15 @@ def _attn_fwd_producer(
     """The loads of the program's work tiles: ``work`` (tile pid) alone, or under PERSISTENT tiles pid,
     pid + P, …"""
     if PERSISTENT:
-        pid, num_programs, total_work = sched[9:]
+        # Causal: a head's row blocks paired, longest with shortest (_paired_tile).
+        PAIRED: gl.constexpr = IS_LOCAL and not HAS_WINDOW_LEFT
+        pid, num_programs = sched[9:11]
         it = 0
         n_live = 0
-        for w in range(pid, total_work, num_programs):
+        for w in range(pid, _work_slots(sched, PAIRED), num_programs):
             tile = _work_tile(
                 w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
-                CONSUMERS,
+                CONSUMERS, PAIRED,
             )  # fmt: skip
             it, n_live = _produce_tile(
                 tile, it, n_live, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT,
@@ -513,13 +562,15 @@ def _attn_fwd_consumer(
     PERSISTENT tiles pid, pid + P, …; ``it`` counts the ring entries consumed, ``n_live`` the live tiles
     (q_bar's phases)."""
     if PERSISTENT:
-        pid, num_programs, total_work = sched[9:]
+        # Causal: a head's row blocks paired, longest with shortest (_paired_tile).
+        PAIRED: gl.constexpr = IS_LOCAL and not HAS_WINDOW_LEFT
+        pid, num_programs = sched[9:11]
         it = 0
         n_live = 0
-        for w in range(pid, total_work, num_programs):
+        for w in range(pid, _work_slots(sched, PAIRED), num_programs):
             tile = _work_tile(
                 w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
-                CONSUMERS,
+                CONSUMERS, PAIRED,
             )  # fmt: skip
             it, n_live = _consume_tile(
                 tile, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
@@ -823,7 +874,7 @@ def attn_fwd_kernel(
     if not PERSISTENT:
         work = _work_tile(
             gl.program_id(0), sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
-            SPARSE_BLOCK_M, CONSUMERS,
+            SPARSE_BLOCK_M, CONSUMERS, False,
         )  # fmt: skip
         # A block past its sequence's end has nothing to do.
         if IS_VARLEN and work[3] >= work[6]:
@@ -954,13 +1005,32 @@ def runs_persistent(values: dict[str, object]) -> bool:
 
 
 def even_work(values: dict[str, object]) -> bool:
-    """Whether every work tile visits about as many keys: plain attention, or a sliding window whose span
-    (left + right + a tile's rows) is at most half of N_k. Causal, or a window with one side open, gives
-    tiles of growing cost, which dealt out statically measured slower than one program a tile."""
-    if not values["IS_LOCAL"] and not values["HAS_WINDOW_LEFT"]:
+    """Whether the persistent grid's programs get about as many keys each: plain attention, or a sliding
+    window whose span (left + right + a tile's rows) is at most half of N_k (every work tile visits about
+    as many keys), or causal (a window bounded on the right only), whose row blocks the kernel pairs
+    longest with shortest (:func:`paired`). A window bounded on the left only keeps one program a tile."""
+    if not values["HAS_WINDOW_LEFT"]:
         return True
     span = _window_span(values)
     return span is not None and 2 * span <= values["seqlen_k"]
+
+
+def paired(values: dict[str, object]) -> bool:
+    """Whether a persistent launch deals out pairs of row blocks (the kernel's PAIRED, ``_paired_tile``):
+    causal, or any window bounded on the right only, where a row block's keys grow with its rows."""
+    return bool(values["IS_LOCAL"]) and not values["HAS_WINDOW_LEFT"]
+
+
+def persistent_programs(values: dict[str, object], sms: int) -> int:
+    """The persistent grid's programs: one an SM, or fewer where there are fewer work tiles, or under
+    :func:`paired` fewer units (two row blocks). 0: too few paired units to fill every SM, where
+    one program a tile runs twice as many programs at once."""
+    if not paired(values):
+        return min(values["total_work"], sms)
+    m_blocks = values["num_m_blocks"]
+    batch_heads = values["total_work"] // m_blocks
+    units = batch_heads // 2 * m_blocks + batch_heads % 2 * ((m_blocks + 1) // 2)
+    return sms if units >= sms else 0
 
 
 def keys_per_tile(values: dict[str, object]) -> int:
@@ -1073,10 +1143,11 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
-    persistent = persistent and runs_persistent(values)
-    values["PERSISTENT"] = persistent
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
-    grid = (min(total_work, configs.multiprocessor_count(device)) if persistent else total_work,)
+    programs = persistent_programs(values, configs.multiprocessor_count(device))
+    persistent = persistent and runs_persistent(values) and programs > 0
+    values["PERSISTENT"] = persistent
+    grid = (programs if persistent else total_work,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
 
