@@ -54,6 +54,8 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
     [
         (128, 2049, {}),
         (128, 16384, {}),
+        # Causal at D = 128: half of N_k a tile on average, past the key bound.
+        (128, 4200, {"causal": True}),
         (256, 1024, {}),
         (64, 1024, {"window": (17, -1)}),
         (64, 1024, {"window": (300, 200)}),
@@ -66,6 +68,7 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
     ids=[
         "long-keys",
         "16k",
+        "causal-past-the-bound",
         "d256",
         "left-only",
         "wide-window",
@@ -142,8 +145,8 @@ def test_three_consumers_tile_192_rows():
 @pytest.mark.parametrize(
     ("head_dim", "seqlen", "options"),
     [(128, 1024, {"causal": True}), (64, 16384, {"causal": True}), (64, 1024, {"window": (-1, 17)}),
-     (128, 777, {"causal": True})],
-    ids=["causal", "causal-16k", "right-only", "odd"],
+     (128, 777, {"causal": True}), (128, 4096, {"causal": True})],
+    ids=["causal", "causal-16k", "right-only", "odd", "causal-4k"],
 )  # fmt: skip
 def test_causal_and_right_bounded_windows_run_paired_row_blocks_one_program_an_sm(head_dim, seqlen, options):
     assert grid(head_dim, seqlen, **options) == (SMS,)
