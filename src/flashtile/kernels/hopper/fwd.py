@@ -63,13 +63,14 @@ NUM_WARPS = 4
 # warpgroup gives its registers up (down to 24): 2 · 128 · 240 or 3 · 128 · 160 of the SM's 65,536.
 CONSUMER_REGS = gl.constexpr(240)
 CONSUMER_REGS_3 = gl.constexpr(160)
-# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask) and sliding
-# windows (runs_persistent) run on a persistent grid, one program an SM looping over work tiles, at D = 64
-# and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0
-# (read at each launch). H200, kernel time against one program a work tile (docs/design/hopper.md,
-# "Persistent forward"): D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k; D = 128 11-17 % at N ≤ 1k, 4-6 % at
-# 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at D = 128. Causal work tiles, dealt out
-# statically, ran slower than the hardware's dynamic order (up to 35 % at N = 16k): one program a tile.
+# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask), sliding
+# windows and causal (runs_persistent) run on a persistent grid, one program an SM looping over work tiles,
+# at D = 64 and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless
+# FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). Kernel time against one program a work tile
+# (docs/design/hopper.md, "Persistent forward"), H200: D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k;
+# D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at
+# D = 128. H100, causal with row blocks dealt out in pairs (_paired_tile): D = 64 18 / 6 / 5 / 3 % at
+# N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
 # kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
