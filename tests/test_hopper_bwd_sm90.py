@@ -106,6 +106,16 @@ def test_variant_env_picks_a_variant_where_the_head_dim_has_it(monkeypatch):
     assert bwd.select_variant(256)[0] == bwd.DEFAULT_VARIANT[256]
 
 
+def test_plain_calls_take_their_own_variant_where_a_head_dim_has_one(monkeypatch):
+    monkeypatch.delenv(bwd.VARIANT_ENV, raising=False)
+    assert bwd.select_variant(64, plain=True)[0] == "m128"
+    assert bwd.select_variant(128, plain=True)[0] == bwd.DEFAULT_VARIANT[128]
+    assert bwd.select_variant(256, plain=True)[0] == bwd.DEFAULT_VARIANT[256]
+    # The knob still decides.
+    monkeypatch.setenv(bwd.VARIANT_ENV, "m64")
+    assert bwd.select_variant(64, plain=True)[0] == "m64"
+
+
 def test_variant_env_rejects_an_unknown_name(monkeypatch):
     monkeypatch.setenv(bwd.VARIANT_ENV, "m512")
     with pytest.raises(ValueError, match=r"FLASHTILE_HOPPER_BWD_VARIANT='m512'.*accepted: \['m128'"):

@@ -136,6 +136,10 @@ VARIANTS: dict[int, dict[str, BwdVariant]] = {
     256: {"n64": BwdVariant(64, 64, 1, "dim", "cols")},
 }
 DEFAULT_VARIANT = {64: "m64", 128: "m64", 256: "n64"}
+# Plain calls (dense, not causal, no window or option, not deterministic) take these instead. H200
+# (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" non-causal at
+# N = 1k-16k, and 4-8 % slower causal.
+PLAIN_VARIANT = {64: "m128"}
 SUPPORTED_HEAD_DIMS = tuple(sorted((*VARIANTS, *PADDED_HEAD_DIM)))
 # Kernel head dims whose default variant has passed the GPU checks (an H100, 2026-11-23; D = 256's n64, and
 # D = 192 padded to it, in the fifth session: 1.4-1.5x the portable backward). The backend routes any other
@@ -157,9 +161,10 @@ def routed_by_default(head_dim: int) -> bool:
     return kernel_dim in GPU_CHECKED_HEAD_DIMS or knob in VARIANTS[kernel_dim]
 
 
-def select_variant(head_dim: int) -> tuple[str, BwdVariant]:
+def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]:
     """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
-    head dim has a variant of that name, else ``DEFAULT_VARIANT``."""
+    head dim has a variant of that name, else for a ``plain`` call (dense, not causal, no window or
+    option, not deterministic) ``PLAIN_VARIANT``'s if it has one, else ``DEFAULT_VARIANT``."""
     name = os.environ.get(VARIANT_ENV, "").strip()
     if name and name not in variant_names():
         raise FlashtileValueError(
@@ -167,7 +172,7 @@ def select_variant(head_dim: int) -> tuple[str, BwdVariant]:
         )
     table = VARIANTS[head_dim]
     if name not in table:
-        name = DEFAULT_VARIANT[head_dim]
+        name = PLAIN_VARIANT.get(head_dim, DEFAULT_VARIANT[head_dim]) if plain else DEFAULT_VARIANT[head_dim]
     return name, table[name]
 
 
@@ -1367,7 +1372,14 @@ def _launch(
     # Packed rows are one batch (_dims4): the descriptors' batch coordinate is 0, the preprocess's rows the
     # total; q, k, v, dout, out and the gradients stay (total, H, D), the LSE (H, total_q).
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
-    _, cfg = select_variant(head_dim)
+    plain = (
+        not (is_causal or deterministic or softcap or dropout_p)
+        and tuple(window_size) == (-1, -1)
+        and alibi_slopes is None
+        and packed is None
+        and mods is None
+    )
+    _, cfg = select_variant(head_dim, plain)
     bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)
     out = out if out.stride(-1) == 1 else out.contiguous()
