@@ -15,7 +15,8 @@ with three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent whe
         [--baseline path/to/an/earlier/hopper/fwd.py]
 
 ``--baseline`` times another version of kernels/hopper/fwd.py (e.g. ``git show <rev>:src/flashtile/kernels/
-hopper/fwd.py > old_fwd.py``) in the same process, as "baseline".
+hopper/fwd.py > old_fwd.py``) in the same process, as "baseline" (persistent where its rule allows, two
+consumers; with ``--consumers`` also "baseline-3" at D = 64).
 """
 
 from __future__ import annotations
@@ -76,9 +77,17 @@ def any_keys(q, k, v, causal: bool, window: tuple[int, int]):
     return run
 
 
-def launcher(attn_fwd, q, k, v, causal: bool, window: tuple[int, int]):
+def launcher(attn_fwd, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2):
+    """Another version's launcher, persistent where its rule allows, with ``consumers`` warpgroups (the
+    knobs are read at each launch, and the other implementations set them too)."""
     scale = q.shape[-1] ** -0.5
-    return lambda: attn_fwd(q, k, v, scale, causal, window_size=window)[0]
+
+    def run():
+        os.environ[PERSISTENT_ENV] = "1"
+        os.environ[CONSUMERS_ENV] = str(consumers)
+        return attn_fwd(q, k, v, scale, causal, window_size=window)[0]
+
+    return run
 
 
 def cudnn(q, k, v, causal: bool, window: tuple[int, int]):
@@ -163,6 +172,8 @@ def main() -> None:
             impls["persistent-any-keys"] = any_keys(q, k, v, causal, window)
         if args.consumers and head_dim == 64:
             impls["3-consumers"] = flashtile(True, q, k, v, causal, window, consumers=3)
+            if baseline is not None:
+                impls["baseline-3"] = launcher(baseline.attn_fwd, q, k, v, causal, window, consumers=3)
         impls = {name: fn for name, fn in impls.items() if fn is not None}
         outs = {name: fn().float() for name, fn in impls.items()}
         ref = outs["per-tile"]

@@ -339,6 +339,9 @@ def _produce_tile(
     q_desc, k_desc, v_desc, group = descs
     q_smem, k_smem, v_smem = smem
     q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+    # Q's buffers (two in a persistent program at D = 64: the next tile's Q loads during this one).
+    q_bufs: gl.constexpr = q_bar.shape[0]
+    q_buf = n_live % q_bufs
     b, h = work[:2]
     m0, q_start, k_start = work[3:6]
     t_lo, n_tiles, tiles = work[11:]
@@ -349,15 +352,16 @@ def _produce_tile(
     if live:
         if PERSISTENT:
             # An mbarrier starts with its phase-1 wait complete: the first tile finds Q's buffer free.
-            mbarrier.wait(q_empty, (n_live & 1) ^ 1)
+            mbarrier.wait(q_empty.index(q_buf), ((n_live // q_bufs) & 1) ^ 1)
             n_live += 1
         if n_tiles > 0:
-            mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+            mbarrier.expect(q_bar.index(q_buf), CONSUMERS * q_desc.block_type.nbytes)
             for part in gl.static_range(CONSUMERS):
                 row = m0 + part * WG_ROWS
-                _load_rows(q_desc, b, q_start, row, h, q_bar, q_smem.index(part), IS_VARLEN)
+                q_part = q_smem.index(q_buf * CONSUMERS + part)
+                _load_rows(q_desc, b, q_start, row, h, q_bar.index(q_buf), q_part, IS_VARLEN)
         elif PERSISTENT:
-            mbarrier.arrive(q_bar, count=1)
+            mbarrier.arrive(q_bar.index(q_buf), count=1)
         h_kv = h // group
         for j in range(n_tiles):
             slot = (it + j) % STAGES
@@ -603,7 +607,7 @@ def _consume_tile(
         live = work[8]
     if live:
         _attn_fwd_tile(
-            work, it, n_live & 1, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
+            work, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
             HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
             MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
         )  # fmt: skip
@@ -615,13 +619,14 @@ def _consume_tile(
 
 @gluon.jit
 def _attn_fwd_tile(
-    work, it, q_phase, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    work, it, q_turn, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """One work tile (:func:`_work_tile`) for consumer WG: its Q (q_bar's phase ``q_phase``), its 64 rows'
+    """One work tile (:func:`_work_tile`) for consumer WG: its Q (the program's live tile ``q_turn``: Q's
+    buffer q_turn mod Q_BUFS and the phase of its barriers), its 64 rows'
     online softmax over the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Without key
     tiles, under PERSISTENT, it takes its turn on q_bar all the same. Under PERSISTENT the output has a
     staging buffer of its own and Q's buffer is released (q_empty) once this warpgroup's last S wgmma has
@@ -682,9 +687,13 @@ def _attn_fwd_tile(
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
-    q = q_smem.index(WG)
+    q_bufs: gl.constexpr = q_bar.shape[0]
+    consumers: gl.constexpr = q_smem.shape[0] // q_bufs
+    q_buf = q_turn % q_bufs
+    q_phase = (q_turn // q_bufs) & 1
+    q = q_smem.index(q_buf * consumers + WG)
     if n_tiles > 0:
-        mbarrier.wait(q_bar, q_phase)
+        mbarrier.wait(q_bar.index(q_buf), q_phase)
         # Tile 0 alone: it has no P·V to overlap with, and may need the mask.
         mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
         s_tok = warpgroup_mma(
@@ -723,7 +732,7 @@ def _attn_fwd_tile(
         )  # fmt: skip
         if PERSISTENT:
             # Every S wgmma of this tile has retired: the producer may load the next tile's Q meanwhile.
-            mbarrier.arrive(q_empty, count=1)
+            mbarrier.arrive(q_empty.index(q_buf), count=1)
         last = (it + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_tiles - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
@@ -732,8 +741,8 @@ def _attn_fwd_tile(
         mbarrier.arrive(v_empty.index(last), count=1)
     elif PERSISTENT:
         # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
-        mbarrier.wait(q_bar, q_phase)
-        mbarrier.arrive(q_empty, count=1)
+        mbarrier.wait(q_bar.index(q_buf), q_phase)
+        mbarrier.arrive(q_empty.index(q_buf), count=1)
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     l_o = gl.convert_layout(l_i, o_rows)
@@ -834,7 +843,10 @@ def attn_fwd_kernel(
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
+    # A persistent program at D = 64 double-buffers Q: the producer loads the next tile's Q as soon as it is
+    # done with this tile's key tiles, not once the consumers release Q (shared memory allows it there).
+    Q_BUFS: gl.constexpr = 2 if PERSISTENT and HEAD_DIM <= 64 else 1
+    q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     o_smem = q_smem
     if PERSISTENT:
         # The output's own staging buffer: Q's is free for the next work tile before this one's last P·V
@@ -842,15 +854,16 @@ def attn_fwd_kernel(
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    # Each consumer partition arrives once per tile.
-    mbarrier.init(q_empty, count=CONSUMERS)
+    for i in gl.static_range(Q_BUFS):
+        mbarrier.init(q_bar.index(i), count=1)
+        # Each consumer partition arrives once per tile.
+        mbarrier.init(q_empty.index(i), count=CONSUMERS)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -998,8 +1011,10 @@ def runs_persistent(values: dict[str, object]) -> bool:
     and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
     not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
     head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
-    # Q and the output's staging buffer (CONSUMERS · WG_ROWS rows each), and the K and V rings, 2-byte.
-    tiles_bytes = 2 * (2 * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
+    # Q (two buffers at D = 64, as the kernel's Q_BUFS) and the output's staging buffer (CONSUMERS · WG_ROWS
+    # rows each), and the K and V rings, 2-byte.
+    q_bufs = 2 if head_dim <= 64 else 1
+    tiles_bytes = 2 * ((q_bufs + 1) * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
     few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
     fits = tiles_bytes <= PERSISTENT_SMEM
     return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
