@@ -3,7 +3,8 @@
 A work tile is BLOCK_M = 128 query rows of one (batch, head). The grid is persistent: one program an SM,
 each taking work tiles pid, pid + P, … (:func:`_work_tile`), so the next tile's Q and first K/V tiles load
 while this one's last P·V and output store run. A 1-warp producer partition loads a tile's two 64-row
-halves of Q (once the consumers have released the last tile's: the q_empty mbarrier) and streams K and V
+halves of Q (once the consumers have released the buffer: the q_empty mbarrier; a persistent program at
+D = 64 has two, so the next tile's Q loads while this one runs) and streams K and V
 tiles of BLOCK_N keys into a STAGES-deep shared-memory ring, each slot guarded by a "ready" mbarrier (the
 TMA completes it) and an "empty" one (both consumers arrive on it once done); the ring's slots and phases
 count on across work tiles. Each 4-warp consumer partition owns 64 query rows and runs the online softmax
