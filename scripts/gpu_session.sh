@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -800,8 +800,21 @@ case "$part" in
     cp "$work/gpu_tests_s14f.xml" "$work/check.csv" "$OUT"/ 2>/dev/null
     finish
     ;;
+  s14g)
+    # Q double-buffered at D = 128 too, each tile's output staged in its Q buffer: kernel time against
+    # caf6b41's forward (the untracked baseline_fwd_caf6b41.py the call carries) at D = 128, then
+    # test_gpu_hopper.py and memcheck over the persistent groups.
+    begin
+    step check 170 python3 scripts/hopper_persistent_check.py --head-dims 128 --seqlens 512 1024 2048 4096 \
+      16384 --baseline baseline_fwd_caf6b41.py --csv "$work/check.csv"
+    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s14g.xml" tests/test_gpu_hopper.py "$@"
+    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_persistent,hopper_paired,hopper_three
+    cp "$work/gpu_tests_s14g.xml" "$work/check.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

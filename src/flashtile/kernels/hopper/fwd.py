@@ -619,6 +619,16 @@ def _consume_tile(
 
 
 @gluon.jit
+def _release_staged_q(q_turn, q_empty, q_bufs: gl.constexpr):
+    """Under STAGED_IN_Q: the previous live tile's Q buffer staged its output; once that TMA store has read
+    it (every warp's wait done first: the warp that issued it may lag), the producer may load Q into it."""
+    tma.store_wait(0)
+    gl.thread_barrier()
+    if q_turn > 0:
+        mbarrier.arrive(q_empty.index((q_turn - 1) % q_bufs), count=1)
+
+
+@gluon.jit
 def _attn_fwd_tile(
     work, it, q_turn, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
@@ -690,6 +700,9 @@ def _attn_fwd_tile(
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
     q_bufs: gl.constexpr = q_bar.shape[0]
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
+    # A persistent program without an output buffer of its own (D > 64: the kernel passes Q's buffers as
+    # o_smem) stages each tile's output in that tile's Q buffer and releases it during the next tile.
+    STAGED_IN_Q: gl.constexpr = PERSISTENT and o_smem.shape[0] == q_smem.shape[0]
     q_buf = q_turn % q_bufs
     q_phase = (q_turn // q_bufs) & 1
     q = q_smem.index(q_buf * consumers + WG)
@@ -701,6 +714,8 @@ def _attn_fwd_tile(
             q, k_smem.index(it % STAGES).permute((1, 0)), gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout),
             use_acc=False, is_async=True,
         )  # fmt: skip
+        if STAGED_IN_Q:
+            _release_staged_q(q_turn, q_empty, q_bufs)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(it % STAGES), count=1)
         n_first = _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES)
@@ -731,8 +746,8 @@ def _attn_fwd_tile(
             t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
             P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
-        if PERSISTENT:
-            # Every S wgmma of this tile has retired: the producer may load the next tile's Q meanwhile.
+        if PERSISTENT and not STAGED_IN_Q:
+            # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
             mbarrier.arrive(q_empty.index(q_buf), count=1)
         last = (it + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_tiles - 1) // STAGES) & 1)
@@ -743,7 +758,10 @@ def _attn_fwd_tile(
     elif PERSISTENT:
         # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
         mbarrier.wait(q_bar.index(q_buf), q_phase)
-        mbarrier.arrive(q_empty.index(q_buf), count=1)
+        if STAGED_IN_Q:
+            _release_staged_q(q_turn, q_empty, q_bufs)
+        else:
+            mbarrier.arrive(q_empty.index(q_buf), count=1)
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     l_o = gl.convert_layout(l_i, o_rows)
@@ -760,14 +778,15 @@ def _attn_fwd_tile(
     else:
         lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
     gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
-    if PERSISTENT:
+    if PERSISTENT and not STAGED_IN_Q:
         # The staging buffer: this warpgroup's own, which the last tile's store must have read (every
         # warp's wait done before any warp writes: the warp that issued the store may be behind).
         staged = o_smem.index(WG)
         tma.store_wait(0)
         gl.thread_barrier()
     else:
-        # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile.
+        # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile (under
+        # STAGED_IN_Q the buffer goes back to the producer once the store has read it, next tile).
         staged = q
     staged.store(out.to(q.dtype))
     if IS_VARLEN:
@@ -844,14 +863,14 @@ def attn_fwd_kernel(
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    # A persistent program at D = 64 double-buffers Q: the producer loads the next tile's Q as soon as it is
-    # done with this tile's key tiles, not once the consumers release Q (shared memory allows it there).
-    Q_BUFS: gl.constexpr = 2 if PERSISTENT and HEAD_DIM <= 64 else 1
+    # A persistent program double-buffers Q: the producer loads the next tile's Q as soon as it is done with
+    # this tile's key tiles, not once the consumers release Q.
+    Q_BUFS: gl.constexpr = 2 if PERSISTENT else 1
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     o_smem = q_smem
-    if PERSISTENT:
-        # The output's own staging buffer: Q's is free for the next work tile before this one's last P·V
-        # and epilogue.
+    if PERSISTENT and HEAD_DIM <= 64:
+        # The output's own staging buffer at D = 64; at D = 128 it does not fit beside two Q buffers, and
+        # each tile's output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q).
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
@@ -1012,10 +1031,10 @@ def runs_persistent(values: dict[str, object]) -> bool:
     and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
     not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
     head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
-    # Q (two buffers at D = 64, as the kernel's Q_BUFS) and the output's staging buffer (CONSUMERS · WG_ROWS
-    # rows each), and the K and V rings, 2-byte.
-    q_bufs = 2 if head_dim <= 64 else 1
-    tiles_bytes = 2 * ((q_bufs + 1) * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
+    # Q's two buffers, at D = 64 the output's staging buffer (CONSUMERS · WG_ROWS rows each; as the kernel
+    # allocates them), and the K and V rings, 2-byte.
+    row_tiles = 3 if head_dim <= 64 else 2
+    tiles_bytes = 2 * (row_tiles * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
     few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
     fits = tiles_bytes <= PERSISTENT_SMEM
     return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
