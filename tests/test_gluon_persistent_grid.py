@@ -191,3 +191,25 @@ def test_paired_slots_deal_every_row_block_once_in_balanced_units(programs, m_bl
     # half.
     assert max(costs) - min(costs) <= (m_blocks + 1) * 3 // 2
     assert slots == 2 * programs * -(-units // programs)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "seqlen", "causal", "expected"),
+    [(64, 16384, False, 2), (64, 16384, True, 2), (128, 1024, False, 2), (128, 1024, True, 2),
+     (128, 1025, False, 1), (128, 2048, False, 1), (128, 4096, True, 1), (128, 16384, False, 1),
+     (256, 512, False, 1)],
+)  # fmt: skip
+def test_two_q_buffers_on_the_persistent_grid_at_d64_and_up_to_1k_keys_at_d128(
+    head_dim, seqlen, causal, expected
+):
+    # One buffer wherever a program takes one work tile (D = 128 from 16k, D = 256).
+    cfg = configs.hopper_fwd_config(head_dim)
+    window = (-1, 0) if causal else (-1, -1)
+    launch = fwd._fwd_launch(
+        CPU, 2, seqlen, seqlen, 8, 2, head_dim, 0.125, causal, window, 0.0, None, cfg.BLOCK_N, cfg.STAGES
+    )  # fmt: skip
+    values = dict(
+        zip(fwd.attn_fwd_kernel.arg_names, launch.arguments((None,) * len(fwd.FWD_POINTERS)), strict=True)
+    )
+    assert values["Q_BUFS"] == expected
+    assert values["PERSISTENT"] or expected == 1

@@ -83,6 +83,8 @@ THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
 # program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
 PERSISTENT_SMEM = 200 * 1024
 PERSISTENT_MAX_KEYS = 2048
+# Two Q buffers at D = 128 up to this many keys (q_buffers).
+Q_BUFS_MAX_KEYS_D128 = 1024
 # Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
 # compile a kernel of its own.
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
@@ -700,9 +702,9 @@ def _attn_fwd_tile(
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
     q_bufs: gl.constexpr = q_bar.shape[0]
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
-    # A persistent program without an output buffer of its own (D > 64: the kernel passes Q's buffers as
-    # o_smem) stages each tile's output in that tile's Q buffer and releases it during the next tile.
-    STAGED_IN_Q: gl.constexpr = PERSISTENT and o_smem.shape[0] == q_smem.shape[0]
+    # A persistent program with two Q buffers and no output buffer of its own (D > 64) stages each tile's
+    # output in that tile's Q buffer and releases it during the next tile.
+    STAGED_IN_Q: gl.constexpr = PERSISTENT and q_bufs == 2 and HEAD_DIM > 64
     q_buf = q_turn % q_bufs
     q_phase = (q_turn // q_bufs) & 1
     q = q_smem.index(q_buf * consumers + WG)
@@ -828,6 +830,7 @@ def attn_fwd_kernel(
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
     MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
+    Q_BUFS: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -863,14 +866,13 @@ def attn_fwd_kernel(
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    # A persistent program double-buffers Q: the producer loads the next tile's Q as soon as it is done with
-    # this tile's key tiles, not once the consumers release Q.
-    Q_BUFS: gl.constexpr = 2 if PERSISTENT else 1
+    # Q_BUFS = 2 (a persistent program, :func:`q_buffers`): the producer loads the next tile's Q as soon as
+    # it is done with this tile's key tiles, not once the consumers release Q.
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     o_smem = q_smem
-    if PERSISTENT and HEAD_DIM <= 64:
-        # The output's own staging buffer at D = 64; at D = 128 it does not fit beside two Q buffers, and
-        # each tile's output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q).
+    if PERSISTENT and (HEAD_DIM <= 64 or Q_BUFS == 1):
+        # The output's own staging buffer; at D = 128 it does not fit beside two Q buffers, and each tile's
+        # output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q).
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
@@ -1051,6 +1053,16 @@ def even_work(values: dict[str, object]) -> bool:
     return span is not None and 2 * span <= values["seqlen_k"]
 
 
+def q_buffers(values: dict[str, object]) -> int:
+    """Q's buffers in a program: two on the persistent grid at D = 64, and at D = 128 up to N_k = 1024
+    (its output then staged in Q's buffer), else one. Kernel time against one buffer (docs/design/hopper.md,
+    "Two Q buffers"): D = 64 4-13 % faster below 2k-4k and within ±1.5 % above (H200); D = 128 3-15 %
+    faster up to 1k, 2-5 % slower at 2k-4k (H100)."""
+    if not values["PERSISTENT"]:
+        return 1
+    return 2 if values["HEAD_DIM"] <= 64 or values["seqlen_k"] <= Q_BUFS_MAX_KEYS_D128 else 1
+
+
 def paired(values: dict[str, object]) -> bool:
     """Whether a persistent launch deals out pairs of row blocks (the kernel's PAIRED, ``_paired_tile``):
     causal, or any window bounded on the right only, where a row block's keys grow with its rows."""
@@ -1187,6 +1199,7 @@ def _fwd_launch(
     programs = persistent_programs(values, configs.multiprocessor_count(device))
     persistent = persistent and runs_persistent(values) and programs > 0
     values["PERSISTENT"] = persistent
+    values["Q_BUFS"] = q_buffers(values)
     grid = (programs if persistent else total_work,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 

@@ -177,6 +177,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     # The grid the launcher picks: persistent for equal-cost work tiles (plain, sliding windows) that fit.
     constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
+    constexprs["Q_BUFS"] = fwd.q_buffers({**constexprs, "seqlen_k": SEQLEN})
     if options["MASK_BITS"]:
         # The mask bits' tensors: tile ids, words and their layout (int32).
         signature["aux"] = ("*i32", "*i32", "*i32")
