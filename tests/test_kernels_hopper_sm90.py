@@ -46,9 +46,10 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
         stack_allowed, loop_spills_allowed = 8, 12
         if case[1] == "window+softcap+alibi+dropout":
             stack_allowed, loop_spills_allowed = 16, 20
-    # The persistent grid (plain attention at D = 64 and 128) keeps values hoisted out of its work-tile loop:
-    # ptxas parks a few in an 8–16-byte frame, read back once a work tile; no spill inside a key loop.
-    if case[1] == "full" and case[0] <= 128:
+    # The persistent grid (plain attention and causal at D = 64 and 128) keeps values hoisted out of its
+    # work-tile loop: ptxas parks a few in an 8–16-byte frame, read back once a work tile; no spill inside a
+    # key loop.
+    if case[1] in ("full", "causal", "full+three", "causal+three") and case[0] <= 128:
         stack_allowed = 16
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
     assert report.loop_spills <= loop_spills_allowed, f"{case}: {report.loop_spills} local accesses in a loop"
