@@ -3,10 +3,10 @@
 A work tile is BLOCK_M = 128 query rows of one (batch, head). The grid is persistent: one program an SM,
 each taking work tiles pid, pid + P, … (:func:`_work_tile`), so the next tile's Q and first K/V tiles load
 while this one's last P·V and output store run. A 1-warp producer partition loads a tile's two 64-row
-halves of Q (once the consumers have released the buffer: the q_empty mbarrier; a persistent program at
-D = 64 has two, so the next tile's Q loads while this one runs) and streams K and V
-tiles of BLOCK_N keys into a STAGES-deep shared-memory ring, each slot guarded by a "ready" mbarrier (the
-TMA completes it) and an "empty" one (both consumers arrive on it once done); the ring's slots and phases
+halves of Q (once the consumers have released the buffer: the q_empty mbarrier; a persistent program has
+two at D = 64 and on short rows at D = 128, so the next tile's Q loads while this one runs) and streams K
+and V tiles of BLOCK_N keys into a STAGES-deep shared-memory ring, each slot guarded by a "ready" mbarrier
+(the TMA completes it) and an "empty" one (both consumers arrive on it once done); the ring's slots and phases
 count on across work tiles. Each 4-warp consumer partition owns 64 query rows and runs the online softmax
 with async wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O += P(j−1)·V(j−1),
 wait for S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline,
@@ -342,7 +342,7 @@ def _produce_tile(
     q_desc, k_desc, v_desc, group = descs
     q_smem, k_smem, v_smem = smem
     q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
-    # Q's buffers (two in a persistent program at D = 64: the next tile's Q loads during this one).
+    # Q's buffers (two where q_buffers says so: the next tile's Q loads during this one).
     q_bufs: gl.constexpr = q_bar.shape[0]
     q_buf = n_live % q_bufs
     b, h = work[:2]
@@ -643,7 +643,8 @@ def _attn_fwd_tile(
     online softmax over the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Without key
     tiles, under PERSISTENT, it takes its turn on q_bar all the same. Under PERSISTENT the output has a
     staging buffer of its own and Q's buffer is released (q_empty) once this warpgroup's last S wgmma has
-    retired; otherwise Q's half stages the output."""
+    retired, or under STAGED_IN_Q Q's buffer stages the output and is released during the next tile;
+    otherwise Q's half stages the output."""
     b, h, bh, m0 = work[:4]
     seqlen_q, seqlen_k = work[6:8]
     lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
@@ -1033,8 +1034,9 @@ def runs_persistent(values: dict[str, object]) -> bool:
     and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
     not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
     head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
-    # Q's two buffers, at D = 64 the output's staging buffer (CONSUMERS · WG_ROWS rows each; as the kernel
-    # allocates them), and the K and V rings, 2-byte.
+    # Q's buffers and the output's staging buffer (CONSUMERS · WG_ROWS rows each, as the kernel allocates
+    # them: two Q and one output at D = 64; at D = 128 two Q, or one Q and one output), and the K and V
+    # rings, 2-byte.
     row_tiles = 3 if head_dim <= 64 else 2
     tiles_bytes = 2 * (row_tiles * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
     few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
