@@ -45,47 +45,38 @@ def graph_ms(fn) -> float:
     return graph_time_ms([fn] * CALLS, reps=REPLAYS)[1]
 
 
-def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2):
+def launcher(attn_fwd, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2, persistent=True):
+    """A version's launcher with the persistent grid where its rule allows (or never) and ``consumers``
+    warpgroups. The knobs are read at each launch (the graph captures the launch it picked), and every
+    implementation sets them."""
     scale = q.shape[-1] ** -0.5
 
     def run():
-        # Read at each launch (the graph captures the launch it picked).
         os.environ[PERSISTENT_ENV] = "1" if persistent else "0"
         os.environ[CONSUMERS_ENV] = str(consumers)
-        return hopper_fwd(q, k, v, scale, causal, window_size=window)[0]
+        return attn_fwd(q, k, v, scale, causal, window_size=window)[0]
 
     return run
+
+
+def flashtile(persistent: bool, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2):
+    return launcher(hopper_fwd, q, k, v, causal, window, consumers, persistent)
 
 
 def any_keys(q, k, v, causal: bool, window: tuple[int, int]):
     """The persistent grid without its key bound: the bound lifted while the launch is prepared (at the
     graph's capture), then restored."""
-    scale = q.shape[-1] ** -0.5
+    persistent = flashtile(True, q, k, v, causal, window)
 
     def run():
         bound = fwd_module.PERSISTENT_MAX_KEYS
         fwd_module.PERSISTENT_MAX_KEYS = 1 << 30
         fwd_module._fwd_launch.cache_clear()
-        os.environ[PERSISTENT_ENV] = "1"
-        os.environ[CONSUMERS_ENV] = "2"
         try:
-            return hopper_fwd(q, k, v, scale, causal, window_size=window)[0]
+            return persistent()
         finally:
             fwd_module.PERSISTENT_MAX_KEYS = bound
             fwd_module._fwd_launch.cache_clear()
-
-    return run
-
-
-def launcher(attn_fwd, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2):
-    """Another version's launcher, persistent where its rule allows, with ``consumers`` warpgroups (the
-    knobs are read at each launch, and the other implementations set them too)."""
-    scale = q.shape[-1] ** -0.5
-
-    def run():
-        os.environ[PERSISTENT_ENV] = "1"
-        os.environ[CONSUMERS_ENV] = str(consumers)
-        return attn_fwd(q, k, v, scale, causal, window_size=window)[0]
 
     return run
 

@@ -216,6 +216,7 @@ def _paired_tile(w, num_programs, num_m_blocks, batch_heads):
         middle = (k + 1) // num_m_blocks * (num_m_blocks % 2)
         bh = 2 * (unit // num_m_blocks) + k % 2 + middle * half
         step = k // 2
+        # True, as a value of the other branch's type.
         live = unit < paired_units
     else:
         step = unit - paired_units
