@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -831,8 +831,19 @@ case "$part" in
     cp "$work/gpu_tests_s14i.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  s15a)
+    # The Hopper TMA decode kernel (kernels/hopper/decode.py), first GPU run: the decode and KV-cache GPU
+    # tests (each kernel forced on its own cases, the TMA kernel by default elsewhere), then its tilings
+    # against the portable kernel and SDPA cuDNN (scripts/decode_tma_check.py).
+    begin
+    step gpu_tests 230 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s15a.xml" tests/test_decode_kernel.py \
+      tests/test_gpu_kvcache.py "$@"
+    step check 280 python3 scripts/decode_tma_check.py --rounds 2 --reps 50
+    cp "$work/gpu_tests_s15a.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

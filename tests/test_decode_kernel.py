@@ -235,6 +235,50 @@ def test_decode_matches_oracle(case: DecodeCase, seed: int) -> None:
     check_case(case, seed)
 
 
+def _each_kernel_cases():
+    """Shapes that reach each of the TMA kernel's tilings (16, 32 and 64 packed rows, two row blocks; pages
+    smaller than a key tile, equal and larger; D = 64, 128 and 256) and its options."""
+    lengths = (0, 1, 777, 4099)
+    cuda = dict(device="cuda", dtype=torch.bfloat16)
+    yield DecodeCase(lengths, 1, 32, 32, 128, num_splits=0, **cuda)
+    yield DecodeCase(lengths, 4, 32, 4, 128, num_splits=3, **cuda)
+    yield DecodeCase(lengths, 4, 64, 4, 128, 64, num_splits=0, **cuda)
+    yield DecodeCase(lengths, 16, 32, 4, 128, num_splits=1, window=(-1, 0), **cuda)
+    yield DecodeCase(lengths, 1, 32, 8, 128, 16, window=(100, 3), num_splits=0, **cuda)
+    yield DecodeCase(lengths, 2, 16, 4, 64, 32, softcap=30.0, alibi=True, num_splits=3, **cuda)
+    yield DecodeCase(lengths, 4, 16, 4, 256, 256, window=(-1, 0), num_splits=0, **cuda)
+    yield DecodeCase(lengths, 1, 32, 8, 128, batch_idx=True, leftpad=(0, 1, 100, 3), window=(50, 0), **cuda)
+    yield DecodeCase((131072, 5), 1, 32, 8, 128, 64, device="cuda", dtype=torch.float16)
+
+
+def _is_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["portable", "tma"])
+@pytest.mark.parametrize("case", _params(_each_kernel_cases()))
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_each_decode_kernel_matches_oracle(
+    case: DecodeCase, kernel: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kernel == "tma" and not _is_hopper():
+        pytest.skip("the TMA decode kernel runs on compute capability 9.x only")
+    monkeypatch.setenv(decode.KERNEL_ENV, kernel)
+    check_case(case, seed)
+
+
+def test_forcing_the_tma_kernel_where_it_cannot_run_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    case = DecodeCase((20,), num_splits=1)
+    inputs = make_inputs(case)
+    monkeypatch.setenv(decode.KERNEL_ENV, "tma")
+    with pytest.raises(ValueError, match=r"FLASHTILE_DECODE_KERNEL=tma.*does not run this call"):
+        run_decode(case, inputs)
+    monkeypatch.setenv(decode.KERNEL_ENV, "fast")
+    with pytest.raises(ValueError, match="FLASHTILE_DECODE_KERNEL must be 'tma' or 'portable', not 'fast'"):
+        run_decode(case, inputs)
+
+
 @pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_empty_sequences_give_zero_and_minus_inf(seed: int) -> None:
     case = DecodeCase((0, 0), seqlen_q=2, page_size=16, num_splits=3)

@@ -172,6 +172,19 @@ def combine_blocks(parts: int, block_d: int) -> tuple[int, int]:
     return block_s, max(1, COMBINE_TILE_ELEMENTS // (block_s * block_d))
 
 
+# Shared memory a Hopper SM gives its programs (227 KB).
+HOPPER_SHARED_BYTES = 227 * 1024
+
+
+def decode_tma_config(head_dim: int) -> DecodeConfig:
+    """Tiling of the Hopper TMA decode kernel (kernels/hopper/decode.py; num_stages is its ring's depth):
+    two programs an SM fit at every head dim."""
+    if block_d(head_dim) <= 128:
+        return DecodeConfig(64, 64, 4, 3)
+    # At D = 256, 64 packed rows would hold a 64 × 256 fp32 accumulator: 32 rows, as the portable kernel.
+    return DecodeConfig(32, 32, 4, 3)
+
+
 def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
     bd = block_d(head_dim)
     if is_interpreter() or device.type != "cuda":

@@ -47,6 +47,9 @@ PROGRAMS_PER_SM = 2
 # overlaps the split kernel: 0.4-0.8 µs less a step at batch 1 (H200: 4k cache 12.10 against 12.82 µs,
 # 16k 25.19 against 25.98; docs/test-runs/2026-11-25-session9/t/). FLASHTILE_DECODE_PDL=0 turns it off.
 PDL_ENV = "FLASHTILE_DECODE_PDL"
+# On Hopper the TMA decode kernel (kernels/hopper/decode.py) takes the calls it supports;
+# FLASHTILE_DECODE_KERNEL=portable sends every call to this module's kernel, =tma requires the TMA one.
+KERNEL_ENV = "FLASHTILE_DECODE_KERNEL"
 # A split of this many key tiles or fewer runs at 2 pipeline stages, not 3: a third stage has no tile to
 # fetch (H200, batch 1, 4k cache, 33 splits of 2 tiles: 13.0 µs against 14.1; at 16k and more, 8 tiles a
 # split and up, 3 stages stay 6-9 % faster; docs/test-runs/2026-11-25-session9/r/).
@@ -346,16 +349,23 @@ def decode_fwd(
     q, softmax_scale = positive_scale(q, softmax_scale)
     if q.stride(-1) != 1:
         q = q.contiguous()
-    cfg = config or configs.decode_config(head_dim, q.device)
+    tma = _runs_tma(q, k_cache, v_cache, block_table, cache_leftpad)
+    if tma:
+        from flashtile.kernels.hopper import decode as hopper_decode
+
+        cfg = config or configs.decode_tma_config(head_dim)
+        per_sm = hopper_decode.programs_per_sm(head_dim, cfg)
+    else:
+        cfg = config or configs.decode_config(head_dim, q.device)
+        per_sm = programs_per_sm(head_dim, q.device)
     packed_rows = group * seqlen_q
     block_m = min(max(16, triton.next_power_of_2(packed_rows)), cfg.MAX_BLOCK_M)
     num_m_blocks = cdiv(packed_rows, block_m)
     programs = batch * heads_kv * num_m_blocks
-    per_sm = programs_per_sm(head_dim, q.device)
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)
     # More splits than key tiles would only add programs that see nothing.
     splits = max(1, min(splits, cdiv(capacity, cfg.BLOCK_N)))
-    if config is None and cdiv(cdiv(capacity, cfg.BLOCK_N), splits) <= SHALLOW_TILES_PER_SPLIT:
+    if config is None and not tma and cdiv(cdiv(capacity, cfg.BLOCK_N), splits) <= SHALLOW_TILES_PER_SPLIT:
         cfg = dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
     if splits == 1:
         o_part, lse_part = out[None], lse[None]
@@ -373,30 +383,63 @@ def decode_fwd(
         IS_LOCAL=left >= 0 or right >= 0,
         HAS_WINDOW_LEFT=left >= 0,
         HAS_SOFTCAP=softcap > 0,
-        # Inline asm does not run in the interpreter.
-        FAST_TANH=not configs.is_interpreter(),
         HAS_ALIBI=slopes is not None,
-        PAGE_IN_REGISTER=not configs.is_interpreter(),
         EARLY_COMBINE=early_combine,
     )
-    launch(
-        attn_decode_kernel, (programs * splits,), q.device,
-        q, k_cache, v_cache, o_part, lse_part, cache_seqlens, block_table, cache_batch_idx, cache_leftpad,
-        slopes,
-        q.stride(0), q.stride(1), q.stride(2), *k_cache.stride()[:3], *v_cache.stride()[:3],
-        *o_part.stride()[:4], *lse_part.stride(),
-        block_table.stride(0) if paged else 0,
-        0 if slopes is None or slopes.dim() == 1 else slopes.stride(0),
-        seqlen_q, capacity, k_cache.shape[0], num_m_blocks, splits, heads_kv,
-        softmax_scale * LOG2_E, max(left, 0), right if right >= 0 else capacity + seqlen_q,
-        softmax_scale / softcap if softcap > 0 else 0.0, softcap * LOG2_E,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_M=block_m,
-        BLOCK_N=cfg.BLOCK_N, PAGE_SIZE=page_size, **switches,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
+    scalars = dict(
+        seqlen_q=seqlen_q, capacity=capacity, num_blocks=k_cache.shape[0], num_m_blocks=num_m_blocks,
+        num_splits=splits, H_KV=heads_kv, qk_scale=softmax_scale * LOG2_E, window_left=max(left, 0),
+        window_right=right if right >= 0 else capacity + seqlen_q,
+        softcap_qk=softmax_scale / softcap if softcap > 0 else 0.0, softcap_out=softcap * LOG2_E,
     )  # fmt: skip
+    tensors = (cache_seqlens, block_table, cache_batch_idx, cache_leftpad, slopes)
+    if tma:
+        hopper_decode.launch(
+            q, k_cache, v_cache, o_part, lse_part, tensors, scalars, switches, block_m, cfg, programs * splits
+        )
+    else:
+        launch(
+            attn_decode_kernel, (programs * splits,), q.device,
+            q, k_cache, v_cache, o_part, lse_part, *tensors,
+            q.stride(0), q.stride(1), q.stride(2), *k_cache.stride()[:3], *v_cache.stride()[:3],
+            *o_part.stride()[:4], *lse_part.stride(),
+            block_table.stride(0) if paged else 0,
+            0 if slopes is None or slopes.dim() == 1 else slopes.stride(0),
+            **scalars,
+            GROUP=group, HEAD_DIM=head_dim, BLOCK_D=configs.block_d(head_dim), BLOCK_M=block_m,
+            BLOCK_N=cfg.BLOCK_N, PAGE_SIZE=page_size, **switches,
+            # Inline asm does not run in the interpreter.
+            FAST_TANH=not configs.is_interpreter(), PAGE_IN_REGISTER=not configs.is_interpreter(),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dot_options(q.dtype),
+        )  # fmt: skip
     if splits > 1:
         attn_combine(o_part, lse_part, out=out, lse=lse, after_prior_grid=early_combine)
     return out, lse
+
+
+def _runs_tma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+) -> bool:
+    """Whether the Hopper TMA decode kernel (kernels/hopper/decode.py) runs this call: where it takes the
+    call, unless ``FLASHTILE_DECODE_KERNEL=portable``; ``=tma`` makes a call it does not take an error."""
+    choice = os.environ.get(KERNEL_ENV, "").strip()
+    if choice not in ("", "tma", "portable"):
+        raise ValueError(f"{KERNEL_ENV} must be 'tma' or 'portable', not {choice!r}")
+    if choice == "portable":
+        return False
+    if configs.is_interpreter() or q.device.type != "cuda":
+        reason = "the TMA decode kernel runs on CUDA devices, not in the interpreter"
+    else:
+        from flashtile.kernels.hopper.decode import unsupported_reason
+
+        reason = unsupported_reason(q, k_cache, v_cache, block_table, cache_leftpad)
+    if reason is not None and choice == "tma":
+        raise ValueError(f"{KERNEL_ENV}=tma, but the TMA decode kernel does not run this call: {reason}")
+    return reason is None
 
 
 def _early_combine(device: torch.device) -> bool:

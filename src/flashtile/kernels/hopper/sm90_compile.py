@@ -194,6 +194,78 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     return report(fwd.attn_fwd_kernel.__name__, compiled)
 
 
+# Words of a decode variant ("paged16+window+alibi"): the cache ("contiguous" unless a page size), options and
+# the packed rows a program owns ("m16" by default: one token of a GQA group of up to 16).
+DECODE_WORDS = (
+    "contiguous", "paged16", "paged64", "paged256", "window", "left", "softcap", "alibi", "leftpad",
+    "batchidx", "combine", "m16", "m32", "m64",
+)  # fmt: skip
+DECODE_VARIANTS = (
+    "contiguous+combine", "paged16+combine", "paged64", "paged256+combine", "contiguous+m64",
+    "contiguous+window+left+softcap+alibi+m32", "contiguous+leftpad+batchidx", "paged64+window+m64",
+)  # fmt: skip
+
+
+def decode_configurations() -> list[tuple[int, str, str]]:
+    """The TMA decode kernel's configurations CI compiles: every variant at D = 128 in bf16, the plain
+    ones at D = 64 and 256 and in fp16."""
+    from flashtile.kernels.hopper.decode import HEAD_DIMS
+
+    cases = [(128, v, "bf16") for v in DECODE_VARIANTS]
+    cases += [(d, v, t) for d in HEAD_DIMS for v in ("contiguous+combine", "paged64") for t in DTYPES]
+    return sorted(set(cases))
+
+
+def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
+    """Compile the TMA decode kernel in this process as ``hopper.decode.launch`` configures it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from flashtile.kernels import configs
+    from flashtile.kernels.hopper import decode
+
+    words = set(variant.split("+"))
+    if words - set(DECODE_WORDS):
+        raise ValueError(
+            f"unknown decode words {sorted(words - set(DECODE_WORDS))}; accepted: {DECODE_WORDS}"
+        )
+    cfg = configs.decode_tma_config(head_dim)
+    page = next((int(w[5:]) for w in words if w.startswith("paged")), 0)
+    block_m = next((int(w[1:]) for w in words if w in ("m16", "m32", "m64")), 16)
+    sub_rows = min(page, cfg.BLOCK_N) if page else cfg.BLOCK_N
+    kernel = decode.attn_decode_tma_kernel
+    constexprs = dict(
+        GROUP=max(1, block_m // 4), HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.BLOCK_N,
+        STAGES=cfg.num_stages, SUB_ROWS=sub_rows, PAGE_SIZE=max(page, 1), WARPS_M=decode._warps_m(block_m),
+        IS_PAGED=bool(page), HAS_BATCH_IDX="batchidx" in words, HAS_LEFTPAD="leftpad" in words,
+        IS_LOCAL="window" in words or "left" in words, HAS_WINDOW_LEFT="left" in words,
+        HAS_SOFTCAP="softcap" in words, HAS_ALIBI="alibi" in words, EARLY_COMBINE="combine" in words,
+    )  # fmt: skip
+    desc = _descriptor_type(dtype, sub_rows, head_dim)
+    floats = ("qk_scale", "softcap_qk", "softcap_out")
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in ("k_desc", "v_desc"):
+            signature[name] = desc
+        elif name in ("o_ptr", "lse_ptr", "alibi_ptr"):
+            signature[name] = "*fp32"
+        elif name == "q_ptr":
+            signature[name] = f"*{dtype}"
+        elif name.endswith("_ptr"):
+            signature[name] = "*i32"
+        else:
+            signature[name] = "fp32" if name in floats else "i32"
+    compiled = triton.compile(
+        GluonASTSource(kernel, signature, constexprs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": decode.NUM_WARPS},
+    )
+    return report(kernel.__name__, compiled)
+
+
 def _clean_python(*args: str, timeout: float) -> str:
     """Run ``python -m flashtile.kernels.hopper.sm90_compile *args`` without TRITON_INTERPRET (under the
     interpreter Triton's own jit helpers, which Gluon calls, are not compilable); return its stdout."""
@@ -227,7 +299,7 @@ def compile_all_in_subprocess(kind: str, timeout: float = 600) -> dict[tuple, Co
     return results
 
 
-_COMPILERS = {"fwd": compile_fwd}
+_COMPILERS = {"fwd": compile_fwd, "decode": compile_decode}
 
 
 def _compile_into(pipe, kind: str, case: tuple) -> None:
@@ -269,7 +341,7 @@ def compile_forked(kind: str, cases: list[tuple], workers: int = 2) -> dict[tupl
     return results
 
 
-_CONFIGURATIONS = {"fwd": fwd_configurations}
+_CONFIGURATIONS = {"fwd": fwd_configurations, "decode": decode_configurations}
 
 if __name__ == "__main__":
     kind_arg = sys.argv[1]

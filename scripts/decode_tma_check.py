@@ -1,0 +1,104 @@
+"""One GPU run: the Hopper TMA decode kernel (kernels/hopper/decode.py) at several tilings against the
+portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 to 16.
+
+    PYTHONPATH=src python scripts/decode_tma_check.py [--reps 50] [--rounds 2] [--quick]
+
+Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
+variants alternate within each round, so a slow phase of the machine falls on all of them. Each variant's
+output is checked against fp32 attention first (2x the bf16 baseline's error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_check import HEAD_DIM, Problem
+
+from flashtile.bench.decode import copy_bandwidth, graph_time_ms
+from flashtile.kernels import configs
+from flashtile.kernels.decode import KERNEL_ENV, decode_fwd
+
+# (MAX_BLOCK_M, BLOCK_N, num_warps, stages) of the TMA kernel; the first is its default.
+TMA_TILINGS = ((64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 6), (64, 128, 4, 2), (64, 64, 4, 5))
+
+
+def variants(problem: Problem, quick: bool) -> dict[str, object]:
+    def ours(kernel: str, config: configs.DecodeConfig | None):
+        def call(i: int) -> torch.Tensor:
+            k, v, table = problem.caches[i][:3]
+            os.environ[KERNEL_ENV] = kernel
+            try:
+                return decode_fwd(
+                    problem.q, k, v, problem.seqlens, softmax_scale=HEAD_DIM**-0.5, block_table=table,
+                    window_size=(-1, 0), config=config,
+                )[0]  # fmt: skip
+            finally:
+                os.environ.pop(KERNEL_ENV)
+
+        return call
+
+    calls = {"portable": ours("portable", None)}
+    for tiling in TMA_TILINGS[:1] if quick else TMA_TILINGS:
+        calls["tma " + "/".join(map(str, tiling))] = ours("tma", configs.DecodeConfig(*tiling))
+    if not problem.page_size:
+        calls["sdpa cudnn"] = lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION)
+    return calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="the default tiling only")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    # (batch, cache, GQA group, page size)
+    shapes = [(1, n, g, None) for g in (4, 1, 8) for n in (4096, 16384, 65536, 131072)]
+    shapes += [(16, 16384, 4, None), (64, 4096, 8, None)]
+    shapes += [(1, n, 4, p) for n in (4096, 131072) for p in (64, 256)]
+    shapes += [(16, 16384, 4, p) for p in (16, 64, 256)] + [(64, 4096, 8, 64)]
+    print("shape,variant,round,p20_us,p50_us,p80_us", flush=True)
+    for batch, seqlen, group, page in shapes:
+        problem = Problem(batch, seqlen, group, 1, page)
+        calls = variants(problem, args.quick)
+        for name, call in calls.items():
+            if name.startswith("sdpa"):
+                continue
+            err, base = problem.check(call(0))
+            verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
+            print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}", flush=True)
+        p50s: dict[str, list[float]] = {name: [] for name in calls}
+        for r in range(args.rounds):
+            for name, call in calls.items():
+                fns = [lambda i=i, call=call: call(i) for i in range(problem.copies)]
+                p20, p50, p80 = graph_time_ms(fns, reps=args.reps)
+                p50s[name].append(p50)
+                print(
+                    f"{problem.label()},{name},{r},{p20 * 1e3:.2f},{p50 * 1e3:.2f},{p80 * 1e3:.2f}",
+                    flush=True,
+                )
+        base_name = "sdpa cudnn" if "sdpa cudnn" in p50s else "portable"
+        base_ms = statistics.median(p50s[base_name])
+        for name, times in p50s.items():
+            ms = statistics.median(times)
+            tbs = problem.kv_bytes / (ms * 1e-3) / 1e12
+            print(f"## {problem.label()} {name:<18} {ms * 1e3:8.2f} µs  {tbs:5.2f} TB/s  "
+                  f"{base_ms / ms:5.2f}x {base_name}", flush=True)  # fmt: skip
+        del problem, calls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""Hopper (sm_90) split-KV decode kernel in Gluon: the portable decode kernel's work, with K/V tiles
+brought in by TMA.
+
+Each program does what one program of :mod:`flashtile.kernels.decode` does — (batch b, KV head, split,
+block of packed query rows), the same splits of the visible keys, the same partial ``(out, lse)`` layout
+for :func:`flashtile.kernels.combine.attn_combine` — but its K and V tiles arrive by TMA into a
+STAGES-deep shared-memory ring, each slot guarded by one "ready" mbarrier. One 4-warp partition both
+issues the copies and computes: after tile t is folded in, a thread barrier tells every warp is done
+reading its slot, and the copy of tile t + STAGES goes into it. A TMA copy is one instruction for a whole
+[rows, D] box where the portable kernel issues a 16-byte ``cp.async`` per thread and row, so the ring can
+be deeper for the same instructions. The dots are ``mma.sync`` (``mma_v2``): a decode tile has 16–64
+query rows, below a warpgroup's 64-row wgmma, and the kernel is bound by memory, not by the dots.
+
+Caches are read through rank-4 descriptors, boxes [1, rows, 1, D]: a contiguous cache
+``(B_cache, S_max, H_KV, D)`` one BLOCK_N-row box a tile at ``[cache row, leftpad + key, KV head, 0]``
+(rows past S_max read as zeros); a paged cache ``(num_pages, page_size, H_KV, D)`` one box a page part,
+``min(page_size, BLOCK_N)`` rows at ``[page, slot % page_size, KV head, 0]``, the page looked up in the
+block table (clamped to the sequence's slots and to the cache's pages, so a bad entry reads a wrong page,
+never outside the cache). A tile may hold slots past the sequence's last key (whatever they hold, NaN
+included): their scores are masked and, in masked steps, their V rows are zeroed in registers before the
+P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/design/decode.md, "TMA decode".
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from flashtile.kernels import configs
+from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
+from flashtile.kernels.hopper.fwd import _row_terms, _softmax_step
+from flashtile.kernels.hopper.support import DTYPES, _tma_unreadable, device_unsupported_reason
+
+LN_2 = gl.constexpr(math.log(2.0))
+LOG2_E_C = gl.constexpr(math.log2(math.e))
+NUM_WARPS = 4
+# Head dims of the kernel: a TMA box row of D elements and a power-of-two dot.
+HEAD_DIMS = (64, 128, 256)
+
+
+@functools.cache
+def _warps_m(block_m: int) -> int:
+    """Warps along the packed rows of the mma layout: 16 rows a warp, the rest along the keys."""
+    return max(1, min(NUM_WARPS, block_m // 16))
+
+
+@gluon.jit
+def _box_view(buf, desc):
+    """A 2-D [rows, D] shared tile seen as the [1, rows, 1, D] box ``desc`` moves (same bytes)."""
+    return buf._reinterpret(buf.dtype, [1, buf.shape[0], 1, buf.shape[1]], desc.layout)
+
+
+@gluon.jit
+def _issue_tile(
+    k_desc, v_desc, k_buf, v_buf, bar, first_key, seq, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr,
+    PAGE_SIZE: gl.constexpr, IS_PAGED: gl.constexpr,
+):  # fmt: skip
+    """Start the TMA copies of keys [first_key, first_key + BLOCK_N) of the program's sequence and KV head
+    into ``k_buf`` / ``v_buf``, completing ``bar``. ``seq`` = (leftpad, last slot, cache row, KV head,
+    block-table row, cache pages). Paged: one box of SUB_ROWS rows a page part, each page looked up for a
+    slot clamped into [0, last slot] (a part past the sequence reads its last page: masked)."""
+    leftpad, last_slot, b_cache, h_kv, bt_row, num_blocks = seq
+    mbarrier.expect(bar, 2 * (BLOCK_N // SUB_ROWS) * k_desc.block_type.nbytes)
+    if IS_PAGED:
+        for part in gl.static_range(BLOCK_N // SUB_ROWS):
+            slot = gl.maximum(gl.minimum(leftpad + first_key + part * SUB_ROWS, last_slot), 0)
+            page = gl.load(bt_row + slot // PAGE_SIZE)
+            # A bad block-table entry may read a wrong page, never outside the cache.
+            page = gl.minimum(gl.maximum(page, 0), num_blocks - 1)
+            within = slot % PAGE_SIZE
+            k_part = _box_view(k_buf.slice(part * SUB_ROWS, SUB_ROWS), k_desc)
+            v_part = _box_view(v_buf.slice(part * SUB_ROWS, SUB_ROWS), v_desc)
+            tma.async_copy_global_to_shared(k_desc, [page, within, h_kv, 0], bar, k_part)
+            tma.async_copy_global_to_shared(v_desc, [page, within, h_kv, 0], bar, v_part)
+    else:
+        row = leftpad + first_key
+        tma.async_copy_global_to_shared(k_desc, [b_cache, row, h_kv, 0], bar, _box_view(k_buf, k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b_cache, row, h_kv, 0], bar, _box_view(v_buf, v_desc))
+
+
+@gluon.jit
+def _decode_steps(
+    acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, t_lo, t_hi, n_tiles, n_k, rows, scores,
+    MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    IS_PAGED: gl.constexpr, STAGES: gl.constexpr,
+):  # fmt: skip
+    """Fold the split's key tiles t_lo … t_hi − 1 (tile t holds keys split_start + t·BLOCK_N on, in ring
+    slot t % STAGES) into (acc, m, ℓ); once a slot is read, start the copy of tile t + STAGES into it.
+    MASKED steps apply the window and the sequence's end and zero the V rows of keys ≥ n_k."""
+    k_desc, v_desc = descs
+    mma: gl.constexpr = acc.type.layout
+    b_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    dtype: gl.constexpr = k_smem.dtype
+    for t in range(t_lo, t_hi):
+        slot = t % STAGES
+        mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
+        n0 = split_start + t * BLOCK_N
+        k_t = k_smem.index(slot).permute((1, 0)).load(b_operand)
+        s = mma_v2(q, k_t, gl.zeros([q.shape[0], BLOCK_N], gl.float32, mma))
+        p, m_i, l_i, alpha = _softmax_step(
+            s, m_i, l_i, n0, rows, scores, None, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            BLOCK_N, None, None, False, 1, 1,
+        )  # fmt: skip
+        if MASKED:
+            # Slots past the sequence may hold anything, NaN included: their P is 0, and 0·NaN must not be.
+            v = v_smem.index(slot).load(rows_layout)
+            keys = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
+            v = gl.where(gl.expand_dims(keys < n_k, 1), v, gl.zeros_like(v))
+            v = gl.convert_layout(v, b_operand)
+        else:
+            v = v_smem.index(slot).load(b_operand)
+        acc = acc * gl.expand_dims(alpha, 1)
+        acc = mma_v2(gl.convert_layout(p.to(dtype), p_operand), v, acc)
+        # Every warp has read the slot: it may take the tile STAGES ahead.
+        gl.thread_barrier()
+        if t + STAGES < n_tiles:
+            fence_async_shared()
+            _issue_tile(
+                k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), ready.index(slot),
+                split_start + (t + STAGES) * BLOCK_N, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED,
+            )  # fmt: skip
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _launch_dependents():
+    """``griddepcontrol.launch_dependents``: the combine grid may launch now and wait on this one."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit(do_not_specialize=["window_left", "window_right"])
+def attn_decode_tma_kernel(
+    q_ptr, k_desc, v_desc, o_ptr, lse_ptr, seqlens_ptr, block_table_ptr, batch_idx_ptr, leftpad_ptr,
+    alibi_ptr,
+    stride_qb, stride_qn, stride_qh, stride_os, stride_ob, stride_on, stride_oh,
+    stride_ls, stride_lb, stride_lh, stride_ln, stride_bt, stride_alibi_b,
+    seqlen_q, capacity, num_blocks, num_m_blocks, num_splits, H_KV,
+    qk_scale, window_left, window_right, softcap_qk, softcap_out,
+    GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS_M: gl.constexpr,
+    IS_PAGED: gl.constexpr, HAS_BATCH_IDX: gl.constexpr, HAS_LEFTPAD: gl.constexpr,
+    IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr,
+):  # fmt: skip
+    """The portable ``attn_decode_kernel``'s program (kernels/decode.py) with TMA loads: see the module
+    docstring. The arguments are that kernel's, with descriptors for the caches."""
+    if EARLY_COMBINE:
+        _launch_dependents()
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[2, 0], warps_per_cta=[WARPS_M, gl.num_warps() // WARPS_M], instr_shape=[16, 8]
+    )
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    row_of: gl.constexpr = gl.SliceLayout(1, mma)
+    col_of: gl.constexpr = gl.SliceLayout(0, mma)
+    dtype: gl.constexpr = k_desc.dtype
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    fence_async_shared()
+
+    # Row blocks of one (b, KV head, split) are neighbours: they read the same keys, which stay in L2.
+    pid = gl.program_id(0)
+    m_block = pid % num_m_blocks
+    split = (pid // num_m_blocks) % num_splits
+    h_kv = (pid // (num_m_blocks * num_splits)) % H_KV
+    b = pid // (num_m_blocks * num_splits * H_KV)
+
+    # Lengths are clamped to the cache, so bad values can never address a slot outside it.
+    seqlen = gl.minimum(gl.maximum(gl.load(seqlens_ptr + b), 0), capacity)
+    leftpad = 0
+    if HAS_LEFTPAD:
+        leftpad = gl.minimum(gl.maximum(gl.load(leftpad_ptr + b), 0), seqlen)
+    n_k = seqlen - leftpad
+
+    diag_offset = n_k - seqlen_q
+    lo_diag = diag_offset - window_left
+    hi_diag = diag_offset + window_right
+    i_first = m_block * BLOCK_M // GROUP
+    i_last = gl.minimum(m_block * BLOCK_M + BLOCK_M - 1, GROUP * seqlen_q - 1) // GROUP
+    # The portable kernel's split of the visible keys (kernels/_masking.py's visible_span, inlined: the
+    # tiles [start, end) the rows reach, those in [unmasked_start, unmasked_end) seen whole by every row).
+    x1 = gl.minimum(i_first + BLOCK_M, i_last + 1)
+    start = 0
+    unmasked_start = 0
+    end = n_k
+    unmasked_end = n_k // BLOCK_N * BLOCK_N
+    if IS_LOCAL:
+        if HAS_WINDOW_LEFT:
+            start = gl.maximum(i_first + lo_diag, 0) // BLOCK_N * BLOCK_N
+            full_start = gl.maximum(x1 - 1 + lo_diag, 0)
+            unmasked_start = start + gl.cdiv(gl.maximum(full_start - start, 0), BLOCK_N) * BLOCK_N
+        end = gl.minimum(x1 + hi_diag, n_k)
+        full_end = gl.minimum(i_first + hi_diag + 1, n_k)
+        unmasked_start = gl.minimum(unmasked_start, gl.maximum(end, start))
+        unmasked_end = start + gl.maximum(full_end - start, 0) // BLOCK_N * BLOCK_N
+        unmasked_end = gl.maximum(unmasked_end, unmasked_start)
+    tiles_per_split = gl.cdiv(gl.cdiv(gl.maximum(end - start, 0), BLOCK_N), num_splits)
+    split_start = gl.minimum(start + split * tiles_per_split * BLOCK_N, end)
+    split_end = gl.minimum(split_start + tiles_per_split * BLOCK_N, end)
+    mid_start = gl.minimum(gl.maximum(unmasked_start, split_start), split_end)
+    mid_end = mid_start + gl.maximum(gl.minimum(unmasked_end, split_end) - mid_start, 0) // BLOCK_N * BLOCK_N
+    n_tiles = gl.cdiv(split_end - split_start, BLOCK_N)
+
+    b_cache = b
+    if HAS_BATCH_IDX:
+        b_cache = gl.minimum(gl.maximum(gl.load(batch_idx_ptr + b), 0), num_blocks - 1)
+    bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
+    seq = (leftpad, gl.maximum(leftpad + split_end - 1, 0), b_cache, h_kv, bt_row, num_blocks)
+    descs = (k_desc, v_desc)
+    for t in gl.static_range(STAGES):
+        if t < n_tiles:
+            _issue_tile(
+                k_desc, v_desc, k_smem.index(t), v_smem.index(t), ready.index(t), split_start + t * BLOCK_N,
+                seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED,
+            )  # fmt: skip
+
+    # Packed row r is query token r // GROUP of query head h_kv·GROUP + r % GROUP.
+    rows = m_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, rows_layout))
+    q_rows = (
+        q_ptr
+        + b.to(gl.int64) * stride_qb
+        + (rows // GROUP) * stride_qn
+        + (h_kv * GROUP + rows % GROUP) * stride_qh
+    )
+    q_ok = gl.expand_dims(rows < GROUP * seqlen_q, 1)
+    q = gl.load(gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), mask=q_ok, other=0.0)
+    q = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2))
+
+    rows_m = m_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_of)
+    rows_i = rows_m // GROUP
+    heads = h_kv * GROUP + rows_m % GROUP
+    row_ok = rows_m < GROUP * seqlen_q
+    alibi_slope = gl.zeros([BLOCK_M, 1], gl.float32, mma)
+    if HAS_ALIBI:
+        slopes = gl.load(alibi_ptr + b * stride_alibi_b + heads, mask=row_ok, other=0.0) * LOG2_E_C
+        alibi_slope = gl.expand_dims(slopes, 1)
+    row_terms = _row_terms(rows_i, diag_offset, lo_diag, hi_diag, n_k, HAS_WINDOW_LEFT, HAS_ALIBI)
+    scores = (n_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope, 0)
+
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_of)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_of)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma)
+    # Tiles [0, t_mid) are masked, [t_mid, t_tail) whole, [t_tail, n_tiles) masked (mid_start lies on a
+    # tile edge unless it is the split's end, when the first loop takes every tile).
+    t_mid = gl.cdiv(mid_start - split_start, BLOCK_N)
+    t_tail = t_mid + (mid_end - mid_start) // BLOCK_N
+    acc, m_i, l_i = _decode_steps(
+        acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, 0, t_mid, n_tiles, n_k, row_terms,
+        scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE,
+        IS_PAGED, STAGES,
+    )  # fmt: skip
+    acc, m_i, l_i = _decode_steps(
+        acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, t_mid, t_tail, n_tiles, n_k,
+        row_terms, scores, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS,
+        PAGE_SIZE, IS_PAGED, STAGES,
+    )  # fmt: skip
+    acc, m_i, l_i = _decode_steps(
+        acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, t_tail, n_tiles, n_tiles, n_k,
+        row_terms, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS,
+        PAGE_SIZE, IS_PAGED, STAGES,
+    )  # fmt: skip
+
+    # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
+    out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
+    offs_dm = gl.arange(0, HEAD_DIM, layout=col_of)
+    o_rows = (
+        o_ptr
+        + split.to(gl.int64) * stride_os
+        + b.to(gl.int64) * stride_ob
+        + rows_i * stride_on
+        + heads * stride_oh
+    )
+    o_ok = gl.expand_dims(row_ok, 1) & gl.expand_dims(offs_dm < HEAD_DIM, 0)
+    gl.store(
+        gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_dm, 0), out.to(o_ptr.dtype.element_ty), mask=o_ok
+    )
+    lse = (m_i + gl.log2(l_i)) * LN_2
+    lse_rows = (
+        lse_ptr
+        + split.to(gl.int64) * stride_ls
+        + b.to(gl.int64) * stride_lb
+        + heads * stride_lh
+        + rows_i * stride_ln
+    )
+    gl.store(lse_rows, lse, mask=row_ok)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+
+def unsupported_reason(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+) -> str | None:
+    """Why the TMA decode kernel does not take this call, or None: it takes fp16/bf16 at head dims 64, 128
+    and 256 on a 9.x device, caches TMA can read in place, and paged caches without ``cache_leftpad`` (a
+    left pad shifts tiles off the pages' edges); the portable decode kernel takes the rest."""
+    reason = device_unsupported_reason(q.device)
+    if reason is not None:
+        return reason
+    if q.dtype not in DTYPES:
+        return f"the TMA decode kernel takes float16 and bfloat16, not {q.dtype}"
+    if q.shape[-1] not in HEAD_DIMS or v_cache.shape[-1] != q.shape[-1]:
+        return f"the TMA decode kernel is compiled for head dims {HEAD_DIMS}, not {q.shape[-1]}"
+    if block_table is not None and cache_leftpad is not None:
+        return "a paged cache with cache_leftpad is not in the TMA decode kernel"
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        reason = _tma_unreadable(name, t)
+        if reason is not None:
+            return reason
+    return None
+
+
+def shared_bytes(head_dim: int, block_n: int, stages: int, element_size: int = 2) -> int:
+    """Shared memory of one program: the K and V ring, and a margin for the layout conversions (q, P and
+    a masked step's V go through shared memory on their way to the dot operands)."""
+    return 2 * stages * block_n * head_dim * element_size + block_n * head_dim * element_size
+
+
+def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig) -> int:
+    """Programs of this configuration that fit one Hopper SM's 227 KB of shared memory (at most 2)."""
+    return max(1, min(2, configs.HOPPER_SHARED_BYTES // shared_bytes(head_dim, cfg.BLOCK_N, cfg.num_stages)))
+
+
+def launch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    o_part: torch.Tensor,
+    lse_part: torch.Tensor,
+    tensors: tuple[torch.Tensor | None, ...],
+    scalars: dict[str, object],
+    switches: dict[str, bool],
+    block_m: int,
+    cfg: configs.DecodeConfig,
+    programs: int,
+) -> None:
+    """Launch the TMA decode kernel over ``programs`` programs: ``tensors`` = (cache_seqlens, block_table,
+    cache_batch_idx, cache_leftpad, alibi slopes), ``scalars`` the portable kernel's runtime arguments by
+    name, ``switches`` its constexpr switches."""
+    from flashtile.kernels._layout import launch as run
+
+    seqlens, block_table, batch_idx, leftpad, slopes = tensors
+    head_dim = q.shape[-1]
+    paged = block_table is not None
+    page_size = k_cache.shape[1] if paged else 1
+    sub_rows = min(page_size, cfg.BLOCK_N) if paged else cfg.BLOCK_N
+    box = (1, sub_rows, 1, head_dim)
+    k_desc: CheckedDescriptor = descriptor(k_cache, k_cache.shape, k_cache.stride(), box)
+    v_desc: CheckedDescriptor = descriptor(v_cache, v_cache.shape, v_cache.stride(), box)
+    run(
+        attn_decode_tma_kernel, (programs,), q.device,
+        q, k_desc, v_desc, o_part, lse_part, seqlens, block_table, batch_idx, leftpad, slopes,
+        q.stride(0), q.stride(1), q.stride(2), *o_part.stride()[:4], *lse_part.stride(),
+        block_table.stride(0) if paged else 0,
+        0 if slopes is None or slopes.dim() == 1 else slopes.stride(0),
+        **scalars,
+        GROUP=q.shape[2] // k_cache.shape[2], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.BLOCK_N,
+        STAGES=cfg.num_stages, SUB_ROWS=sub_rows, PAGE_SIZE=page_size, WARPS_M=_warps_m(block_m),
+        IS_PAGED=paged, HAS_BATCH_IDX=switches["HAS_BATCH_IDX"], HAS_LEFTPAD=switches["HAS_LEFTPAD"],
+        IS_LOCAL=switches["IS_LOCAL"], HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
+        HAS_SOFTCAP=switches["HAS_SOFTCAP"], HAS_ALIBI=switches["HAS_ALIBI"],
+        EARLY_COMBINE=switches["EARLY_COMBINE"], num_warps=NUM_WARPS,
+    )  # fmt: skip

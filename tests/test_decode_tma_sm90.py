@@ -1,0 +1,43 @@
+"""The Hopper TMA decode kernel (kernels/hopper/decode.py) compiles for sm_90 on this machine, GPU or not,
+in every configuration its launcher picks: contiguous and paged caches (pages smaller than, equal to and
+larger than a key tile), the options, 16 to 64 packed rows, D = 64, 128 and 256, fp16 and bf16; with TMA
+copies, without spilling, and with two programs' shared memory fitting one SM."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashtile.kernels import configs
+from flashtile.kernels.hopper import decode
+from flashtile.kernels.hopper.sm90_compile import (
+    DECODE_WORDS,
+    compile_all_in_subprocess,
+    decode_configurations,
+)
+
+CASES = decode_configurations()
+
+
+@pytest.fixture(scope="module")
+def decode_reports() -> dict:
+    """Every decode compile, each in a child of one clean process (a compiler abort fails only its case)."""
+    return compile_all_in_subprocess("decode")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"d{d}-{variant}-{t}" for d, variant, t in CASES])
+def test_tma_decode_compiles_for_sm90(decode_reports, case):
+    report = decode_reports[case]
+    if isinstance(report, Exception):
+        raise report
+    assert report.has_tma, f"{case}: no TMA bulk tensor copies in the PTX"
+    assert report.local_bytes == 0 and report.stack_bytes == 0, f"{case}: spills ({report})"
+    # Two programs an SM: the split heuristic counts on it (hopper.decode.programs_per_sm).
+    cfg = configs.decode_tma_config(case[0])
+    assert decode.programs_per_sm(case[0], cfg) == 2
+    assert 2 * report.shared_bytes <= configs.HOPPER_SHARED_BYTES, f"{case}: {report.shared_bytes} B"
+    assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
+
+
+def test_every_decode_word_is_compiled():
+    words = {word for _, variant, _ in CASES for word in variant.split("+")}
+    assert words == set(DECODE_WORDS) - {"m16"}, "each word reaches a compiled case (m16 is the default)"
