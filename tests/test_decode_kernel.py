@@ -244,7 +244,7 @@ def _each_kernel_cases():
     yield DecodeCase(lengths, 4, 32, 4, 128, num_splits=3, **cuda)
     yield DecodeCase(lengths, 4, 64, 4, 128, 64, num_splits=0, **cuda)
     yield DecodeCase(lengths, 16, 32, 4, 128, num_splits=1, window=(-1, 0), **cuda)
-    yield DecodeCase(lengths, 1, 32, 8, 128, 16, window=(100, 3), num_splits=0, **cuda)
+    yield DecodeCase(lengths, 1, 32, 8, 64, 16, window=(100, 3), num_splits=0, **cuda)
     yield DecodeCase(lengths, 2, 16, 4, 64, 32, softcap=30.0, alibi=True, num_splits=3, **cuda)
     yield DecodeCase(lengths, 4, 16, 4, 256, 256, window=(-1, 0), num_splits=0, **cuda)
     yield DecodeCase(lengths, 1, 32, 8, 128, batch_idx=True, leftpad=(0, 1, 100, 3), window=(50, 0), **cuda)

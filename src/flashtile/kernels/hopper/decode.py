@@ -42,6 +42,11 @@ LOG2_E_C = gl.constexpr(math.log2(math.e))
 NUM_WARPS = 4
 # Head dims of the kernel: a TMA box row of D elements and a power-of-two dot.
 HEAD_DIMS = (64, 128, 256)
+# Rows wider than the 128-byte swizzle land in shared memory as column blocks of 128 bytes (one TMA copy
+# each), so a slice of a tile's rows is not one block of memory and cannot take a box of its own: pages
+# smaller than a tile go to the portable kernel there (D > 64 in 16-bit: at D = 128, pages of 16 rows
+# read NaN from the wrong rows in the first GPU run).
+SWIZZLE_BYTES = 128
 
 
 @functools.cache
@@ -218,7 +223,10 @@ def attn_decode_tma_kernel(
     b_cache = b
     if HAS_BATCH_IDX:
         b_cache = gl.minimum(gl.maximum(gl.load(batch_idx_ptr + b), 0), num_blocks - 1)
-    bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
+    # (A contiguous cache has no block table: any int32 pointer stands in for its row.)
+    bt_row = seqlens_ptr
+    if IS_PAGED:
+        bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
     seq = (leftpad, gl.maximum(leftpad + split_end - 1, 0), b_cache, h_kv, bt_row, num_blocks)
     descs = (k_desc, v_desc)
     for t in gl.static_range(STAGES):
@@ -308,10 +316,12 @@ def unsupported_reason(
     v_cache: torch.Tensor,
     block_table: torch.Tensor | None,
     cache_leftpad: torch.Tensor | None,
+    block_n: int,
 ) -> str | None:
-    """Why the TMA decode kernel does not take this call, or None: it takes fp16/bf16 at head dims 64, 128
-    and 256 on a 9.x device, caches TMA can read in place, and paged caches without ``cache_leftpad`` (a
-    left pad shifts tiles off the pages' edges); the portable decode kernel takes the rest."""
+    """Why the TMA decode kernel, at key tiles of ``block_n`` rows, does not take this call, or None: it
+    takes fp16/bf16 at head dims 64, 128 and 256 on a 9.x device, caches TMA can read in place, and paged
+    caches without ``cache_leftpad`` (a left pad shifts tiles off the pages' edges) whose pages hold whole
+    tiles or whose rows fit the swizzle (:data:`SWIZZLE_BYTES`); the portable kernel takes the rest."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
@@ -319,8 +329,16 @@ def unsupported_reason(
         return f"the TMA decode kernel takes float16 and bfloat16, not {q.dtype}"
     if q.shape[-1] not in HEAD_DIMS or v_cache.shape[-1] != q.shape[-1]:
         return f"the TMA decode kernel is compiled for head dims {HEAD_DIMS}, not {q.shape[-1]}"
-    if block_table is not None and cache_leftpad is not None:
-        return "a paged cache with cache_leftpad is not in the TMA decode kernel"
+    if block_table is not None:
+        if cache_leftpad is not None:
+            return "a paged cache with cache_leftpad is not in the TMA decode kernel"
+        page_size = k_cache.shape[1]
+        if page_size % block_n and q.shape[-1] * q.element_size() > SWIZZLE_BYTES:
+            return (
+                f"pages of {page_size} rows, less than a {block_n}-row key tile, at head dim {q.shape[-1]}: "
+                "the TMA decode kernel loads such pages into row slices of its tiles only where a row fits "
+                f"the {SWIZZLE_BYTES}-byte swizzle"
+            )
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         reason = _tma_unreadable(name, t)
         if reason is not None:
