@@ -28,18 +28,19 @@ HEADS, HEAD_DIM, DTYPE = 32, 128, torch.bfloat16
 class Problem:
     """Caches (copies rotated), q and cache_seqlens for one decode shape; paged caches when page_size."""
 
-    def __init__(self, batch, seqlen, group, seqlen_q=1, page_size=None):
+    def __init__(self, batch, seqlen, group, seqlen_q=1, page_size=None, head_dim=HEAD_DIM):
         self.batch, self.seqlen, self.group = batch, seqlen, group
+        self.head_dim = head_dim
         self.seqlen_q, self.page_size = seqlen_q, page_size
         self.heads_kv = HEADS // group
-        self.kv_bytes = 2 * batch * self.heads_kv * seqlen * HEAD_DIM * 2
+        self.kv_bytes = 2 * batch * self.heads_kv * seqlen * head_dim * 2
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.copies = max(1, min(8, math.ceil(3 * l2 / self.kv_bytes)))
-        self.q = torch.randn(batch, seqlen_q, HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
+        self.q = torch.randn(batch, seqlen_q, HEADS, head_dim, device="cuda", dtype=DTYPE)
         self.seqlens = torch.full((batch,), seqlen, dtype=torch.int32, device="cuda")
         self.caches = []
         for _ in range(self.copies):
-            k = torch.randn(batch, seqlen, self.heads_kv, HEAD_DIM, device="cuda", dtype=DTYPE)
+            k = torch.randn(batch, seqlen, self.heads_kv, head_dim, device="cuda", dtype=DTYPE)
             v = torch.randn_like(k)
             table = None
             if page_size:
@@ -48,8 +49,8 @@ class Problem:
                 table = perm.view(batch, pages).to(torch.int32)
                 kp = torch.empty(batch * pages, page_size, *k.shape[2:], device="cuda", dtype=DTYPE)
                 vp = torch.empty_like(kp)
-                kp[perm] = k.view(batch * pages, page_size, self.heads_kv, HEAD_DIM)
-                vp[perm] = v.view(batch * pages, page_size, self.heads_kv, HEAD_DIM)
+                kp[perm] = k.view(batch * pages, page_size, self.heads_kv, head_dim)
+                vp[perm] = v.view(batch * pages, page_size, self.heads_kv, head_dim)
                 self.caches.append((kp, vp, table, k, v))
                 del k, v
             else:
@@ -57,12 +58,13 @@ class Problem:
 
     def label(self):
         page = f" page {self.page_size}" if self.page_size else ""
-        return f"B={self.batch} L={self.seqlen // 1024}k G={self.group} Nq={self.seqlen_q}{page}"
+        dim = f" D={self.head_dim}" if self.head_dim != HEAD_DIM else ""
+        return f"B={self.batch} L={self.seqlen // 1024}k G={self.group} Nq={self.seqlen_q}{page}{dim}"
 
     def ours(self, i, config=None, splits=0):
         k, v, table = self.caches[i][:3]
         return decode_fwd(
-            self.q, k, v, self.seqlens, softmax_scale=HEAD_DIM**-0.5, block_table=table,
+            self.q, k, v, self.seqlens, softmax_scale=self.head_dim**-0.5, block_table=table,
             window_size=(-1, 0), num_splits=splits, config=config,
         )[0]  # fmt: skip
 
@@ -87,7 +89,7 @@ class Problem:
         q = self.q[:1].float().transpose(1, 2)
         kk = k[:1].float().transpose(1, 2).repeat_interleave(self.group, 1)
         vv = v[:1].float().transpose(1, 2).repeat_interleave(self.group, 1)
-        s = q @ kk.transpose(-1, -2) * HEAD_DIM**-0.5
+        s = q @ kk.transpose(-1, -2) * self.head_dim**-0.5
         causal = torch.ones(self.seqlen_q, self.seqlen, dtype=torch.bool, device="cuda").tril(
             self.seqlen - self.seqlen_q
         )

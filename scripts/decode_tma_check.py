@@ -1,7 +1,12 @@
 """One GPU run: the Hopper TMA decode kernel (kernels/hopper/decode.py) at several tilings against the
-portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 to 16.
+portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 to 64.
 
-    PYTHONPATH=src python scripts/decode_tma_check.py [--reps 50] [--rounds 2] [--quick]
+    PYTHONPATH=src python scripts/decode_tma_check.py [--mode tilings|splits|head-dims] [--reps 50]
+        [--rounds 2] [--quick]
+
+``tilings`` (the default): every tiling of TMA_TILINGS on D = 128 shapes, contiguous and paged;
+``splits``: the default tiling and one of three programs an SM at split counts around the heuristic's, at
+batch 1; ``head-dims``: D = 64 and 256 at the default tiling and a deeper ring.
 
 Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
 variants alternate within each round, so a slow phase of the machine falls on all of them. Each variant's
@@ -20,30 +25,68 @@ import torch
 from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_check import HEAD_DIM, Problem
+from decode_check import Problem
 
 from flashtile.bench.decode import copy_bandwidth, graph_time_ms
 from flashtile.kernels import configs
-from flashtile.kernels.decode import KERNEL_ENV, decode_fwd
+from flashtile.kernels.decode import KERNEL_ENV, decode_fwd, num_splits_heuristic
 
-# (MAX_BLOCK_M, BLOCK_N, num_warps, stages) of the TMA kernel; the first is its default.
-TMA_TILINGS = ((64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 6), (64, 128, 4, 2), (64, 64, 4, 5))
+# (MAX_BLOCK_M, BLOCK_N, num_warps, stages) of the TMA kernel at D = 128; the first is its default. The
+# first run (H100, d407526) had (64, 64, 4, 3) first: 2 stages were as fast or faster in 20 of 23 cells.
+TMA_TILINGS = ((64, 64, 4, 2), (64, 64, 4, 3), (64, 32, 4, 6), (64, 128, 4, 2), (64, 64, 4, 5))
+# Three programs an SM (72 KB of shared memory each) for the splits mode.
+THREE_A_SM = (64, 32, 4, 4)
+
+
+def _ours(problem: Problem, kernel: str, config: configs.DecodeConfig | None, splits: int = 0):
+    def call(i: int) -> torch.Tensor:
+        k, v, table = problem.caches[i][:3]
+        os.environ[KERNEL_ENV] = kernel
+        try:
+            return decode_fwd(
+                problem.q, k, v, problem.seqlens, softmax_scale=problem.head_dim**-0.5, block_table=table,
+                window_size=(-1, 0), config=config, num_splits=splits,
+            )[0]  # fmt: skip
+        finally:
+            os.environ.pop(KERNEL_ENV)
+
+    return call
+
+
+def split_variants(problem: Problem) -> dict[str, object]:
+    """The default tiling at the heuristic's split count and at 1/2, 3/4, 3/2 and 2 times it; three
+    programs an SM at 3/2 of it."""
+    cuda = torch.device("cuda")
+    default = configs.decode_tma_config(problem.head_dim)
+    auto = num_splits_heuristic(problem.batch * problem.heads_kv, problem.seqlen, default.BLOCK_N, cuda, 2)
+    calls = {f"tma splits {auto} (auto)": _ours(problem, "tma", None)}
+    for factor in (0.5, 0.75, 1.5, 2.0):
+        splits = max(1, round(auto * factor))
+        calls[f"tma splits {splits}"] = _ours(problem, "tma", None, splits)
+    three = round(auto * 1.5)
+    calls[f"tma {'/'.join(map(str, THREE_A_SM))} splits {three}"] = _ours(
+        problem, "tma", configs.DecodeConfig(*THREE_A_SM), three
+    )
+    calls["sdpa cudnn"] = lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION)
+    return calls
+
+
+def head_dim_variants(problem: Problem) -> dict[str, object]:
+    """The portable kernel, the TMA kernel's default and a deeper ring, and cuDNN, at D = 64 or 256."""
+    default = configs.decode_tma_config(problem.head_dim)
+    deeper = configs.DecodeConfig(default.MAX_BLOCK_M, default.BLOCK_N, 4, default.num_stages + 1)
+    calls = {"portable": _ours(problem, "portable", None)}
+    for cfg in (default, deeper):
+        calls["tma " + "/".join(map(str, (cfg.MAX_BLOCK_M, cfg.BLOCK_N, 4, cfg.num_stages)))] = _ours(
+            problem, "tma", cfg
+        )
+    calls["sdpa cudnn"] = lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION)
+    return calls
 
 
 def variants(problem: Problem, quick: bool) -> dict[str, object]:
     def ours(kernel: str, config: configs.DecodeConfig | None):
-        def call(i: int) -> torch.Tensor:
-            k, v, table = problem.caches[i][:3]
-            os.environ[KERNEL_ENV] = kernel
-            try:
-                return decode_fwd(
-                    problem.q, k, v, problem.seqlens, softmax_scale=HEAD_DIM**-0.5, block_table=table,
-                    window_size=(-1, 0), config=config,
-                )[0]  # fmt: skip
-            finally:
-                os.environ.pop(KERNEL_ENV)
-
-        return call
+        return _ours(problem, kernel, config)
 
     calls = {"portable": ours("portable", None)}
     for tiling in TMA_TILINGS[:1] if quick else TMA_TILINGS:
@@ -60,20 +103,31 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="the default tiling only")
+    parser.add_argument("--mode", choices=("tilings", "splits", "head-dims"), default="tilings")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
-    # (batch, cache, GQA group, page size)
-    shapes = [(1, n, g, None) for g in (4, 1, 8) for n in (4096, 16384, 65536, 131072)]
-    shapes += [(16, 16384, 4, None), (64, 4096, 8, None)]
-    shapes += [(1, n, 4, p) for n in (4096, 131072) for p in (64, 256)]
-    shapes += [(16, 16384, 4, p) for p in (16, 64, 256)] + [(64, 4096, 8, 64)]
+    # (batch, cache, GQA group, page size, head dim)
+    if args.mode == "tilings":
+        shapes = [(1, n, g, None, 128) for g in (4, 1, 8) for n in (4096, 16384, 65536, 131072)]
+        shapes += [(16, 16384, 4, None, 128), (64, 4096, 8, None, 128)]
+        shapes += [(1, n, 4, p, 128) for n in (4096, 131072) for p in (64, 256)]
+        shapes += [(16, 16384, 4, p, 128) for p in (16, 64, 256)] + [(64, 4096, 8, 64, 128)]
+    elif args.mode == "splits":
+        shapes = [(1, n, g, None, 128) for g in (1, 8, 4) for n in (4096, 16384, 131072)]
+    else:
+        shapes = [(b, n, 4, None, d) for d in (64, 256) for b, n in ((1, 4096), (1, 65536), (16, 16384))]
     print("shape,variant,round,p20_us,p50_us,p80_us", flush=True)
-    for batch, seqlen, group, page in shapes:
-        problem = Problem(batch, seqlen, group, 1, page)
-        calls = variants(problem, args.quick)
+    for batch, seqlen, group, page, head_dim in shapes:
+        problem = Problem(batch, seqlen, group, 1, page, head_dim)
+        if args.mode == "splits":
+            calls = split_variants(problem)
+        elif args.mode == "head-dims":
+            calls = head_dim_variants(problem)
+        else:
+            calls = variants(problem, args.quick)
         for name, call in calls.items():
             if name.startswith("sdpa"):
                 continue

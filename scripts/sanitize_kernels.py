@@ -462,6 +462,10 @@ DECODE = [
     DecodeCase((0, 64, 511), 512, 2, 0, (4, 1), 128, 64, window=(100, 0), softcap=30.0, alibi=True),
     DecodeCase((3, 40, 200), 256, 5, 2, (6, 6), 256, rotary="neox", leftpad=(3, 0, 150), batch_idx=True),
     DecodeCase((0, 33, 90), 160, 33, 33, page_size=16, causal=True, rotary="neox", dtype=torch.float16),
+    # The Hopper TMA decode kernel's paged boxes: pages of a whole tile and more at D = 128, row slices of
+    # a tile at D = 64 (pages of 16), last pages partly filled.
+    DecodeCase((0, 255, 700), 768, 1, 1, (32, 8), 128, 256),
+    DecodeCase((1, 47, 130), 144, 4, 1, (16, 4), 64, 16, causal=True),
 ]
 
 

@@ -178,11 +178,15 @@ HOPPER_SHARED_BYTES = 227 * 1024
 
 def decode_tma_config(head_dim: int) -> DecodeConfig:
     """Tiling of the Hopper TMA decode kernel (kernels/hopper/decode.py; num_stages is its ring's depth):
-    two programs an SM fit at every head dim."""
-    if block_d(head_dim) <= 128:
+    two programs an SM fit at every head dim. At D = 128 a ring of 2 tiles was as fast as 3 or faster in
+    20 of 23 cells (H100, batch 1-64, contiguous and paged; docs/design/decode.md, "TMA decode"); D = 64
+    keeps as many bytes in flight with 3 half-size tiles, D = 256 with 2 tiles of 32 rows."""
+    if block_d(head_dim) <= 64:
         return DecodeConfig(64, 64, 4, 3)
+    if block_d(head_dim) <= 128:
+        return DecodeConfig(64, 64, 4, 2)
     # At D = 256, 64 packed rows would hold a 64 × 256 fp32 accumulator: 32 rows, as the portable kernel.
-    return DecodeConfig(32, 32, 4, 3)
+    return DecodeConfig(32, 32, 4, 2)
 
 
 def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
