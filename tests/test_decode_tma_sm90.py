@@ -33,7 +33,8 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     assert report.local_bytes == 0 and report.stack_bytes == 0, f"{case}: spills ({report})"
     # Two programs an SM: the split heuristic counts on it (hopper.decode.programs_per_sm).
     cfg = configs.decode_tma_config(case[0])
-    assert decode.programs_per_sm(case[0], cfg) == 2
+    assert decode.programs_per_sm(case[0], cfg, 4096) == 2
+    assert decode.programs_per_sm(case[0], cfg, decode.LONG_CACHE_KEYS) == 1
     assert 2 * report.shared_bytes <= configs.HOPPER_SHARED_BYTES, f"{case}: {report.shared_bytes} B"
     assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
 

@@ -354,7 +354,7 @@ def decode_fwd(
         from flashtile.kernels.hopper import decode as hopper_decode
 
         cfg = config or configs.decode_tma_config(head_dim)
-        per_sm = hopper_decode.programs_per_sm(head_dim, cfg)
+        per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity)
     else:
         cfg = config or configs.decode_config(head_dim, q.device)
         per_sm = programs_per_sm(head_dim, q.device)

@@ -47,6 +47,12 @@ HEAD_DIMS = (64, 128, 256)
 # smaller than a tile go to the portable kernel there (D > 64 in 16-bit: at D = 128, pages of 16 rows
 # read NaN from the wrong rows in the first GPU run).
 SWIZZLE_BYTES = 128
+# From this many cache slots a small batch is split for one program an SM, not two: at batch 1 and a 128k
+# cache, H100, one program an SM ran 1-3 % faster than cuDNN in every GQA ratio and steady from run to
+# run, two programs an SM 1-3 % slower in their fast runs and 10-18 % in their slow ones (the "two speeds"
+# of docs/design/decode.md); below 32k two programs an SM were as fast or faster (docs/design/decode.md,
+# "TMA decode").
+LONG_CACHE_KEYS = 32768
 
 
 @functools.cache
@@ -352,8 +358,11 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, element_size: int = 2
     return 2 * stages * block_n * head_dim * element_size + block_n * head_dim * element_size
 
 
-def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig) -> int:
-    """Programs of this configuration that fit one Hopper SM's 227 KB of shared memory (at most 2)."""
+def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int) -> int:
+    """Programs an SM the split heuristic plans for: one for caches of LONG_CACHE_KEYS slots or more,
+    else as many as fit one Hopper SM's 227 KB of shared memory (at most 2)."""
+    if capacity >= LONG_CACHE_KEYS:
+        return 1
     return max(1, min(2, configs.HOPPER_SHARED_BYTES // shared_bytes(head_dim, cfg.BLOCK_N, cfg.num_stages)))
 
 
