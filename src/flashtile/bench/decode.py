@@ -87,8 +87,16 @@ def cells(quick: bool) -> list[DecodeCell]:
     return [c for c in found if c.kv_bytes <= MAX_CACHE_BYTES]
 
 
+# Replays before the timed ones, for at least this long: the first timed implementation of a cell used to
+# read up to 17 % slower in the first ~10 ms of replays than minutes of replays later (H100, batch 1,
+# 128k cache: 214.5 µs p50 in a shape's first round, 183.8 in its second; docs/design/decode.md,
+# "Timing"), which made the first-timed implementation, flashtile, pay for the GPU's wake-up.
+WARMUP_MS = 30.0
+
+
 def graph_time_ms(calls: list[Callable[[], object]], reps: int = 20) -> tuple[float, float, float]:
-    """p20/p50/p80 of one call's time, from CUDA-graph replays of ``calls`` (one per input copy)."""
+    """p20/p50/p80 of one call's time, from CUDA-graph replays of ``calls`` (one per input copy), after
+    replays for WARMUP_MS."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -99,8 +107,12 @@ def graph_time_ms(calls: list[Callable[[], object]], reps: int = 20) -> tuple[fl
     with torch.cuda.graph(graph):
         for c in calls:
             c()
-    graph.replay()
-    torch.cuda.synchronize()
+    warm_start = time.perf_counter()
+    while True:
+        graph.replay()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - warm_start) * 1e3 >= WARMUP_MS:
+            break
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
