@@ -68,22 +68,51 @@ def _box_view(buf, desc):
 
 
 @gluon.jit
+def _part_index(BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr):
+    """0, 1, … for the page parts of a tile (one box each)."""
+    return gl.arange(0, BLOCK_N // SUB_ROWS, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+
+
+@gluon.jit
+def _tile_pages(
+    first_key, seq, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+    IS_PAGED: gl.constexpr,
+):  # fmt: skip
+    """The pages of keys [first_key, first_key + BLOCK_N) (paged caches; 0 for a contiguous one): one page
+    number for a tile inside a page, a vector of one per part (SUB_ROWS rows) otherwise. Each slot is
+    clamped into [0, last slot] (a part past the sequence looks up its last page: masked) and each page into
+    the cache (a bad block-table entry reads a wrong page, never outside the cache). Issued a tile ahead of
+    its copies, so the lookup's latency hides under the wait and the dots of the tile before."""
+    leftpad, last_slot, _, _, bt_row, num_blocks = seq
+    pages = 0
+    if IS_PAGED:
+        if SUB_ROWS == BLOCK_N:
+            slots = gl.maximum(gl.minimum(leftpad + first_key, last_slot), 0)
+        else:
+            slots = leftpad + first_key + _part_index(BLOCK_N, SUB_ROWS) * SUB_ROWS
+            slots = gl.maximum(gl.minimum(slots, last_slot), 0)
+        pages = gl.minimum(gl.maximum(gl.load(bt_row + slots // PAGE_SIZE), 0), num_blocks - 1)
+    return pages
+
+
+@gluon.jit
 def _issue_tile(
-    k_desc, v_desc, k_buf, v_buf, bar, first_key, seq, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr,
+    k_desc, v_desc, k_buf, v_buf, bar, first_key, pages, seq, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr,
     PAGE_SIZE: gl.constexpr, IS_PAGED: gl.constexpr,
 ):  # fmt: skip
     """Start the TMA copies of keys [first_key, first_key + BLOCK_N) of the program's sequence and KV head
     into ``k_buf`` / ``v_buf``, completing ``bar``. ``seq`` = (leftpad, last slot, cache row, KV head,
-    block-table row, cache pages). Paged: one box of SUB_ROWS rows a page part, each page looked up for a
-    slot clamped into [0, last slot] (a part past the sequence reads its last page: masked)."""
-    leftpad, last_slot, b_cache, h_kv, bt_row, num_blocks = seq
+    block-table row, cache pages); ``pages``: :func:`_tile_pages` of the tile. Paged: one box of SUB_ROWS
+    rows a page part."""
+    leftpad, last_slot, b_cache, h_kv, _, _ = seq
     mbarrier.expect(bar, 2 * (BLOCK_N // SUB_ROWS) * k_desc.block_type.nbytes)
     if IS_PAGED:
         for part in gl.static_range(BLOCK_N // SUB_ROWS):
+            if SUB_ROWS == BLOCK_N:
+                page = pages
+            else:
+                page = gl.sum(gl.where(_part_index(BLOCK_N, SUB_ROWS) == part, pages, 0), axis=0)
             slot = gl.maximum(gl.minimum(leftpad + first_key + part * SUB_ROWS, last_slot), 0)
-            page = gl.load(bt_row + slot // PAGE_SIZE)
-            # A bad block-table entry may read a wrong page, never outside the cache.
-            page = gl.minimum(gl.maximum(page, 0), num_blocks - 1)
             within = slot % PAGE_SIZE
             k_part = _box_view(k_buf.slice(part * SUB_ROWS, SUB_ROWS), k_desc)
             v_part = _box_view(v_buf.slice(part * SUB_ROWS, SUB_ROWS), v_desc)
@@ -113,6 +142,8 @@ def _decode_steps(
     dtype: gl.constexpr = k_smem.dtype
     for t in range(t_lo, t_hi):
         slot = t % STAGES
+        refill_key = split_start + (t + STAGES) * BLOCK_N
+        refill_pages = _tile_pages(refill_key, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED)
         mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
         n0 = split_start + t * BLOCK_N
         k_t = k_smem.index(slot).permute((1, 0)).load(b_operand)
@@ -136,8 +167,8 @@ def _decode_steps(
         if t + STAGES < n_tiles:
             fence_async_shared()
             _issue_tile(
-                k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), ready.index(slot),
-                split_start + (t + STAGES) * BLOCK_N, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED,
+                k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), ready.index(slot), refill_key,
+                refill_pages, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED,
             )  # fmt: skip
     return acc, m_i, l_i
 
@@ -235,11 +266,16 @@ def attn_decode_tma_kernel(
         bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
     seq = (leftpad, gl.maximum(leftpad + split_end - 1, 0), b_cache, h_kv, bt_row, num_blocks)
     descs = (k_desc, v_desc)
+    # The ring's first tiles; each tile's pages are looked up before the copies of the tile before are
+    # issued, so the lookups overlap.
+    next_pages = _tile_pages(split_start, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED)
     for t in gl.static_range(STAGES):
+        pages = next_pages
+        next_pages = _tile_pages(split_start + (t + 1) * BLOCK_N, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED)
         if t < n_tiles:
             _issue_tile(
                 k_desc, v_desc, k_smem.index(t), v_smem.index(t), ready.index(t), split_start + t * BLOCK_N,
-                seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED,
+                pages, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED,
             )  # fmt: skip
 
     # Packed row r is query token r // GROUP of query head h_kv·GROUP + r % GROUP.
