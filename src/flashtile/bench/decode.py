@@ -15,6 +15,7 @@ import argparse
 import functools
 import itertools
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -229,14 +230,21 @@ def implementations() -> dict[str, Callable[[Problem, int], torch.Tensor]]:
     return found
 
 
+# Each implementation of a cell is timed in this many rounds, the implementations in turn (each first once),
+# and the median round is reported: a cell's timings on an H100 still had occasional slow rounds of 10-25 %
+# after the warm-up, which struck one implementation of a cell and not the next.
+ROUNDS = 3
+
+
 def measure(cell: DecodeCell, impls: dict, env: results.Environment, copy_bw: float) -> list[dict]:
-    """One row per implementation for ``cell``: checked, then timed."""
+    """One row per implementation for ``cell``: checked, then timed in ROUNDS rounds (their medians)."""
     problem = Problem(cell)
     out64 = problem.oracle(torch.float64)
     out_low = problem.oracle(DTYPE)
-    rows = []
+    rows: dict[str, dict] = {}
+    checks = {}
     for name, fn in impls.items():
-        row = {
+        rows[name] = {
             **env.__dict__, "impl": name, "batch": cell.batch, "heads": HEADS, "heads_kv": cell.heads_kv,
             "seqlen_q": cell.seqlen_q, "cache_len": cell.cache_len, "page_size": cell.page_size or "",
             "head_dim": HEAD_DIM, "dtype": "bf16", "copy_tb_per_s": f"{copy_bw / 1e12:.3f}",
@@ -244,27 +252,34 @@ def measure(cell: DecodeCell, impls: dict, env: results.Environment, copy_bw: fl
         try:
             check = compare("out", fn(problem, 0)[:1], out64, out_low, OUTPUT_FACTOR)
             if not check.passed:
-                rows.append({**row, "status": "wrong", "detail": str(check)})
+                rows[name].update(status="wrong", detail=str(check))
                 continue
-            p20, p50, p80 = graph_time_ms([functools.partial(fn, problem, i) for i in range(problem.copies)])
+            checks[name] = check
         except NotImplementedError as exc:
-            rows.append({**row, "status": "unsupported", "detail": str(exc)})
-            continue
+            rows[name].update(status="unsupported", detail=str(exc))
         except RuntimeError as exc:
             status = "unsupported" if "No available kernel" in str(exc) else "error"
-            rows.append({**row, "status": status, "detail": str(exc).splitlines()[0][:300]})
-            continue
+            rows[name].update(status=status, detail=str(exc).splitlines()[0][:300])
+    timed = list(checks)
+    times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in timed}
+    for r in range(ROUNDS):
+        for name in timed[r % max(len(timed), 1) :] + timed[: r % max(len(timed), 1)]:
+            fn = impls[name]
+            times[name].append(
+                graph_time_ms([functools.partial(fn, problem, i) for i in range(problem.copies)])
+            )
+    for name in timed:
+        p20, p50, p80 = (statistics.median(t[q] for t in times[name]) for q in range(3))
         tbs = cell.kv_bytes / (p50 * 1e-3)
-        rows.append(
-            {
-                **row, "p20_us": f"{p20 * 1e3:.2f}", "p50_us": f"{p50 * 1e3:.2f}",
-                "p80_us": f"{p80 * 1e3:.2f}", "tb_per_s": f"{tbs / 1e12:.3f}",
-                "of_copy": f"{tbs / copy_bw:.3f}", "status": "ok",
-                "detail": f"max|err| {check.max_abs_error:.2e} (allowed {check.allowed:.2e}); "
-                f"{problem.copies} cache copies",
-            }
+        check = checks[name]
+        rounds = ", ".join(f"{t[1] * 1e3:.2f}" for t in times[name])
+        rows[name].update(
+            p20_us=f"{p20 * 1e3:.2f}", p50_us=f"{p50 * 1e3:.2f}", p80_us=f"{p80 * 1e3:.2f}",
+            tb_per_s=f"{tbs / 1e12:.3f}", of_copy=f"{tbs / copy_bw:.3f}", status="ok",
+            detail=f"max|err| {check.max_abs_error:.2e} (allowed {check.allowed:.2e}); "
+            f"{problem.copies} cache copies; median of {ROUNDS} rounds (p50s {rounds} µs)",
         )  # fmt: skip
-    return rows
+    return list(rows.values())
 
 
 def plot(csv_path: Path, date: str) -> Path | None:
