@@ -37,8 +37,9 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     assert report.loop_spills == 0, f"{case}: {report.loop_spills} local accesses in a key loop"
     # Two programs an SM: the split heuristic counts on it (hopper.decode.programs_per_sm).
     cfg = configs.decode_tma_config(case[0])
-    assert decode.programs_per_sm(case[0], cfg, 4096) == 2
-    assert decode.programs_per_sm(case[0], cfg, decode.LONG_CACHE_KEYS) == 1
+    # Batch 1, GQA 4 (8 programs a split) at a 4k cache: two programs an SM fill all 132 SMs, one only 128.
+    assert decode.programs_per_sm(case[0], cfg, 4096, 8, 132) == 2
+    assert decode.programs_per_sm(case[0], cfg, decode.LONG_CACHE_KEYS, 8, 132) == 1
     assert 2 * report.shared_bytes <= configs.HOPPER_SHARED_BYTES, f"{case}: {report.shared_bytes} B"
     assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
 
@@ -46,3 +47,15 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
 def test_every_decode_word_is_compiled():
     words = {word for _, variant, _ in CASES for word in variant.split("+")}
     assert words == set(DECODE_WORDS) - {"m16"}, "each word reaches a compiled case (m16 is the default)"
+
+
+def test_one_program_an_sm_where_it_fills_every_sm_exactly():
+    cfg = configs.decode_tma_config(128)
+    # GQA 8 at batch 1 (4 programs a split): 33 splits fill 132 SMs once, 66 twice; 16k keys give the 33
+    # splits 496 keys each, 4k only 124.
+    assert decode.programs_per_sm(128, cfg, 16384, 4, 132) == 1
+    assert decode.programs_per_sm(128, cfg, 4096, 4, 132) == 2
+    # GQA 1 (32 programs): one an SM leaves 4 SMs idle: two.
+    assert decode.programs_per_sm(128, cfg, 16384, 32, 132) == 2
+    # Long caches: one an SM whatever the fill.
+    assert decode.programs_per_sm(128, cfg, 131072, 32, 132) == 1

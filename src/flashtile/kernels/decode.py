@@ -354,14 +354,17 @@ def decode_fwd(
         from flashtile.kernels.hopper import decode as hopper_decode
 
         cfg = config or configs.decode_tma_config(head_dim)
-        per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity)
     else:
         cfg = config or configs.decode_config(head_dim, q.device)
-        per_sm = programs_per_sm(head_dim, q.device)
     packed_rows = group * seqlen_q
     block_m = min(max(16, triton.next_power_of_2(packed_rows)), cfg.MAX_BLOCK_M)
     num_m_blocks = cdiv(packed_rows, block_m)
     programs = batch * heads_kv * num_m_blocks
+    if tma:
+        sms = configs.multiprocessor_count(q.device)
+        per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms)
+    else:
+        per_sm = programs_per_sm(head_dim, q.device)
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)
     # More splits than key tiles would only add programs that see nothing.
     splits = max(1, min(splits, cdiv(capacity, cfg.BLOCK_N)))

@@ -53,6 +53,12 @@ SWIZZLE_BYTES = 128
 # of docs/design/decode.md); below 32k two programs an SM were as fast or faster (docs/design/decode.md,
 # "TMA decode").
 LONG_CACHE_KEYS = 32768
+# Below that, one program an SM where the splits fill every SM exactly once with this many keys a split:
+# at batch 1, GQA 8 (4 KV heads) and a 16k cache, 33 splits of 496 keys ran 18.3 µs against 66 splits'
+# 21.1 (cuDNN 21.1); where one an SM leaves SMs idle (GQA 4: 128 of 132; GQA 1 at 4k: 35.5 against 32.9
+# µs) or a split would hold 124 keys (GQA 8 at 4k), two stayed faster (H100; docs/design/decode.md, "TMA
+# decode").
+MIN_KEYS_ONE_A_SM = 256
 
 
 @functools.cache
@@ -394,12 +400,18 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, element_size: int = 2
     return 2 * stages * block_n * head_dim * element_size + block_n * head_dim * element_size
 
 
-def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int) -> int:
-    """Programs an SM the split heuristic plans for: one for caches of LONG_CACHE_KEYS slots or more,
-    else as many as fit one Hopper SM's 227 KB of shared memory (at most 2)."""
-    if capacity >= LONG_CACHE_KEYS:
+def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int, programs: int, sms: int) -> int:
+    """Programs an SM the split heuristic plans for, with ``programs`` programs a split on ``sms`` SMs: one
+    when the cache has LONG_CACHE_KEYS slots or more, or when one a SM fills every SM exactly and gives each
+    split at least MIN_KEYS_ONE_A_SM keys; else as many as fit one Hopper SM's 227 KB of shared memory (at
+    most 2)."""
+    fit = max(1, min(2, configs.HOPPER_SHARED_BYTES // shared_bytes(head_dim, cfg.BLOCK_N, cfg.num_stages)))
+    if capacity >= LONG_CACHE_KEYS or fit == 1:
         return 1
-    return max(1, min(2, configs.HOPPER_SHARED_BYTES // shared_bytes(head_dim, cfg.BLOCK_N, cfg.num_stages)))
+    one = sms // max(programs, 1)
+    if one >= 1 and programs * one == sms and capacity // one >= MIN_KEYS_ONE_A_SM:
+        return 1
+    return fit
 
 
 def launch(
