@@ -87,8 +87,6 @@ def variants(problem: Problem, quick: bool) -> dict[str, object]:
 
     calls = {"portable": ours("portable", None)}
     for tiling in TMA_TILINGS[:1] if quick else TMA_TILINGS:
-        if problem.page_size and problem.page_size % tiling[1]:
-            continue  # pages smaller than a tile are the portable kernel's at D = 128
         calls["tma " + "/".join(map(str, tiling))] = ours("tma", configs.DecodeConfig(*tiling))
     if not problem.page_size:
         calls["sdpa cudnn"] = lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION)

@@ -463,9 +463,10 @@ DECODE = [
     DecodeCase((3, 40, 200), 256, 5, 2, (6, 6), 256, rotary="neox", leftpad=(3, 0, 150), batch_idx=True),
     DecodeCase((0, 33, 90), 160, 33, 33, page_size=16, causal=True, rotary="neox", dtype=torch.float16),
     # The Hopper TMA decode kernel's paged boxes: pages of a whole tile and more at D = 128, row slices of
-    # a tile at D = 64 (pages of 16), last pages partly filled.
+    # a tile (pages of 16) at D = 64 and, a column block at a time, at D = 128; last pages partly filled.
     DecodeCase((0, 255, 700), 768, 1, 1, (32, 8), 128, 256),
     DecodeCase((1, 47, 130), 144, 4, 1, (16, 4), 64, 16, causal=True),
+    DecodeCase((2, 80, 161), 176, 2, 1, (8, 2), 128, 16, window=(50, 0)),
 ]
 
 

@@ -237,7 +237,8 @@ def test_decode_matches_oracle(case: DecodeCase, seed: int) -> None:
 
 def _each_kernel_cases():
     """Shapes that reach each of the TMA kernel's tilings (16, 32 and 64 packed rows, two row blocks; pages
-    smaller than a key tile, equal and larger; D = 64, 128 and 256) and its options."""
+    smaller than a key tile, equal and larger, the smaller at D = 64 in whole rows and at D = 128 and 256
+    a column block at a time; D = 64, 128 and 256) and its options."""
     lengths = (0, 1, 777, 4099)
     cuda = dict(device="cuda", dtype=torch.bfloat16)
     yield DecodeCase(lengths, 1, 32, 32, 128, num_splits=0, **cuda)
@@ -245,6 +246,8 @@ def _each_kernel_cases():
     yield DecodeCase(lengths, 4, 64, 4, 128, 64, num_splits=0, **cuda)
     yield DecodeCase(lengths, 16, 32, 4, 128, num_splits=1, window=(-1, 0), **cuda)
     yield DecodeCase(lengths, 1, 32, 8, 64, 16, window=(100, 3), num_splits=0, **cuda)
+    yield DecodeCase(lengths, 4, 32, 8, 128, 16, window=(-1, 0), num_splits=3, **cuda)
+    yield DecodeCase(lengths, 1, 16, 4, 256, 16, softcap=30.0, num_splits=0, **cuda)
     yield DecodeCase(lengths, 2, 16, 4, 64, 32, softcap=30.0, alibi=True, num_splits=3, **cuda)
     yield DecodeCase(lengths, 4, 16, 4, 256, 256, window=(-1, 0), num_splits=0, **cuda)
     yield DecodeCase(lengths, 1, 32, 8, 128, batch_idx=True, leftpad=(0, 1, 100, 3), window=(50, 0), **cuda)

@@ -349,7 +349,7 @@ def decode_fwd(
     q, softmax_scale = positive_scale(q, softmax_scale)
     if q.stride(-1) != 1:
         q = q.contiguous()
-    tma = _runs_tma(q, k_cache, v_cache, block_table, cache_leftpad, config)
+    tma = _runs_tma(q, k_cache, v_cache, block_table, cache_leftpad)
     if tma:
         from flashtile.kernels.hopper import decode as hopper_decode
 
@@ -426,7 +426,6 @@ def _runs_tma(
     v_cache: torch.Tensor,
     block_table: torch.Tensor | None,
     cache_leftpad: torch.Tensor | None,
-    config: configs.DecodeConfig | None,
 ) -> bool:
     """Whether the Hopper TMA decode kernel (kernels/hopper/decode.py) runs this call: where it takes the
     call, unless ``FLASHTILE_DECODE_KERNEL=portable``; ``=tma`` makes a call it does not take an error."""
@@ -440,8 +439,7 @@ def _runs_tma(
     else:
         from flashtile.kernels.hopper.decode import unsupported_reason
 
-        block_n = (config or configs.decode_tma_config(q.shape[-1])).BLOCK_N
-        reason = unsupported_reason(q, k_cache, v_cache, block_table, cache_leftpad, block_n)
+        reason = unsupported_reason(q, k_cache, v_cache, block_table, cache_leftpad)
     if reason is not None and choice == "tma":
         raise ValueError(f"{KERNEL_ENV}=tma, but the TMA decode kernel does not run this call: {reason}")
     return reason is None

@@ -43,9 +43,9 @@ NUM_WARPS = 4
 # Head dims of the kernel: a TMA box row of D elements and a power-of-two dot.
 HEAD_DIMS = (64, 128, 256)
 # Rows wider than the 128-byte swizzle land in shared memory as column blocks of 128 bytes (one TMA copy
-# each), so a slice of a tile's rows is not one block of memory and cannot take a box of its own: pages
-# smaller than a tile go to the portable kernel there (D > 64 in 16-bit: at D = 128, pages of 16 rows
-# read NaN from the wrong rows in the first GPU run).
+# each), so a slice of a tile's rows is not one stretch of memory: pages smaller than a tile are loaded a
+# column block at a time (_part_box; a box of whole rows into a row slice read the wrong rows at D = 128
+# with pages of 16 in the first GPU run).
 SWIZZLE_BYTES = 128
 # From this many cache slots a small batch is split for one program an SM, not two: at batch 1 and a 128k
 # cache, H100, one program an SM ran 1-3 % faster than cuDNN in every GQA ratio and steady from run to
@@ -102,6 +102,22 @@ def _tile_pages(
 
 
 @gluon.jit
+def _part_box(buf, part, column_block, desc, SUB_ROWS: gl.constexpr):
+    """Rows [part·SUB_ROWS, (part + 1)·SUB_ROWS) of a [BLOCK_N, D] tile, columns of ``column_block``, as
+    the box ``desc`` moves ([1, SUB_ROWS, 1, COLUMNS]). A tile whose rows pass the swizzle lies in shared
+    memory as D / COLUMNS blocks of [BLOCK_N, COLUMNS] (module docstring), each a box's worth of columns:
+    a row slice of one block is one stretch of memory."""
+    COLUMNS: gl.constexpr = desc.block_type.shape[3]
+    block = buf
+    if buf.shape[1] != COLUMNS:
+        # (A stack of tiles takes the layout of one, as the rings' allocations do.)
+        blocks_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([buf.shape[0], COLUMNS], buf.dtype)
+        blocks = buf._reinterpret(buf.dtype, [buf.shape[1] // COLUMNS, buf.shape[0], COLUMNS], blocks_layout)
+        block = blocks.index(column_block)
+    return _box_view(block.slice(part * SUB_ROWS, SUB_ROWS), desc)
+
+
+@gluon.jit
 def _issue_tile(
     k_desc, v_desc, k_buf, v_buf, bar, first_key, pages, seq, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr,
     PAGE_SIZE: gl.constexpr, IS_PAGED: gl.constexpr,
@@ -109,9 +125,11 @@ def _issue_tile(
     """Start the TMA copies of keys [first_key, first_key + BLOCK_N) of the program's sequence and KV head
     into ``k_buf`` / ``v_buf``, completing ``bar``. ``seq`` = (leftpad, last slot, cache row, KV head,
     block-table row, cache pages); ``pages``: :func:`_tile_pages` of the tile. Paged: one box of SUB_ROWS
-    rows a page part."""
+    rows a page part, and a column block (:func:`_part_box`) where a part is a row slice of a wide tile."""
     leftpad, last_slot, b_cache, h_kv, _, _ = seq
-    mbarrier.expect(bar, 2 * (BLOCK_N // SUB_ROWS) * k_desc.block_type.nbytes)
+    COLUMNS: gl.constexpr = k_desc.block_type.shape[3]
+    BOXES: gl.constexpr = (BLOCK_N // SUB_ROWS) * (k_buf.shape[1] // COLUMNS)
+    mbarrier.expect(bar, 2 * BOXES * k_desc.block_type.nbytes)
     if IS_PAGED:
         for part in gl.static_range(BLOCK_N // SUB_ROWS):
             if SUB_ROWS == BLOCK_N:
@@ -120,10 +138,12 @@ def _issue_tile(
                 page = gl.sum(gl.where(_part_index(BLOCK_N, SUB_ROWS) == part, pages, 0), axis=0)
             slot = gl.maximum(gl.minimum(leftpad + first_key + part * SUB_ROWS, last_slot), 0)
             within = slot % PAGE_SIZE
-            k_part = _box_view(k_buf.slice(part * SUB_ROWS, SUB_ROWS), k_desc)
-            v_part = _box_view(v_buf.slice(part * SUB_ROWS, SUB_ROWS), v_desc)
-            tma.async_copy_global_to_shared(k_desc, [page, within, h_kv, 0], bar, k_part)
-            tma.async_copy_global_to_shared(v_desc, [page, within, h_kv, 0], bar, v_part)
+            for column_block in gl.static_range(k_buf.shape[1] // COLUMNS):
+                at = [page, within, h_kv, column_block * COLUMNS]
+                k_part = _part_box(k_buf, part, column_block, k_desc, SUB_ROWS)
+                v_part = _part_box(v_buf, part, column_block, v_desc, SUB_ROWS)
+                tma.async_copy_global_to_shared(k_desc, at, bar, k_part)
+                tma.async_copy_global_to_shared(v_desc, at, bar, v_part)
     else:
         row = leftpad + first_key
         tma.async_copy_global_to_shared(k_desc, [b_cache, row, h_kv, 0], bar, _box_view(k_buf, k_desc))
@@ -364,12 +384,10 @@ def unsupported_reason(
     v_cache: torch.Tensor,
     block_table: torch.Tensor | None,
     cache_leftpad: torch.Tensor | None,
-    block_n: int,
 ) -> str | None:
-    """Why the TMA decode kernel, at key tiles of ``block_n`` rows, does not take this call, or None: it
-    takes fp16/bf16 at head dims 64, 128 and 256 on a 9.x device, caches TMA can read in place, and paged
-    caches without ``cache_leftpad`` (a left pad shifts tiles off the pages' edges) whose pages hold whole
-    tiles or whose rows fit the swizzle (:data:`SWIZZLE_BYTES`); the portable kernel takes the rest."""
+    """Why the TMA decode kernel does not take this call, or None: it takes fp16/bf16 at head dims 64, 128
+    and 256 on a 9.x device, caches TMA can read in place, and paged caches without ``cache_leftpad`` (a
+    left pad moves tiles off the pages' edges); the portable decode kernel takes the rest."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
@@ -377,21 +395,21 @@ def unsupported_reason(
         return f"the TMA decode kernel takes float16 and bfloat16, not {q.dtype}"
     if q.shape[-1] not in HEAD_DIMS or v_cache.shape[-1] != q.shape[-1]:
         return f"the TMA decode kernel is compiled for head dims {HEAD_DIMS}, not {q.shape[-1]}"
-    if block_table is not None:
-        if cache_leftpad is not None:
-            return "a paged cache with cache_leftpad is not in the TMA decode kernel"
-        page_size = k_cache.shape[1]
-        if page_size % block_n and q.shape[-1] * q.element_size() > SWIZZLE_BYTES:
-            return (
-                f"pages of {page_size} rows, less than a {block_n}-row key tile, at head dim {q.shape[-1]}: "
-                "the TMA decode kernel loads such pages into row slices of its tiles only where a row fits "
-                f"the {SWIZZLE_BYTES}-byte swizzle"
-            )
+    if block_table is not None and cache_leftpad is not None:
+        return "a paged cache with cache_leftpad is not in the TMA decode kernel"
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         reason = _tma_unreadable(name, t)
         if reason is not None:
             return reason
     return None
+
+
+def box_columns(head_dim: int, sub_rows: int, block_n: int, element_size: int) -> int:
+    """Columns of a cache box: the whole row, but where a box is a row slice of a tile (pages smaller than
+    a tile) whose rows pass the swizzle, one swizzle's worth (:func:`_part_box`)."""
+    if sub_rows < block_n and head_dim * element_size > SWIZZLE_BYTES:
+        return SWIZZLE_BYTES // element_size
+    return head_dim
 
 
 def shared_bytes(head_dim: int, block_n: int, stages: int, element_size: int = 2) -> int:
@@ -437,7 +455,7 @@ def launch(
     paged = block_table is not None
     page_size = k_cache.shape[1] if paged else 1
     sub_rows = min(page_size, cfg.BLOCK_N) if paged else cfg.BLOCK_N
-    box = (1, sub_rows, 1, head_dim)
+    box = (1, sub_rows, 1, box_columns(head_dim, sub_rows, cfg.BLOCK_N, q.element_size()))
     k_desc: CheckedDescriptor = descriptor(k_cache, k_cache.shape, k_cache.stride(), box)
     v_desc: CheckedDescriptor = descriptor(v_cache, v_cache.shape, v_cache.stride(), box)
     run(

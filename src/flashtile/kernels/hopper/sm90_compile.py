@@ -208,13 +208,14 @@ DECODE_VARIANTS = (
 
 def decode_configurations() -> list[tuple[int, str, str]]:
     """The TMA decode kernel's configurations CI compiles: every variant at D = 128 in bf16, the plain
-    ones at D = 64 and 256 and in fp16, pages of 16 rows at D = 64."""
+    ones at D = 64 and 256 and in fp16, pages of 16 rows at every head dim."""
     from flashtile.kernels.hopper.decode import HEAD_DIMS
 
     cases = [(128, v, "bf16") for v in DECODE_VARIANTS]
     cases += [(d, v, t) for d in HEAD_DIMS for v in ("contiguous+combine", "paged64") for t in DTYPES]
-    # Pages smaller than a key tile, in row slices of it: only where a row fits the swizzle (D = 64).
-    cases += [(64, "paged16+combine", "bf16")]
+    # Pages smaller than a key tile, in row slices of it (a column block at a time where a row passes the
+    # swizzle).
+    cases += [(d, "paged16+combine", "bf16") for d in HEAD_DIMS]
     return sorted(set(cases))
 
 
@@ -244,7 +245,8 @@ def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
         IS_LOCAL="window" in words or "left" in words, HAS_WINDOW_LEFT="left" in words,
         HAS_SOFTCAP="softcap" in words, HAS_ALIBI="alibi" in words, EARLY_COMBINE="combine" in words,
     )  # fmt: skip
-    desc = _descriptor_type(dtype, sub_rows, head_dim)
+    columns = decode.box_columns(head_dim, sub_rows, cfg.BLOCK_N, 2)
+    desc = _descriptor_type(dtype, sub_rows, columns)
     floats = ("qk_scale", "softcap_qk", "softcap_out")
     signature = {}
     for name in kernel.arg_names:
