@@ -33,6 +33,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from flashtile.kernels import configs
+from flashtile.kernels._masking import visible_span
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import _row_terms, _softmax_step
 from flashtile.kernels.hopper.support import DTYPES, _tma_unreadable, device_unsupported_reason
@@ -259,23 +260,17 @@ def attn_decode_tma_kernel(
     hi_diag = diag_offset + window_right
     i_first = m_block * BLOCK_M // GROUP
     i_last = gl.minimum(m_block * BLOCK_M + BLOCK_M - 1, GROUP * seqlen_q - 1) // GROUP
-    # The portable kernel's split of the visible keys (kernels/_masking.py's visible_span, inlined: the
-    # tiles [start, end) the rows reach, those in [unmasked_start, unmasked_end) seen whole by every row).
-    x1 = gl.minimum(i_first + BLOCK_M, i_last + 1)
+    # The portable kernel's split of the visible keys: the tiles [start, end) the rows reach, those in
+    # [unmasked_start, unmasked_end) seen whole by every row (kernels/_masking.py's visible_span, whose
+    # scalar arithmetic compiles in Gluon too).
     start = 0
     unmasked_start = 0
-    end = n_k
     unmasked_end = n_k // BLOCK_N * BLOCK_N
+    end = n_k
     if IS_LOCAL:
-        if HAS_WINDOW_LEFT:
-            start = gl.maximum(i_first + lo_diag, 0) // BLOCK_N * BLOCK_N
-            full_start = gl.maximum(x1 - 1 + lo_diag, 0)
-            unmasked_start = start + gl.cdiv(gl.maximum(full_start - start, 0), BLOCK_N) * BLOCK_N
-        end = gl.minimum(x1 + hi_diag, n_k)
-        full_end = gl.minimum(i_first + hi_diag + 1, n_k)
-        unmasked_start = gl.minimum(unmasked_start, gl.maximum(end, start))
-        unmasked_end = start + gl.maximum(full_end - start, 0) // BLOCK_N * BLOCK_N
-        unmasked_end = gl.maximum(unmasked_end, unmasked_start)
+        start, unmasked_start, unmasked_end, end = visible_span(
+            i_first, i_last + 1, n_k, lo_diag if HAS_WINDOW_LEFT else None, hi_diag, BLOCK_M, BLOCK_N
+        )
     tiles_per_split = gl.cdiv(gl.cdiv(gl.maximum(end - start, 0), BLOCK_N), num_splits)
     split_start = gl.minimum(start + split * tiles_per_split * BLOCK_N, end)
     split_end = gl.minimum(split_start + tiles_per_split * BLOCK_N, end)
@@ -335,21 +330,14 @@ def attn_decode_tma_kernel(
     # tile edge unless it is the split's end, when the first loop takes every tile).
     t_mid = gl.cdiv(mid_start - split_start, BLOCK_N)
     t_tail = t_mid + (mid_end - mid_start) // BLOCK_N
-    acc, m_i, l_i = _decode_steps(
-        acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, 0, t_mid, n_tiles, n_k, row_terms,
-        scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE,
-        IS_PAGED, STAGES,
-    )  # fmt: skip
-    acc, m_i, l_i = _decode_steps(
-        acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, t_mid, t_tail, n_tiles, n_k,
-        row_terms, scores, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS,
-        PAGE_SIZE, IS_PAGED, STAGES,
-    )  # fmt: skip
-    acc, m_i, l_i = _decode_steps(
-        acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, t_tail, n_tiles, n_tiles, n_k,
-        row_terms, scores, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS,
-        PAGE_SIZE, IS_PAGED, STAGES,
-    )  # fmt: skip
+    # Three phases: masked head, whole tiles, masked tail.
+    bounds = (0, t_mid, t_tail, n_tiles)
+    for phase in gl.static_range(3):
+        acc, m_i, l_i = _decode_steps(
+            acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, bounds[phase],
+            bounds[phase + 1], n_tiles, n_k, row_terms, scores, phase != 1, IS_LOCAL, HAS_WINDOW_LEFT,
+            HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED, STAGES,
+        )  # fmt: skip
 
     # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
     out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
