@@ -1,0 +1,67 @@
+"""One GPU run: where a batch-1 decode step's time goes, kernel by kernel (torch.profiler), for flashtile's
+split kernel and combine and for SDPA cuDNN, at GQA 1 and 4 and caches of 4k and 16k.
+
+    PYTHONPATH=src python scripts/decode_profile.py [--steps 50]
+
+Each implementation runs ``steps`` eager calls (after a warm-up) under the profiler; the table gives each
+kernel's mean device time a call. Eager launches leave gaps between kernels that CUDA graphs close: the
+sum here is the kernels' time, not a step's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_check import Problem
+
+
+def kernel_times(fn, steps: int) -> dict[str, float]:
+    """Mean device µs a call of each kernel ``fn`` launches."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    total: dict[str, float] = collections.defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            total[event.name[:70]] += event.device_time / steps
+    return dict(total)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for group in (1, 4):
+        for seqlen in (4096, 16384):
+            problem = Problem(1, seqlen, group)
+            for name, fn in (
+                ("flashtile", lambda: problem.ours(0)),
+                ("sdpa cudnn", lambda: problem.sdpa(0, SDPBackend.CUDNN_ATTENTION)),
+            ):
+                times = kernel_times(fn, args.steps)
+                for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
+                    print(f"{problem.label()},{name},{kernel},{us:.2f}", flush=True)
+                print(
+                    f"## {problem.label()} {name}: {sum(times.values()):.2f} µs of kernels a call", flush=True
+                )
+            del problem
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
