@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import sys
 from pathlib import Path
 
@@ -48,17 +49,18 @@ def main() -> int:
     for group in (1, 4):
         for seqlen in (4096, 16384):
             problem = Problem(1, seqlen, group)
-            for name, fn in (
-                ("flashtile", lambda: problem.ours(0)),
-                ("sdpa cudnn", lambda: problem.sdpa(0, SDPBackend.CUDNN_ATTENTION)),
-            ):
+            calls = (
+                ("flashtile", functools.partial(problem.ours, 0)),
+                ("sdpa cudnn", functools.partial(problem.sdpa, 0, SDPBackend.CUDNN_ATTENTION)),
+            )
+            for name, fn in calls:
                 times = kernel_times(fn, args.steps)
                 for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
                     print(f"{problem.label()},{name},{kernel},{us:.2f}", flush=True)
                 print(
                     f"## {problem.label()} {name}: {sum(times.values()):.2f} µs of kernels a call", flush=True
                 )
-            del problem
+            problem = calls = None
             torch.cuda.empty_cache()
     return 0
 
