@@ -5,7 +5,9 @@ split kernel and combine and for SDPA cuDNN, at GQA 1 and 4 and caches of 4k and
 
 Each implementation runs ``steps`` eager calls (after a warm-up) under the profiler; the table gives each
 kernel's mean device time a call. Eager launches leave gaps between kernels that CUDA graphs close: the
-sum here is the kernels' time, not a step's.
+sum here is the kernels' time, not a step's; a step's time in a CUDA graph follows. With programmatic
+dependent launch the combine starts while the split kernel runs, so its kernel time includes the wait: the
+variant without it shows the combine's own time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_check import Problem
+
+from flashtile.kernels.decode import PDL_ENV
 
 
 def kernel_times(fn, steps: int) -> dict[str, float]:
@@ -40,6 +45,16 @@ def kernel_times(fn, steps: int) -> dict[str, float]:
     return dict(total)
 
 
+def _without_pdl(problem: Problem, i: int = 0) -> torch.Tensor:
+    """The step with the combine launched after the split kernel ends (its kernel time is then its own,
+    not the split kernel's remainder as well)."""
+    os.environ[PDL_ENV] = "0"
+    try:
+        return problem.ours(i)
+    finally:
+        os.environ.pop(PDL_ENV)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
@@ -50,16 +65,20 @@ def main() -> int:
         for seqlen in (4096, 16384):
             problem = Problem(1, seqlen, group)
             calls = (
-                ("flashtile", functools.partial(problem.ours, 0)),
-                ("sdpa cudnn", functools.partial(problem.sdpa, 0, SDPBackend.CUDNN_ATTENTION)),
+                ("flashtile", problem.ours),
+                ("flashtile without PDL", functools.partial(_without_pdl, problem)),
+                ("sdpa cudnn", functools.partial(problem.sdpa, backend=SDPBackend.CUDNN_ATTENTION)),
             )
             for name, fn in calls:
-                times = kernel_times(fn, args.steps)
+                times = kernel_times(functools.partial(fn, 0), args.steps)
                 for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
                     print(f"{problem.label()},{name},{kernel},{us:.2f}", flush=True)
                 print(
                     f"## {problem.label()} {name}: {sum(times.values()):.2f} µs of kernels a call", flush=True
                 )
+            for name, fn in calls:
+                ms = problem.time(fn)
+                print(f"## {problem.label()} {name}: {ms * 1e3:.2f} µs a step in a CUDA graph", flush=True)
             problem = calls = None
             torch.cuda.empty_cache()
     return 0
