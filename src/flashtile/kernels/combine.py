@@ -132,7 +132,8 @@ def attn_combine(
     num_rows = batch * seqlen * heads
     if num_rows == 0 or head_dim == 0:
         return out, lse
-    block_s, block_r = configs.combine_blocks(parts, configs.block_d(head_dim))
+    sms = configs.multiprocessor_count(o5.device)
+    block_s, block_r = configs.combine_blocks(parts, configs.block_d(head_dim), num_rows, sms)
     launch(
         attn_combine_kernel, (cdiv(num_rows, block_r),), o5.device,
         o5, l4, o4, l3, parts, num_rows, seqlen, heads,

@@ -165,11 +165,15 @@ class DecodeConfig:
 COMBINE_TILE_ELEMENTS = 8192
 
 
-def combine_blocks(parts: int, block_d: int) -> tuple[int, int]:
+def combine_blocks(parts: int, block_d: int, rows: int, sms: int) -> tuple[int, int]:
     """(BLOCK_S, BLOCK_R) of the combine kernel: every part in one load up to 64 parts, then as many rows
-    as fit the tile."""
+    as fit the tile, but no more than spread ``rows`` over every one of ``sms`` SMs. At batch 1, GQA 1 (32
+    rows, 8 parts), 8 rows a program made 4 programs and a 5.7 µs combine against cuDNN's 2.0 µs reduction
+    (H100, scripts/decode_profile.py; docs/design/decode.md, "Combine")."""
     block_s = min(64, 1 << (max(parts, 1) - 1).bit_length())
-    return block_s, max(1, COMBINE_TILE_ELEMENTS // (block_s * block_d))
+    fit = max(1, COMBINE_TILE_ELEMENTS // (block_s * block_d))
+    spread = 1 << (max(-(-rows // max(sms, 1)), 1) - 1).bit_length()
+    return block_s, min(fit, spread)
 
 
 # Shared memory a Hopper SM gives its programs (227 KB).
