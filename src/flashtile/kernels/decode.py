@@ -328,7 +328,9 @@ def decode_fwd(
     the valid slots of each sequence, ``cache_leftpad`` int32 ``(B,)`` (default 0) its first valid slot;
     the keys are slots ``[leftpad, seqlen)``. ``window_size`` normalised, causal folded in as right = 0;
     windows and ALiBi are bottom-right aligned on the valid keys. ``alibi_slopes`` fp32 ``(H,)`` or
-    ``(B, H)``. ``num_splits`` 0 picks a split count (``num_splits_heuristic``).
+    ``(B, H)``. ``num_splits`` 0 picks a split count (``num_splits_heuristic``). On Hopper the Gluon TMA
+    kernel (kernels/hopper/decode.py) runs the calls it takes (:func:`_runs_tma`), with its own tiling and
+    programs an SM; this module's kernel runs the others.
 
     Returns ``out`` ``(B, N_q, H, D)`` in q's dtype and ``lse`` ``(B, H, N_q)`` fp32; a sequence with no
     visible key gives ``out = 0`` and ``lse = −inf``.
@@ -368,6 +370,7 @@ def decode_fwd(
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)
     # More splits than key tiles would only add programs that see nothing.
     splits = max(1, min(splits, cdiv(capacity, cfg.BLOCK_N)))
+    # (The TMA kernel's rings are 2 or 3 tiles deep already.)
     if config is None and not tma and cdiv(cdiv(capacity, cfg.BLOCK_N), splits) <= SHALLOW_TILES_PER_SPLIT:
         cfg = dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
     if splits == 1:

@@ -14,11 +14,12 @@ query rows, below a warpgroup's 64-row wgmma, and the kernel is bound by memory,
 Caches are read through rank-4 descriptors, boxes [1, rows, 1, D]: a contiguous cache
 ``(B_cache, S_max, H_KV, D)`` one BLOCK_N-row box a tile at ``[cache row, leftpad + key, KV head, 0]``
 (rows past S_max read as zeros); a paged cache ``(num_pages, page_size, H_KV, D)`` one box a page part,
-``min(page_size, BLOCK_N)`` rows at ``[page, slot % page_size, KV head, 0]``, the page looked up in the
-block table (clamped to the sequence's slots and to the cache's pages, so a bad entry reads a wrong page,
-never outside the cache). A tile may hold slots past the sequence's last key (whatever they hold, NaN
-included): their scores are masked and, in masked steps, their V rows are zeroed in registers before the
-P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/design/decode.md, "TMA decode".
+``min(page_size, BLOCK_N)`` rows at ``[page, slot % page_size, KV head, 0]`` (for parts smaller than a
+tile whose rows pass the 128-byte swizzle, one box a 64-column block: :func:`_part_box`), the page looked
+up in the block table (clamped to the sequence's slots and to the cache's pages, so a bad entry reads a
+wrong page, never outside the cache). A tile may hold slots past the sequence's last key (whatever they
+hold, NaN included): their scores are masked and, in masked steps, their V rows are zeroed in registers
+before the P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/design/decode.md, "TMA decode".
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from flashtile.kernels import configs
+from flashtile.kernels._layout import launch as launch_kernel
 from flashtile.kernels._masking import visible_span
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import _row_terms, _softmax_step
@@ -436,8 +438,6 @@ def launch(
     """Launch the TMA decode kernel over ``programs`` programs: ``tensors`` = (cache_seqlens, block_table,
     cache_batch_idx, cache_leftpad, alibi slopes), ``scalars`` the portable kernel's runtime arguments by
     name, ``switches`` its constexpr switches."""
-    from flashtile.kernels._layout import launch as run
-
     seqlens, block_table, batch_idx, leftpad, slopes = tensors
     head_dim = q.shape[-1]
     paged = block_table is not None
@@ -446,7 +446,7 @@ def launch(
     box = (1, sub_rows, 1, box_columns(head_dim, sub_rows, cfg.BLOCK_N, q.element_size()))
     k_desc: CheckedDescriptor = descriptor(k_cache, k_cache.shape, k_cache.stride(), box)
     v_desc: CheckedDescriptor = descriptor(v_cache, v_cache.shape, v_cache.stride(), box)
-    run(
+    launch_kernel(
         attn_decode_tma_kernel, (programs,), q.device,
         q, k_desc, v_desc, o_part, lse_part, seqlens, block_table, batch_idx, leftpad, slopes,
         q.stride(0), q.stride(1), q.stride(2), *o_part.stride()[:4], *lse_part.stride(),
