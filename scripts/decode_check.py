@@ -101,6 +101,22 @@ class Problem:
     def time(self, fn):
         return graph_time_ms([functools.partial(fn, i) for i in range(self.copies)])[1]
 
+    def time_rounds(self, calls, rounds, reps):
+        """p50 of each call of ``calls`` (name → fn(copy index)) in each of ``rounds`` rounds, the calls in
+        turn within a round (a slow phase of the machine falls on all of them); each timing printed as a
+        CSV row ``shape,variant,round,p20_us,p50_us,p80_us``."""
+        p50s = {name: [] for name in calls}
+        for r in range(rounds):
+            for name, call in calls.items():
+                p20, p50, p80 = graph_time_ms(
+                    [functools.partial(call, i) for i in range(self.copies)], reps=reps
+                )
+                p50s[name].append(p50)
+                print(
+                    f"{self.label()},{name},{r},{p20 * 1e3:.2f},{p50 * 1e3:.2f},{p80 * 1e3:.2f}", flush=True
+                )
+        return p50s
+
 
 def report(name, problem, ms, bw, extra=""):
     tbs = problem.kv_bytes / (ms * 1e-3) / 1e12

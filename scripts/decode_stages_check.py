@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_check import HEAD_DIM, Problem
 
-from flashtile.bench.decode import copy_bandwidth, graph_time_ms
+from flashtile.bench.decode import copy_bandwidth
 from flashtile.kernels import configs
 from flashtile.kernels.decode import PDL_ENV, decode_fwd
 
@@ -85,14 +85,7 @@ def main() -> int:
             verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
             print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}; "
                   f"against 3 stages {diff:.2e}", flush=True)  # fmt: skip
-        p50s: dict[str, list[float]] = {name: [] for name in calls}
-        for r in range(args.rounds):
-            for name, call in calls.items():
-                fns = [lambda i=i, call=call: call(i) for i in range(problem.copies)]
-                p20, p50, p80 = graph_time_ms(fns, reps=args.reps)
-                p50s[name].append(p50)
-                row = f"{p20 * 1e3:.2f},{p50 * 1e3:.2f},{p80 * 1e3:.2f}"
-                print(f"{problem.label()},{name},{r},{row}", flush=True)
+        p50s = problem.time_rounds(calls, args.rounds, args.reps)
         cudnn = statistics.median(p50s["sdpa cudnn"])
         for name, times in p50s.items():
             ms = statistics.median(times)

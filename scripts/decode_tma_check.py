@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_check import Problem
 
-from flashtile.bench.decode import copy_bandwidth, graph_time_ms
+from flashtile.bench.decode import copy_bandwidth
 from flashtile.kernels import configs
 from flashtile.kernels.decode import KERNEL_ENV, decode_fwd, num_splits_heuristic
 from flashtile.kernels.hopper.decode import programs_per_sm
@@ -129,16 +129,7 @@ def main() -> int:
             err, base = problem.check(call(0))
             verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
             print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}", flush=True)
-        p50s: dict[str, list[float]] = {name: [] for name in calls}
-        for r in range(args.rounds):
-            for name, call in calls.items():
-                fns = [lambda i=i, call=call: call(i) for i in range(problem.copies)]
-                p20, p50, p80 = graph_time_ms(fns, reps=args.reps)
-                p50s[name].append(p50)
-                print(
-                    f"{problem.label()},{name},{r},{p20 * 1e3:.2f},{p50 * 1e3:.2f},{p80 * 1e3:.2f}",
-                    flush=True,
-                )
+        p50s = problem.time_rounds(calls, args.rounds, args.reps)
         base_name = "sdpa cudnn" if "sdpa cudnn" in p50s else "portable"
         base_ms = statistics.median(p50s[base_name])
         for name, times in p50s.items():

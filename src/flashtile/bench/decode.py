@@ -263,7 +263,8 @@ def measure(cell: DecodeCell, impls: dict, env: results.Environment, copy_bw: fl
     timed = list(checks)
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in timed}
     for r in range(ROUNDS):
-        for name in timed[r % max(len(timed), 1) :] + timed[: r % max(len(timed), 1)]:
+        first = r % max(len(timed), 1)
+        for name in timed[first:] + timed[:first]:
             fn = impls[name]
             times[name].append(
                 graph_time_ms([functools.partial(fn, problem, i) for i in range(problem.copies)])

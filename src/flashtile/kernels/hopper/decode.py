@@ -24,7 +24,6 @@ before the P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -64,7 +63,6 @@ LONG_CACHE_KEYS = 32768
 MIN_KEYS_ONE_A_SM = 256
 
 
-@functools.cache
 def _warps_m(block_m: int) -> int:
     """Warps along the packed rows of the mma layout: 16 rows a warp, the rest along the keys."""
     return max(1, min(NUM_WARPS, block_m // 16))
