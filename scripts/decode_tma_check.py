@@ -1,12 +1,15 @@
 """One GPU run: the Hopper TMA decode kernel (kernels/hopper/decode.py) at several tilings against the
 portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 to 64.
 
-    PYTHONPATH=src python scripts/decode_tma_check.py [--mode tilings|splits|head-dims] [--reps 50]
+    PYTHONPATH=src python scripts/decode_tma_check.py [--mode tilings|splits|head-dims|paged] [--reps 50]
         [--rounds 2] [--quick]
 
 ``tilings`` (the default): every tiling of TMA_TILINGS on D = 128 shapes, contiguous and paged;
 ``splits``: the default tiling at the heuristic's split count, half and twice it, at batch 1;
-``head-dims``: D = 64 and 256 at the default tiling and a deeper ring.
+``head-dims``: D = 64 and 256 at the default tiling and a deeper ring;
+``paged``: where paged caches trail contiguous ones, the same keys contiguous, paged in a random page order
+(the bench's), paged in order (the contiguous cache seen as pages: the kernel's paged path without the
+scattered placement), and paged at other tilings.
 
 Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
 variants alternate within each round, so a slow phase of the machine falls on all of them. Each variant's
@@ -81,6 +84,34 @@ def head_dim_variants(problem: Problem) -> dict[str, object]:
     return calls
 
 
+def paged_variants(problem: Problem) -> dict[str, object]:
+    """Contiguous against paged (random and in-order page tables) and paged at other tilings."""
+    batch, pages = problem.batch, problem.seqlen // problem.page_size
+    in_order = torch.arange(batch * pages, device="cuda", dtype=torch.int32).view(batch, pages)
+
+    def call(layout: str, config: configs.DecodeConfig | None):
+        def run(i: int) -> torch.Tensor:
+            kp, vp, table, k, v = problem.caches[i]
+            if layout == "contiguous":
+                kp, vp, table = k, v, None
+            elif layout == "in order":
+                kp = k.view(batch * pages, problem.page_size, *k.shape[2:])
+                vp = v.view(batch * pages, problem.page_size, *v.shape[2:])
+                table = in_order
+            return decode_fwd(
+                problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5, block_table=table,
+                window_size=(-1, 0), config=config,
+            )[0]  # fmt: skip
+
+        return run
+
+    calls = {"contiguous": call("contiguous", None), "paged": call("random", None)}
+    calls["paged in order"] = call("in order", None)
+    for tiling in ((64, 32, 4, 4), (64, 64, 4, 3), (64, 128, 4, 2)):
+        calls["paged " + "/".join(map(str, tiling))] = call("random", configs.DecodeConfig(*tiling))
+    return calls
+
+
 def variants(problem: Problem, quick: bool) -> dict[str, object]:
     def ours(kernel: str, config: configs.DecodeConfig | None):
         return _ours(problem, kernel, config)
@@ -98,7 +129,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="the default tiling only")
-    parser.add_argument("--mode", choices=("tilings", "splits", "head-dims"), default="tilings")
+    parser.add_argument("--mode", choices=("tilings", "splits", "head-dims", "paged"), default="tilings")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
@@ -112,6 +143,9 @@ def main() -> int:
         shapes += [(16, 16384, 4, p, 128) for p in (16, 64, 256)] + [(64, 4096, 8, 64, 128)]
     elif args.mode == "splits":
         shapes = [(1, n, g, None, 128) for g in (1, 8, 4) for n in (4096, 16384, 32768, 65536, 131072)]
+    elif args.mode == "paged":
+        shapes = [(1, 4096, 4, p, 128) for p in (64, 256)] + [(1, 131072, 4, 64, 128)]
+        shapes += [(16, n, 4, 64, 128) for n in (4096, 16384, 131072)] + [(16, 131072, 4, 256, 128)]
     else:
         shapes = [(b, n, 4, None, d) for d in (64, 256) for b, n in ((1, 4096), (1, 65536), (16, 16384))]
     print("shape,variant,round,p20_us,p50_us,p80_us", flush=True)
@@ -121,6 +155,8 @@ def main() -> int:
             calls = split_variants(problem)
         elif args.mode == "head-dims":
             calls = head_dim_variants(problem)
+        elif args.mode == "paged":
+            calls = paged_variants(problem)
         else:
             calls = variants(problem, args.quick)
         for name, call in calls.items():
@@ -130,7 +166,7 @@ def main() -> int:
             verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
             print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}", flush=True)
         p50s = problem.time_rounds(calls, args.rounds, args.reps)
-        base_name = "sdpa cudnn" if "sdpa cudnn" in p50s else "portable"
+        base_name = next(n for n in ("sdpa cudnn", "portable", "contiguous") if n in p50s)
         base_ms = statistics.median(p50s[base_name])
         for name, times in p50s.items():
             ms = statistics.median(times)
