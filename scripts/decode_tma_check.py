@@ -9,7 +9,7 @@ portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 t
 ``head-dims``: D = 64 and 256 at the default tiling and a deeper ring;
 ``paged``: where paged caches trail contiguous ones, the same keys contiguous, paged in a random page order
 (the bench's), paged in order (the contiguous cache seen as pages: the kernel's paged path without the
-scattered placement), and paged at other tilings.
+scattered placement), in a random order of 2 MB groups, and with K/V prefetched into L2 ahead of the ring.
 
 Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
 variants alternate within each round, so a slow phase of the machine falls on all of them. Each variant's
@@ -85,11 +85,26 @@ def head_dim_variants(problem: Problem) -> dict[str, object]:
 
 
 def paged_variants(problem: Problem) -> dict[str, object]:
-    """Contiguous against paged (random and in-order page tables) and paged at other tilings."""
+    """Contiguous against paged: page tables in a random order (the bench's), in order (the contiguous
+    cache seen as pages), in a random order of 2 MB groups of pages (each group in order), and random with
+    FLASHTILE_DECODE_PREFETCH (K/V brought into L2 that many tiles ahead of the ring)."""
     batch, pages = problem.batch, problem.seqlen // problem.page_size
-    in_order = torch.arange(batch * pages, device="cuda", dtype=torch.int32).view(batch, pages)
+    cuda = torch.device("cuda")
+    in_order = torch.arange(batch * pages, device=cuda, dtype=torch.int32).view(batch, pages)
+    page_bytes = problem.page_size * problem.heads_kv * problem.head_dim * 2
+    group = max(1, min(batch * pages, 2**21 // page_bytes))
+    groups = torch.randperm(batch * pages // group, device=cuda)
+    grouped = (groups[:, None] * group + torch.arange(group, device=cuda)).flatten()
+    grouped_tables = []
+    for _, _, _, k, v in problem.caches:
+        kp, vp = torch.empty_like(k).view(-1, *k.shape[2:]), torch.empty_like(v).view(-1, *v.shape[2:])
+        kp = kp.view(batch * pages, problem.page_size, *k.shape[2:])
+        vp = vp.view(batch * pages, problem.page_size, *v.shape[2:])
+        kp[grouped] = k.view(batch * pages, problem.page_size, *k.shape[2:])
+        vp[grouped] = v.view(batch * pages, problem.page_size, *v.shape[2:])
+        grouped_tables.append((kp, vp, grouped.view(batch, pages).to(torch.int32)))
 
-    def call(layout: str, config: configs.DecodeConfig | None):
+    def call(layout: str, prefetch: int = 0):
         def run(i: int) -> torch.Tensor:
             kp, vp, table, k, v = problem.caches[i]
             if layout == "contiguous":
@@ -98,17 +113,25 @@ def paged_variants(problem: Problem) -> dict[str, object]:
                 kp = k.view(batch * pages, problem.page_size, *k.shape[2:])
                 vp = v.view(batch * pages, problem.page_size, *v.shape[2:])
                 table = in_order
-            return decode_fwd(
-                problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5, block_table=table,
-                window_size=(-1, 0), config=config,
-            )[0]  # fmt: skip
+            elif layout == "2 MB groups":
+                kp, vp, table = grouped_tables[i]
+            os.environ["FLASHTILE_DECODE_PREFETCH"] = str(prefetch)
+            try:
+                return decode_fwd(
+                    problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5,
+                    block_table=table, window_size=(-1, 0),
+                )[0]  # fmt: skip
+            finally:
+                os.environ.pop("FLASHTILE_DECODE_PREFETCH")
 
         return run
 
-    calls = {"contiguous": call("contiguous", None), "paged": call("random", None)}
-    calls["paged in order"] = call("in order", None)
-    for tiling in ((64, 32, 4, 4), (64, 64, 4, 3), (64, 128, 4, 2)):
-        calls["paged " + "/".join(map(str, tiling))] = call("random", configs.DecodeConfig(*tiling))
+    calls = {"contiguous": call("contiguous"), "contiguous prefetch 2": call("contiguous", 2)}
+    calls["paged"] = call("random")
+    calls["paged in order"] = call("in order")
+    calls["paged 2 MB groups"] = call("2 MB groups")
+    for ahead in (1, 2, 4):
+        calls[f"paged prefetch {ahead}"] = call("random", ahead)
     return calls
 
 
