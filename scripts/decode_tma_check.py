@@ -104,7 +104,7 @@ def paged_variants(problem: Problem) -> dict[str, object]:
         vp[grouped] = v.view(batch * pages, problem.page_size, *v.shape[2:])
         grouped_tables.append((kp, vp, grouped.view(batch, pages).to(torch.int32)))
 
-    def call(layout: str, prefetch: int = 0):
+    def call(layout: str, prefetch: str = "0"):
         def run(i: int) -> torch.Tensor:
             kp, vp, table, k, v = problem.caches[i]
             if layout == "contiguous":
@@ -126,11 +126,10 @@ def paged_variants(problem: Problem) -> dict[str, object]:
 
         return run
 
-    calls = {"contiguous": call("contiguous"), "contiguous prefetch 2": call("contiguous", 2)}
-    calls["paged"] = call("random")
+    calls = {"contiguous": call("contiguous"), "paged": call("random")}
     calls["paged in order"] = call("in order")
     calls["paged 2 MB groups"] = call("2 MB groups")
-    for ahead in (1, 2, 4):
+    for ahead in ("2:touch", "4:touch", "8:touch"):
         calls[f"paged prefetch {ahead}"] = call("random", ahead)
     return calls
 

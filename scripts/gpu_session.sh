@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -979,8 +979,15 @@ case "$part" in
     unset FLASHTILE_DECODE_PREFETCH
     finish
     ;;
+  s16c)
+    # The paged gap: one line of each tile touched (the page's address translation) 2, 4 or 8 tiles ahead of
+    # the ring, against random and 2 MB-grouped page orders (s16b: prefetching whole tiles was slower).
+    begin
+    step paged 240 python3 scripts/decode_tma_check.py --mode paged --rounds 3
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

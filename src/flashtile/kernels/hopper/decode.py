@@ -155,7 +155,7 @@ def _issue_tile(
 @gluon.jit
 def _prefetch_tile(
     caches, first_key, pages, seq, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    IS_PAGED: gl.constexpr,
+    IS_PAGED: gl.constexpr, TOUCH: gl.constexpr,
 ):  # fmt: skip
     """Bring keys [first_key, first_key + BLOCK_N) of the program's KV head into L2 (``prefetch.global.L2``,
     one 128-byte line a thread), K and V, a few tiles before their TMA copies: with pages in a random order
@@ -165,8 +165,10 @@ def _prefetch_tile(
     LINE: gl.constexpr = 1024 // k_ptr.dtype.element_ty.primitive_bitwidth
     LINES: gl.constexpr = HEAD_DIM // LINE
     lines_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32 // LINES, LINES], [gl.num_warps(), 1], [1, 0])
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, lines_layout))
-    cols = gl.arange(0, LINES, layout=gl.SliceLayout(0, lines_layout)) * LINE
+    ROWS: gl.constexpr = 1 if TOUCH else BLOCK_N
+    COLS: gl.constexpr = 1 if TOUCH else LINES
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, lines_layout))
+    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, lines_layout)) * LINE
     slots = gl.maximum(gl.minimum(leftpad + first_key + rows, last_slot), 0).to(gl.int64)
     for which in gl.static_range(2):
         base = k_ptr if which == 0 else v_ptr
@@ -187,7 +189,7 @@ def _decode_steps(
     scores,
     MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    IS_PAGED: gl.constexpr, STAGES: gl.constexpr, PREFETCH: gl.constexpr,
+    IS_PAGED: gl.constexpr, STAGES: gl.constexpr, PREFETCH: gl.constexpr, TOUCH: gl.constexpr,
 ):  # fmt: skip
     """Fold the split's key tiles t_lo … t_hi − 1 (tile t holds keys split_start + t·BLOCK_N on, in ring
     slot t % STAGES) into (acc, m, ℓ); once a slot is read, start the copy of tile t + STAGES into it.
@@ -226,7 +228,9 @@ def _decode_steps(
         # Every warp has read the slot: it may take the tile STAGES ahead.
         gl.thread_barrier()
         if PREFETCH > 0 and t + STAGES + PREFETCH < n_tiles:
-            _prefetch_tile(caches, ahead_key, ahead_pages, seq, BLOCK_N, k_smem.shape[2], PAGE_SIZE, IS_PAGED)
+            _prefetch_tile(
+                caches, ahead_key, ahead_pages, seq, BLOCK_N, k_smem.shape[2], PAGE_SIZE, IS_PAGED, TOUCH
+            )
         if t + STAGES < n_tiles:
             fence_async_shared()
             _issue_tile(
@@ -257,7 +261,7 @@ def attn_decode_tma_kernel(
     STAGES: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS_M: gl.constexpr,
     IS_PAGED: gl.constexpr, HAS_BATCH_IDX: gl.constexpr, HAS_LEFTPAD: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr, PREFETCH: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr, PREFETCH: gl.constexpr, TOUCH: gl.constexpr,
 ):  # fmt: skip
     """The portable ``attn_decode_kernel``'s program (kernels/decode.py) with TMA loads: see the module
     docstring. The arguments are that kernel's, with descriptors for the caches."""
@@ -375,6 +379,7 @@ def attn_decode_tma_kernel(
             acc, m_i, l_i, q, k_smem, v_smem, ready, descs, caches, seq, split_start, bounds[phase],
             bounds[phase + 1], n_tiles, n_k, row_terms, scores, phase != 1, IS_LOCAL, HAS_WINDOW_LEFT,
             HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED, STAGES, PREFETCH,
+            TOUCH,
         )  # fmt: skip
 
     # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
@@ -483,7 +488,9 @@ def launch(
     k_desc: CheckedDescriptor = descriptor(k_cache, k_cache.shape, k_cache.stride(), box)
     v_desc: CheckedDescriptor = descriptor(v_cache, v_cache.shape, v_cache.stride(), box)
     # Experiment: FLASHTILE_DECODE_PREFETCH=n prefetches K/V n tiles past the ring (pages a tile or larger).
-    prefetch = int(os.environ.get("FLASHTILE_DECODE_PREFETCH", "0")) if sub_rows == cfg.BLOCK_N else 0
+    # FLASHTILE_DECODE_PREFETCH=n:touch prefetches one line of each tile (the page's translation only).
+    ahead, _, how = os.environ.get("FLASHTILE_DECODE_PREFETCH", "0").partition(":")
+    prefetch = int(ahead) if sub_rows == cfg.BLOCK_N else 0
     launch_kernel(
         attn_decode_tma_kernel, (programs,), q.device,
         q, k_desc, v_desc, k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -498,5 +505,6 @@ def launch(
         IS_PAGED=paged, HAS_BATCH_IDX=switches["HAS_BATCH_IDX"], HAS_LEFTPAD=switches["HAS_LEFTPAD"],
         IS_LOCAL=switches["IS_LOCAL"], HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
         HAS_SOFTCAP=switches["HAS_SOFTCAP"], HAS_ALIBI=switches["HAS_ALIBI"],
-        EARLY_COMBINE=switches["EARLY_COMBINE"], PREFETCH=prefetch, num_warps=NUM_WARPS,
+        EARLY_COMBINE=switches["EARLY_COMBINE"], PREFETCH=prefetch, TOUCH=how == "touch",
+        num_warps=NUM_WARPS,
     )  # fmt: skip
