@@ -9,7 +9,7 @@ portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 t
 ``head-dims``: D = 64 and 256 at the default tiling and a deeper ring;
 ``paged``: where paged caches trail contiguous ones, the same keys contiguous, paged in a random page order
 (the bench's), paged in order (the contiguous cache seen as pages: the kernel's paged path without the
-scattered placement), in a random order of 2 MB groups, and with K/V prefetched into L2 ahead of the ring.
+scattered placement), and in a random order of 2 MB groups.
 
 Timed as scripts/decode_check.py times (CUDA graphs over rotated cache copies, K and V read once); the
 variants alternate within each round, so a slow phase of the machine falls on all of them. Each variant's
@@ -86,8 +86,9 @@ def head_dim_variants(problem: Problem) -> dict[str, object]:
 
 def paged_variants(problem: Problem) -> dict[str, object]:
     """Contiguous against paged: page tables in a random order (the bench's), in order (the contiguous
-    cache seen as pages), in a random order of 2 MB groups of pages (each group in order), and random with
-    FLASHTILE_DECODE_PREFETCH (K/V brought into L2 that many tiles ahead of the ring)."""
+    cache seen as pages), and in a random order of 2 MB groups of pages (each group in order). (In s16b and
+    s16c a prefetch into L2 of whole tiles, or of one line a tile, 1 to 8 tiles ahead of the ring, was
+    slower everywhere: removed.)"""
     batch, pages = problem.batch, problem.seqlen // problem.page_size
     cuda = torch.device("cuda")
     in_order = torch.arange(batch * pages, device=cuda, dtype=torch.int32).view(batch, pages)
@@ -104,7 +105,7 @@ def paged_variants(problem: Problem) -> dict[str, object]:
         vp[grouped] = v.view(batch * pages, problem.page_size, *v.shape[2:])
         grouped_tables.append((kp, vp, grouped.view(batch, pages).to(torch.int32)))
 
-    def call(layout: str, prefetch: str = "0"):
+    def call(layout: str):
         def run(i: int) -> torch.Tensor:
             kp, vp, table, k, v = problem.caches[i]
             if layout == "contiguous":
@@ -115,22 +116,16 @@ def paged_variants(problem: Problem) -> dict[str, object]:
                 table = in_order
             elif layout == "2 MB groups":
                 kp, vp, table = grouped_tables[i]
-            os.environ["FLASHTILE_DECODE_PREFETCH"] = str(prefetch)
-            try:
-                return decode_fwd(
-                    problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5,
-                    block_table=table, window_size=(-1, 0),
-                )[0]  # fmt: skip
-            finally:
-                os.environ.pop("FLASHTILE_DECODE_PREFETCH")
+            return decode_fwd(
+                problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5, block_table=table,
+                window_size=(-1, 0),
+            )[0]  # fmt: skip
 
         return run
 
     calls = {"contiguous": call("contiguous"), "paged": call("random")}
     calls["paged in order"] = call("in order")
     calls["paged 2 MB groups"] = call("2 MB groups")
-    for ahead in ("2:touch", "4:touch", "8:touch"):
-        calls[f"paged prefetch {ahead}"] = call("random", ahead)
     return calls
 
 

@@ -971,7 +971,8 @@ case "$part" in
     ;;
   s16b)
     # The paged gap's cause: pages in 2 MB groups against random, and K/V prefetched into L2 1, 2 or 4 tiles
-    # ahead of the TMA ring (FLASHTILE_DECODE_PREFETCH, an experiment), then the decode GPU tests with it.
+    # ahead of the TMA ring (FLASHTILE_DECODE_PREFETCH, an experiment at 85e0d56, removed after: slower),
+    # then the decode GPU tests with it.
     begin
     step paged 240 python3 scripts/decode_tma_check.py --mode paged --rounds 3
     export FLASHTILE_DECODE_PREFETCH=2
@@ -981,7 +982,8 @@ case "$part" in
     ;;
   s16c)
     # The paged gap: one line of each tile touched (the page's address translation) 2, 4 or 8 tiles ahead of
-    # the ring, against random and 2 MB-grouped page orders (s16b: prefetching whole tiles was slower).
+    # the ring, against random and 2 MB-grouped page orders (s16b: prefetching whole tiles was slower). At
+    # b69727d; the experiment was removed after (no faster).
     begin
     step paged 240 python3 scripts/decode_tma_check.py --mode paged --rounds 3
     finish

@@ -25,7 +25,6 @@ before the P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from triton.experimental import gluon
@@ -153,43 +152,11 @@ def _issue_tile(
 
 
 @gluon.jit
-def _prefetch_tile(
-    caches, first_key, pages, seq, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    IS_PAGED: gl.constexpr, TOUCH: gl.constexpr,
-):  # fmt: skip
-    """Bring keys [first_key, first_key + BLOCK_N) of the program's KV head into L2 (``prefetch.global.L2``,
-    one 128-byte line a thread), K and V, a few tiles before their TMA copies: with pages in a random order
-    each page is a new region of memory, whose first touch is slow. Slots are clamped to the sequence."""
-    k_ptr, v_ptr, k_strides, v_strides = caches
-    leftpad, last_slot, b_cache, h_kv, _, _ = seq
-    LINE: gl.constexpr = 1024 // k_ptr.dtype.element_ty.primitive_bitwidth
-    LINES: gl.constexpr = HEAD_DIM // LINE
-    lines_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32 // LINES, LINES], [gl.num_warps(), 1], [1, 0])
-    ROWS: gl.constexpr = 1 if TOUCH else BLOCK_N
-    COLS: gl.constexpr = 1 if TOUCH else LINES
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, lines_layout))
-    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, lines_layout)) * LINE
-    slots = gl.maximum(gl.minimum(leftpad + first_key + rows, last_slot), 0).to(gl.int64)
-    for which in gl.static_range(2):
-        base = k_ptr if which == 0 else v_ptr
-        stride_b, stride_n, stride_h = k_strides if which == 0 else v_strides
-        if IS_PAGED:
-            row_off = pages.to(gl.int64) * stride_b + (slots % PAGE_SIZE) * stride_n
-        else:
-            row_off = b_cache.to(gl.int64) * stride_b + slots * stride_n
-        addrs = base + gl.expand_dims(row_off + h_kv * stride_h, 1) + gl.expand_dims(cols, 0)
-        gl.inline_asm_elementwise(
-            "prefetch.global.L2 [$1]; // dummy $0", "=r,l", [addrs], dtype=gl.int32, is_pure=False, pack=1
-        )
-
-
-@gluon.jit
 def _decode_steps(
-    acc, m_i, l_i, q, k_smem, v_smem, ready, descs, caches, seq, split_start, t_lo, t_hi, n_tiles, n_k, rows,
-    scores,
+    acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, t_lo, t_hi, n_tiles, n_k, rows, scores,
     MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-    IS_PAGED: gl.constexpr, STAGES: gl.constexpr, PREFETCH: gl.constexpr, TOUCH: gl.constexpr,
+    IS_PAGED: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
     """Fold the split's key tiles t_lo … t_hi − 1 (tile t holds keys split_start + t·BLOCK_N on, in ring
     slot t % STAGES) into (acc, m, ℓ); once a slot is read, start the copy of tile t + STAGES into it.
@@ -204,9 +171,6 @@ def _decode_steps(
         slot = t % STAGES
         refill_key = split_start + (t + STAGES) * BLOCK_N
         refill_pages = _tile_pages(refill_key, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED)
-        if PREFETCH > 0:
-            ahead_key = refill_key + PREFETCH * BLOCK_N
-            ahead_pages = _tile_pages(ahead_key, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED)
         mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
         n0 = split_start + t * BLOCK_N
         k_t = k_smem.index(slot).permute((1, 0)).load(b_operand)
@@ -227,10 +191,6 @@ def _decode_steps(
         acc = mma_v2(gl.convert_layout(p.to(dtype), p_operand), v, acc)
         # Every warp has read the slot: it may take the tile STAGES ahead.
         gl.thread_barrier()
-        if PREFETCH > 0 and t + STAGES + PREFETCH < n_tiles:
-            _prefetch_tile(
-                caches, ahead_key, ahead_pages, seq, BLOCK_N, k_smem.shape[2], PAGE_SIZE, IS_PAGED, TOUCH
-            )
         if t + STAGES < n_tiles:
             fence_async_shared()
             _issue_tile(
@@ -250,8 +210,7 @@ def _launch_dependents():
 
 @gluon.jit(do_not_specialize=["window_left", "window_right"])
 def attn_decode_tma_kernel(
-    q_ptr, k_desc, v_desc, k_ptr, v_ptr, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
-    o_ptr, lse_ptr, seqlens_ptr, block_table_ptr, batch_idx_ptr, leftpad_ptr,
+    q_ptr, k_desc, v_desc, o_ptr, lse_ptr, seqlens_ptr, block_table_ptr, batch_idx_ptr, leftpad_ptr,
     alibi_ptr,
     stride_qb, stride_qn, stride_qh, stride_os, stride_ob, stride_on, stride_oh,
     stride_ls, stride_lb, stride_lh, stride_ln, stride_bt, stride_alibi_b,
@@ -261,7 +220,7 @@ def attn_decode_tma_kernel(
     STAGES: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS_M: gl.constexpr,
     IS_PAGED: gl.constexpr, HAS_BATCH_IDX: gl.constexpr, HAS_LEFTPAD: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr, PREFETCH: gl.constexpr, TOUCH: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr,
 ):  # fmt: skip
     """The portable ``attn_decode_kernel``'s program (kernels/decode.py) with TMA loads: see the module
     docstring. The arguments are that kernel's, with descriptors for the caches."""
@@ -328,7 +287,6 @@ def attn_decode_tma_kernel(
         bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
     seq = (leftpad, gl.maximum(leftpad + split_end - 1, 0), b_cache, h_kv, bt_row, num_blocks)
     descs = (k_desc, v_desc)
-    caches = (k_ptr, v_ptr, (stride_kb, stride_kn, stride_kh), (stride_vb, stride_vn, stride_vh))
     # The ring's first tiles; each tile's pages are looked up before the copies of the tile before are
     # issued, so the lookups overlap.
     next_pages = _tile_pages(split_start, seq, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED)
@@ -376,10 +334,9 @@ def attn_decode_tma_kernel(
     bounds = (0, t_mid, t_tail, n_tiles)
     for phase in gl.static_range(3):
         acc, m_i, l_i = _decode_steps(
-            acc, m_i, l_i, q, k_smem, v_smem, ready, descs, caches, seq, split_start, bounds[phase],
+            acc, m_i, l_i, q, k_smem, v_smem, ready, descs, seq, split_start, bounds[phase],
             bounds[phase + 1], n_tiles, n_k, row_terms, scores, phase != 1, IS_LOCAL, HAS_WINDOW_LEFT,
-            HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED, STAGES, PREFETCH,
-            TOUCH,
+            HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED, STAGES,
         )  # fmt: skip
 
     # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
@@ -487,15 +444,9 @@ def launch(
     box = (1, sub_rows, 1, box_columns(head_dim, sub_rows, cfg.BLOCK_N, q.element_size()))
     k_desc: CheckedDescriptor = descriptor(k_cache, k_cache.shape, k_cache.stride(), box)
     v_desc: CheckedDescriptor = descriptor(v_cache, v_cache.shape, v_cache.stride(), box)
-    # Experiment: FLASHTILE_DECODE_PREFETCH=n prefetches K/V n tiles past the ring (pages a tile or larger).
-    # FLASHTILE_DECODE_PREFETCH=n:touch prefetches one line of each tile (the page's translation only).
-    ahead, _, how = os.environ.get("FLASHTILE_DECODE_PREFETCH", "0").partition(":")
-    prefetch = int(ahead) if sub_rows == cfg.BLOCK_N else 0
     launch_kernel(
         attn_decode_tma_kernel, (programs,), q.device,
-        q, k_desc, v_desc, k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        o_part, lse_part, seqlens, block_table, batch_idx, leftpad, slopes,
+        q, k_desc, v_desc, o_part, lse_part, seqlens, block_table, batch_idx, leftpad, slopes,
         q.stride(0), q.stride(1), q.stride(2), *o_part.stride()[:4], *lse_part.stride(),
         block_table.stride(0) if paged else 0,
         0 if slopes is None or slopes.dim() == 1 else slopes.stride(0),
@@ -505,6 +456,5 @@ def launch(
         IS_PAGED=paged, HAS_BATCH_IDX=switches["HAS_BATCH_IDX"], HAS_LEFTPAD=switches["HAS_LEFTPAD"],
         IS_LOCAL=switches["IS_LOCAL"], HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
         HAS_SOFTCAP=switches["HAS_SOFTCAP"], HAS_ALIBI=switches["HAS_ALIBI"],
-        EARLY_COMBINE=switches["EARLY_COMBINE"], PREFETCH=prefetch, TOUCH=how == "touch",
-        num_warps=NUM_WARPS,
+        EARLY_COMBINE=switches["EARLY_COMBINE"], num_warps=NUM_WARPS,
     )  # fmt: skip

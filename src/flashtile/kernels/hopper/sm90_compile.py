@@ -198,7 +198,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
 # the packed rows a program owns ("m16" by default: one token of a GQA group of up to 16).
 DECODE_WORDS = (
     "contiguous", "paged16", "paged64", "paged256", "window", "left", "softcap", "alibi", "leftpad",
-    "batchidx", "combine", "m16", "m32", "m64", "prefetch",
+    "batchidx", "combine", "m16", "m32", "m64",
 )  # fmt: skip
 DECODE_VARIANTS = (
     "contiguous+combine", "paged64", "paged256+combine", "contiguous+m64",
@@ -244,7 +244,6 @@ def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
         IS_PAGED=bool(page), HAS_BATCH_IDX="batchidx" in words, HAS_LEFTPAD="leftpad" in words,
         IS_LOCAL="window" in words or "left" in words, HAS_WINDOW_LEFT="left" in words,
         HAS_SOFTCAP="softcap" in words, HAS_ALIBI="alibi" in words, EARLY_COMBINE="combine" in words,
-        PREFETCH=2 if "prefetch" in words else 0, TOUCH="prefetch" in words,
     )  # fmt: skip
     columns = decode.box_columns(head_dim, sub_rows, cfg.BLOCK_N, 2)
     desc = _descriptor_type(dtype, sub_rows, columns)
@@ -257,7 +256,7 @@ def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
             signature[name] = desc
         elif name in ("o_ptr", "lse_ptr", "alibi_ptr"):
             signature[name] = "*fp32"
-        elif name in ("q_ptr", "k_ptr", "v_ptr"):
+        elif name == "q_ptr":
             signature[name] = f"*{dtype}"
         elif name.endswith("_ptr"):
             signature[name] = "*i32"
