@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -988,8 +988,27 @@ case "$part" in
     step paged 240 python3 scripts/decode_tma_check.py --mode paged --rounds 3
     finish
     ;;
+  s16d)
+    # The GPU files not run since the fourteenth session (nothing they reach changed since; a regression
+    # check): the Gluon forward, backward and block-sparse files and the API's, then test_cli_bench.
+    begin
+    step gpu_tests 500 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s16d.xml" tests/test_gpu_hopper.py \
+      tests/test_gpu_hopper_bwd.py tests/test_gpu_hopper_block_sparse.py tests/test_gpu_api.py \
+      tests/test_cli_bench.py "$@"
+    cp "$work/gpu_tests_s16d.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  s16e)
+    # The rest of the fourteenth session's API-level GPU files (s14i: 380 passed, 1 skipped), a regression
+    # check: test_kernels.py, test_gpu_hardening.py, test_kernel_options.py, test_head_dims.py, test_sinks.py.
+    begin
+    step gpu_tests 540 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s16e.xml" tests/test_kernels.py \
+      tests/test_gpu_hardening.py tests/test_kernel_options.py tests/test_head_dims.py tests/test_sinks.py "$@"
+    cp "$work/gpu_tests_s16e.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
