@@ -240,7 +240,8 @@ def test_rows_without_keys_give_zero_and_the_sink_lse(device, seed):
         qv, kv, kv, cu_q, cu_k, 3, 3, learnable_sink=sink.detach(), return_attn_probs=True
     )
     assert (out[:2] == 0).all() and torch.isfinite(out).all()
-    torch.testing.assert_close(lse[:, :2], sink.detach()[:, None].expand(2, 2), rtol=0, atol=0)
+    # To fp32 rounding, as above (exact equality failed on an H100 for one seed: 2.4e-7 off a sink of 3.08).
+    torch.testing.assert_close(lse[:, :2], sink.detach()[:, None].expand(2, 2), rtol=2**-22, atol=0)
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton"])
