@@ -1,13 +1,15 @@
 """One GPU run: where a batch-1 decode step's time goes, kernel by kernel (torch.profiler), for flashtile's
-split kernel and combine and for SDPA cuDNN, at GQA 1 and 4 and caches of 4k and 16k.
+split kernel and combine and for SDPA cuDNN, at GQA 1, 4 and 8 and caches of 4k to 64k.
 
-    PYTHONPATH=src python scripts/decode_profile.py [--steps 50]
+    PYTHONPATH=src python scripts/decode_profile.py [--steps 50] [--rounds 3]
 
 Each implementation runs ``steps`` eager calls (after a warm-up) under the profiler; the table gives each
 kernel's mean device time a call. Eager launches leave gaps between kernels that CUDA graphs close: the
 sum here is the kernels' time, not a step's; a step's time in a CUDA graph follows. With programmatic
 dependent launch the combine starts while the split kernel runs, so its kernel time includes the wait: the
-variant without it shows the combine's own time.
+variant without it shows the combine's own time, and a variant releases the combine's launch after the
+split kernel's key loop rather than at its start (``FLASHTILE_DECODE_PDL=end``, the TMA kernel only).
+The graph timings run the variants in turn, ``rounds`` times (their medians).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import collections
 import functools
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -55,32 +58,41 @@ def _without_pdl(problem: Problem, i: int = 0) -> torch.Tensor:
         os.environ.pop(PDL_ENV)
 
 
+def _pdl_at_end(problem: Problem, i: int = 0) -> torch.Tensor:
+    """The step with the combine's launch released after the split kernel's key loop, not at its start."""
+    os.environ[PDL_ENV] = "end"
+    try:
+        return problem.ours(i)
+    finally:
+        os.environ.pop(PDL_ENV)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3, help="graph timings, the calls in turn")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for group in (1, 4):
-        for seqlen in (4096, 16384):
-            problem = Problem(1, seqlen, group)
-            calls = (
-                ("flashtile", problem.ours),
-                ("flashtile without PDL", functools.partial(_without_pdl, problem)),
-                ("sdpa cudnn", functools.partial(problem.sdpa, backend=SDPBackend.CUDNN_ATTENTION)),
-            )
-            for name, fn in calls:
-                times = kernel_times(functools.partial(fn, 0), args.steps)
-                for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
-                    print(f"{problem.label()},{name},{kernel},{us:.2f}", flush=True)
-                print(
-                    f"## {problem.label()} {name}: {sum(times.values()):.2f} µs of kernels a call", flush=True
-                )
-            for name, fn in calls:
-                ms = problem.time(fn)
-                print(f"## {problem.label()} {name}: {ms * 1e3:.2f} µs a step in a CUDA graph", flush=True)
-            problem = calls = None
-            torch.cuda.empty_cache()
+    for group, seqlen in ((1, 4096), (1, 16384), (1, 65536), (4, 4096), (4, 16384), (8, 16384)):
+        problem = Problem(1, seqlen, group)
+        calls = (
+            ("flashtile", problem.ours),
+            ("flashtile without PDL", functools.partial(_without_pdl, problem)),
+            ("flashtile PDL at end", functools.partial(_pdl_at_end, problem)),
+            ("sdpa cudnn", functools.partial(problem.sdpa, backend=SDPBackend.CUDNN_ATTENTION)),
+        )
+        for name, fn in calls:
+            times = kernel_times(functools.partial(fn, 0), args.steps)
+            for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
+                print(f"{problem.label()},{name},{kernel},{us:.2f}", flush=True)
+            print(f"## {problem.label()} {name}: {sum(times.values()):.2f} µs of kernels a call", flush=True)
+        p50s = problem.time_rounds(dict(calls), args.rounds, 50)
+        for name, times in p50s.items():
+            ms = statistics.median(times)
+            print(f"## {problem.label()} {name}: {ms * 1e3:.2f} µs a step in a CUDA graph", flush=True)
+        problem = calls = None
+        torch.cuda.empty_cache()
     return 0
 
 
