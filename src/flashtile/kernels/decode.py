@@ -43,9 +43,12 @@ SPLIT_EFFICIENCY = 0.95
 # 1.09-1.11x faster than 16 at 4k and 16k caches and as fast at 64k and 128k
 # (H100, docs/test-runs/2026-11-23-h100-session6/j/).
 PROGRAMS_PER_SM = 2
-# The combine kernel is launched with programmatic dependent launch (Hopper and later), so that its launch
-# overlaps the split kernel: 0.4-0.8 µs less a step at batch 1 (H200: 4k cache 12.10 against 12.82 µs,
-# 16k 25.19 against 25.98; docs/test-runs/2026-11-25-session9/t/). FLASHTILE_DECODE_PDL=0 turns it off.
+# After the portable split kernel the combine kernel is launched with programmatic dependent launch (Hopper
+# and later), so that its launch overlaps the split kernel: 0.4-0.8 µs less a step at batch 1 (H200: 4k
+# cache 12.10 against 12.82 µs, 16k 25.19 against 25.98; docs/test-runs/2026-11-25-session9/t/). After the
+# TMA split kernel it is not: there the step ran 0.2-1.1 µs faster without it at batch 1 in five of six
+# cells and 0.2-0.5 µs slower in one (GQA 4, 16k), in two runs (H100; docs/design/decode.md, "Combine").
+# FLASHTILE_DECODE_PDL=0 turns it off for both kernels, =1 on for both.
 PDL_ENV = "FLASHTILE_DECODE_PDL"
 # On Hopper the TMA decode kernel (kernels/hopper/decode.py) takes the calls it supports;
 # FLASHTILE_DECODE_KERNEL=portable sends every call to this module's kernel, =tma requires the TMA one.
@@ -381,7 +384,7 @@ def decode_fwd(
 
     left, right = window_size
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
-    early_combine = splits > 1 and _early_combine(q.device)
+    early_combine = splits > 1 and _early_combine(q.device, tma)
     switches = dict(
         IS_PAGED=paged,
         HAS_BATCH_IDX=cache_batch_idx is not None and not paged,
@@ -448,9 +451,11 @@ def _runs_tma(
     return reason is None
 
 
-def _early_combine(device: torch.device) -> bool:
-    """Whether the combine launches while the split kernel runs: programmatic dependent launch, on compute
-    capability 9.0 or later unless ``FLASHTILE_DECODE_PDL=0``."""
-    if os.environ.get(PDL_ENV, "1") == "0" or device.type != "cuda" or configs.is_interpreter():
+def _early_combine(device: torch.device, tma: bool) -> bool:
+    """Whether the combine launches while the split kernel runs (programmatic dependent launch, compute
+    capability 9.0 or later): after the portable kernel unless ``FLASHTILE_DECODE_PDL=0``, after the TMA
+    kernel only with ``FLASHTILE_DECODE_PDL=1`` (PDL_ENV's comment)."""
+    choice = os.environ.get(PDL_ENV, "")
+    if choice == "0" or (tma and choice != "1") or device.type != "cuda" or configs.is_interpreter():
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9

@@ -25,7 +25,6 @@ before the P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from triton.experimental import gluon
@@ -221,11 +220,11 @@ def attn_decode_tma_kernel(
     STAGES: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS_M: gl.constexpr,
     IS_PAGED: gl.constexpr, HAS_BATCH_IDX: gl.constexpr, HAS_LEFTPAD: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr, PDL_AT_END: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr,
 ):  # fmt: skip
     """The portable ``attn_decode_kernel``'s program (kernels/decode.py) with TMA loads: see the module
     docstring. The arguments are that kernel's, with descriptors for the caches."""
-    if EARLY_COMBINE and not PDL_AT_END:
+    if EARLY_COMBINE:
         _launch_dependents()
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[WARPS_M, gl.num_warps() // WARPS_M], instr_shape=[16, 8]
@@ -340,8 +339,6 @@ def attn_decode_tma_kernel(
             HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, SUB_ROWS, PAGE_SIZE, IS_PAGED, STAGES,
         )  # fmt: skip
 
-    if EARLY_COMBINE and PDL_AT_END:
-        _launch_dependents()
     # A row that saw no key in this split has ℓ = 0: its output is 0 and its log-sum-exp −inf.
     out = acc / gl.expand_dims(gl.where(l_i == 0.0, 1.0, l_i), 1)
     offs_dm = gl.arange(0, HEAD_DIM, layout=col_of)
@@ -459,6 +456,5 @@ def launch(
         IS_PAGED=paged, HAS_BATCH_IDX=switches["HAS_BATCH_IDX"], HAS_LEFTPAD=switches["HAS_LEFTPAD"],
         IS_LOCAL=switches["IS_LOCAL"], HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
         HAS_SOFTCAP=switches["HAS_SOFTCAP"], HAS_ALIBI=switches["HAS_ALIBI"],
-        EARLY_COMBINE=switches["EARLY_COMBINE"],
-        PDL_AT_END=os.environ.get("FLASHTILE_DECODE_PDL") == "end", num_warps=NUM_WARPS,
+        EARLY_COMBINE=switches["EARLY_COMBINE"], num_warps=NUM_WARPS,
     )  # fmt: skip

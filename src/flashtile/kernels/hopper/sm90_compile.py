@@ -244,7 +244,6 @@ def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
         IS_PAGED=bool(page), HAS_BATCH_IDX="batchidx" in words, HAS_LEFTPAD="leftpad" in words,
         IS_LOCAL="window" in words or "left" in words, HAS_WINDOW_LEFT="left" in words,
         HAS_SOFTCAP="softcap" in words, HAS_ALIBI="alibi" in words, EARLY_COMBINE="combine" in words,
-        PDL_AT_END=False,
     )  # fmt: skip
     columns = decode.box_columns(head_dim, sub_rows, cfg.BLOCK_N, 2)
     desc = _descriptor_type(dtype, sub_rows, columns)
