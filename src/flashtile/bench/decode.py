@@ -232,8 +232,10 @@ def implementations() -> dict[str, Callable[[Problem, int], torch.Tensor]]:
 
 # Each implementation of a cell is timed in this many rounds, the implementations in turn (each first once),
 # and the median round is reported: a cell's timings on an H100 still had occasional slow rounds of 10-25 %
-# after the warm-up, which struck one implementation of a cell and not the next.
-ROUNDS = 3
+# after the warm-up, which struck one implementation of a cell and not the next. Five, not three: with
+# three, one slow round left the median to the slower of the other two (batch 1, 4k, pages of 256, s16h:
+# rounds 12.49, 23.79 and 13.30 µs read 13.30).
+ROUNDS = 5
 
 
 def measure(cell: DecodeCell, impls: dict, env: results.Environment, copy_bw: float) -> list[dict]:
