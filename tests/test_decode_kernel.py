@@ -521,3 +521,22 @@ def test_hopper_combine_launches_while_the_split_kernel_runs() -> None:
         "combine": ["griddepcontrol.wait"],
         "combine_launch_pdl": True,
     }
+
+
+@pytest.mark.parametrize(
+    "choice, portable, tma", [(None, True, False), ("0", False, False), ("1", True, True), ("", True, False)]
+)
+def test_the_combine_launches_early_after_the_portable_kernel_and_not_after_the_tma_one(
+    choice: str | None, portable: bool, tma: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rule of kernels/decode.py's PDL_ENV on a compute-capability 9.0 device (faked: no GPU here).
+    monkeypatch.setattr(configs, "is_interpreter", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    if choice is None:
+        monkeypatch.delenv(decode.PDL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(decode.PDL_ENV, choice)
+    cuda = torch.device("cuda", 0)
+    assert decode._early_combine(cuda, tma=False) is portable
+    assert decode._early_combine(cuda, tma=True) is tma
+    assert decode._early_combine(torch.device("cpu"), tma=False) is False
