@@ -4,7 +4,8 @@ Prints host µs (calls issued back to back, the GPU kept busy), per-call ms (CUD
 bench` times a call) and kernel ms (the profiler) for flashtile's forward (inputs requiring grad), its
 backward alone (``torch.autograd.grad`` on a kept graph, as the bench times it; in autograd's device thread,
 PyTorch's default, and on the calling thread), the forward + backward, and the backend's backward called
-directly; the same for SDPA's cuDNN backend. Then a cProfile of the backward on the calling thread.
+directly; the same for SDPA's cuDNN backend. Then a cProfile of the backward (or, with ``--profile fwd``,
+the forward) on the calling thread.
 
     PYTHONPATH=src python scripts/host_profile_dense.py [--batch 32 --seqlen 512 --heads 16 --head-dim 128]
 """
@@ -47,6 +48,9 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--window", type=int, nargs=2, default=(-1, -1))
+    parser.add_argument(
+        "--profile", choices=("fwd", "bwd"), default="bwd", help="which call the cProfile runs (100 calls)"
+    )
     args = parser.parse_args()
     shape = (args.batch, args.seqlen, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -106,15 +110,17 @@ def main() -> None:
         print(f"{name:36s} {times}", flush=True)
     torch.cuda.synchronize()
     profiler = cProfile.Profile()
+    profiled = fwd if args.profile == "fwd" else bwd
     with torch.autograd.set_multithreading_enabled(False):
         profiler.enable()
         for _ in range(100):
-            bwd()
+            profiled()
         profiler.disable()
     torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
-    print(f"\n== cProfile of 100 backward calls on the calling thread, by own time\n{text.getvalue()}")
+    for order in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(35)
+        print(f"\n== cProfile of 100 {args.profile} calls on the calling thread, by {order}\n{text.getvalue()}")
 
 
 if __name__ == "__main__":
