@@ -120,7 +120,8 @@ def main() -> None:
     for order in ("tottime", "cumulative"):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(35)
-        print(f"\n== cProfile of 100 {args.profile} calls on the calling thread, by {order}\n{text.getvalue()}")
+        title = f"cProfile of 100 {args.profile} calls on the calling thread, by {order}"
+        print(f"\n== {title}\n{text.getvalue()}")
 
 
 if __name__ == "__main__":
