@@ -22,6 +22,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from flashtile.kernels import configs
+from flashtile.kernels._decode_program import program_coordinates, sequence_keys
 from flashtile.kernels._layout import cdiv, launch
 from flashtile.kernels._masking import visible, visible_span
 from flashtile.kernels._scores import base2_scores
@@ -177,19 +178,9 @@ def attn_decode_kernel(
         gdc_launch_dependents()
     # Without leftpad every tile starts at a multiple of BLOCK_N: with pages a multiple of it, in one page.
     TILE_IN_PAGE: tl.constexpr = IS_PAGED and PAGE_SIZE % BLOCK_N == 0 and not HAS_LEFTPAD
-    # Row blocks of one (b, KV head, split) are neighbours: they read the same keys, which stay in L2.
     pid = tl.program_id(0).to(tl.int64)
-    m_block = pid % num_m_blocks
-    split = (pid // num_m_blocks) % num_splits
-    h_kv = (pid // (num_m_blocks * num_splits)) % H_KV
-    b = pid // (num_m_blocks * num_splits * H_KV)
-
-    # Lengths are clamped to the cache, so bad values can never address a slot outside it.
-    seqlen = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b), 0), capacity)
-    leftpad = 0
-    if HAS_LEFTPAD:
-        leftpad = tl.minimum(tl.maximum(tl.load(leftpad_ptr + b), 0), seqlen)
-    n_k = seqlen - leftpad
+    m_block, split, h_kv, b = program_coordinates(pid, num_m_blocks, num_splits, H_KV)
+    leftpad, n_k = sequence_keys(seqlens_ptr, leftpad_ptr, b, capacity, HAS_LEFTPAD)
 
     # Packed row r is query token r // GROUP of query head h_kv·GROUP + r % GROUP.
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -33,6 +33,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from flashtile.kernels import configs
+from flashtile.kernels._decode_program import program_coordinates, sequence_keys
 from flashtile.kernels._layout import launch as launch_kernel
 from flashtile.kernels._masking import visible_span
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
@@ -241,19 +242,8 @@ def attn_decode_tma_kernel(
         mbarrier.init(ready.index(i), count=1)
     fence_async_shared()
 
-    # Row blocks of one (b, KV head, split) are neighbours: they read the same keys, which stay in L2.
-    pid = gl.program_id(0)
-    m_block = pid % num_m_blocks
-    split = (pid // num_m_blocks) % num_splits
-    h_kv = (pid // (num_m_blocks * num_splits)) % H_KV
-    b = pid // (num_m_blocks * num_splits * H_KV)
-
-    # Lengths are clamped to the cache, so bad values can never address a slot outside it.
-    seqlen = gl.minimum(gl.maximum(gl.load(seqlens_ptr + b), 0), capacity)
-    leftpad = 0
-    if HAS_LEFTPAD:
-        leftpad = gl.minimum(gl.maximum(gl.load(leftpad_ptr + b), 0), seqlen)
-    n_k = seqlen - leftpad
+    m_block, split, h_kv, b = program_coordinates(gl.program_id(0), num_m_blocks, num_splits, H_KV)
+    leftpad, n_k = sequence_keys(seqlens_ptr, leftpad_ptr, b, capacity, HAS_LEFTPAD)
 
     diag_offset = n_k - seqlen_q
     lo_diag = diag_offset - window_left
