@@ -49,20 +49,12 @@ def kernel_times(fn, steps: int) -> dict[str, float]:
     return dict(total)
 
 
-def _without_pdl(problem: Problem, i: int = 0) -> torch.Tensor:
-    """The step with the combine launched after the split kernel ends (its kernel time is then its own,
-    not the split kernel's remainder as well)."""
-    os.environ[PDL_ENV] = "0"
-    try:
-        return problem.ours(i)
-    finally:
-        os.environ.pop(PDL_ENV)
-
-
-def _with_pdl(problem: Problem, i: int = 0) -> torch.Tensor:
-    """The step with the combine launched by programmatic dependent launch (the TMA kernel's default is
-    without since the sixteenth session; the portable kernel's with)."""
-    os.environ[PDL_ENV] = "1"
+def _pdl(problem: Problem, setting: str, i: int = 0) -> torch.Tensor:
+    """The step with FLASHTILE_DECODE_PDL=``setting``: "0" launches the combine after the split kernel ends
+    (its kernel time is then its own, not the split kernel's remainder as well), "1" by programmatic
+    dependent launch (the TMA kernel's default is without since the sixteenth session; the portable
+    kernel's with)."""
+    os.environ[PDL_ENV] = setting
     try:
         return problem.ours(i)
     finally:
@@ -80,8 +72,8 @@ def main() -> int:
         problem = Problem(1, seqlen, group)
         calls = (
             ("flashtile", problem.ours),
-            ("flashtile without PDL", functools.partial(_without_pdl, problem)),
-            ("flashtile with PDL", functools.partial(_with_pdl, problem)),
+            ("flashtile without PDL", functools.partial(_pdl, problem, "0")),
+            ("flashtile with PDL", functools.partial(_pdl, problem, "1")),
             ("sdpa cudnn", functools.partial(problem.sdpa, backend=SDPBackend.CUDNN_ATTENTION)),
         )
         for name, fn in calls:

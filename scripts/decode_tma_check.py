@@ -96,13 +96,15 @@ def paged_variants(problem: Problem) -> dict[str, object]:
     group = max(1, min(batch * pages, 2**21 // page_bytes))
     groups = torch.randperm(batch * pages // group, device=cuda)
     grouped = (groups[:, None] * group + torch.arange(group, device=cuda)).flatten()
+
+    def as_pages(t: torch.Tensor) -> torch.Tensor:
+        """A (B, L, H_KV, D) cache seen as (B·pages, page_size, H_KV, D)."""
+        return t.view(batch * pages, problem.page_size, *t.shape[2:])
+
     grouped_tables = []
     for _, _, _, k, v in problem.caches:
-        kp, vp = torch.empty_like(k).view(-1, *k.shape[2:]), torch.empty_like(v).view(-1, *v.shape[2:])
-        kp = kp.view(batch * pages, problem.page_size, *k.shape[2:])
-        vp = vp.view(batch * pages, problem.page_size, *v.shape[2:])
-        kp[grouped] = k.view(batch * pages, problem.page_size, *k.shape[2:])
-        vp[grouped] = v.view(batch * pages, problem.page_size, *v.shape[2:])
+        kp, vp = as_pages(torch.empty_like(k)), as_pages(torch.empty_like(v))
+        kp[grouped], vp[grouped] = as_pages(k), as_pages(v)
         grouped_tables.append((kp, vp, grouped.view(batch, pages).to(torch.int32)))
 
     def call(layout: str):
@@ -111,9 +113,7 @@ def paged_variants(problem: Problem) -> dict[str, object]:
             if layout == "contiguous":
                 kp, vp, table = k, v, None
             elif layout == "in order":
-                kp = k.view(batch * pages, problem.page_size, *k.shape[2:])
-                vp = v.view(batch * pages, problem.page_size, *v.shape[2:])
-                table = in_order
+                kp, vp, table = as_pages(k), as_pages(v), in_order
             elif layout == "2 MB groups":
                 kp, vp, table = grouped_tables[i]
             return decode_fwd(
