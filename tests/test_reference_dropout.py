@@ -80,22 +80,22 @@ def test_philox_equals_triton(state: tuple[int, int]) -> None:
     assert torch.equal(torch.stack(ours, dim=1), words)
 
 
-def test_keep_rule_is_one_philox_call_per_block_of_eight() -> None:
-    """Entry (i, j) reads half j % 2 (low first) of word 2·((i // 8) % 2) + (j // 8) % 2 of the call for the
-    blocks (j // 16)·4 + (j % 8) // 2 and (i // 16)·8 + i % 8; written out one scalar call at a time,
+def test_keep_rule_is_one_philox_call_per_block_of_sixteen() -> None:
+    """Entry (i, j) reads byte 2·((i // 8) % 2) + (j // 8) % 2 of word 2·(i % 2) + j % 2 of the call for the
+    quads (j // 16)·4 + (j % 8) // 2 and (i // 16)·4 + (i % 8) // 2; written out one scalar call at a time,
     independently of the vectorised rule, over rows and columns past 16 (a second block)."""
     rng_state = torch.tensor([99, 5])
     b, h, nheads = 1, 2, 3
     rows, cols = range(35), range(37)
-    for p in (0.25, 0.5):
+    for p in (0.25, 0.5, 0.9):
         expected = torch.zeros(len(rows), len(cols), dtype=torch.bool)
         for i in rows:
             for j in cols:
-                i_block, i_half = (i // 16) * 8 + i % 8, (i // 8) % 2
-                j_block, j_half = (j // 16) * 4 + (j % 8) // 2, (j // 8) % 2
-                words = philox4x32((99, 0), (j_block, i_block, b * nheads + h, 5))
-                draw = (int(words[2 * i_half + j_half]) >> (16 * (j % 2))) & 0xFFFF
-                expected[i, j] = draw >= math.floor(p * 2**16)
+                i_quad, j_quad = (i // 16) * 4 + (i % 8) // 2, (j // 16) * 4 + (j % 8) // 2
+                words = philox4x32((99, 0), (j_quad, i_quad, b * nheads + h, 5))
+                byte = 2 * ((i // 8) % 2) + (j // 8) % 2
+                draw = (int(words[2 * (i % 2) + j % 2]) >> (8 * byte)) & 0xFF
+                expected[i, j] = draw >= math.floor(p * 2**8)
         keep = dropout_keep(rng_state, p, b, h, nheads, torch.arange(35)[:, None], torch.arange(37))
         assert torch.equal(keep, expected), p
 

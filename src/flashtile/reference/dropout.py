@@ -68,40 +68,32 @@ def philox4x32(
     return c0, c1, c2, c3
 
 
-# One Philox call gives four 32-bit words, eight 16-bit draws: one each for the entries {i, i + 8} ×
-# {j, j + 1, j + 8, j + 9} (i % 16 < 8; j even, j % 16 < 8). A thread of a Hopper wgmma accumulator holds
-# that block of S (queries × keys), so the forward draws each call once; a thread of the backward's Sᵀ
-# (keys × queries) holds {j, j + 8} × {i, i + 1, i + 8, i + 9}, half of two calls' blocks.
-DRAW_BITS = 16
+# One Philox call gives four 32-bit words, sixteen 8-bit draws: one each for the entries {i, i + 1, i + 8,
+# i + 9} × {j, j + 1, j + 8, j + 9} (i and j even, i % 16 < 8, j % 16 < 8). A thread of a Hopper wgmma
+# accumulator holds the half of that block with one row parity: {i, i + 8} × the four keys in the forward's
+# S (queries × keys), {j, j + 8} × the four queries in the backward's Sᵀ (keys × queries). Word
+# 2·(i % 2) + j % 2 holds the draws of one query parity and one key parity, so either half is two words.
+DRAW_BITS = 8
 
 
 def dropout_threshold(dropout_p: float) -> int:
-    """``floor(p · 2¹⁶)``: kept iff the 16-bit draw is ≥ this; the dropped fraction is then p to within
-    2⁻¹⁶ (the output is still scaled by exactly 1 / (1 − p)).
+    """``floor(p · 2⁸)``: kept iff the 8-bit draw is ≥ this; the dropped fraction is then ``floor(p · 256) /
+    256``, p to within 1/256, as in flash_attn (the output is still scaled by exactly 1 / (1 − p)).
 
-    >>> dropout_threshold(0.0), dropout_threshold(0.5)
-    (0, 32768)
+    >>> dropout_threshold(0.0), dropout_threshold(0.1), dropout_threshold(0.5)
+    (0, 25, 128)
     """
     return math.floor(dropout_p * 2**DRAW_BITS)
 
 
-def query_block(i: torch.Tensor) -> torch.Tensor:
-    """The index of query ``i``'s block row pair {i, i + 8} (or {i − 8, i}): ``(i // 16) · 8 + i % 8``.
+def quad(x: torch.Tensor) -> torch.Tensor:
+    """The index of position ``x``'s block {x₀, x₀ + 1, x₀ + 8, x₀ + 9} (x₀ even, x₀ % 16 < 8):
+    ``(x // 16) · 4 + (x % 8) // 2``; queries and keys alike.
 
-    >>> query_block(torch.tensor([0, 7, 8, 15, 16, 24])).tolist()
-    [0, 7, 0, 7, 8, 8]
-    """
-    return (i // 16) * 8 + i % 8
-
-
-def key_block(j: torch.Tensor) -> torch.Tensor:
-    """The index of key ``j``'s block columns {j, j + 1, j + 8, j + 9} (j even, j % 16 < 8):
-    ``(j // 16) · 4 + (j % 8) // 2``.
-
-    >>> key_block(torch.tensor([0, 1, 8, 9, 2, 16])).tolist()
+    >>> quad(torch.tensor([0, 1, 8, 9, 2, 16])).tolist()
     [0, 0, 0, 0, 1, 4]
     """
-    return (j // 16) * 4 + (j % 8) // 2
+    return (x // 16) * 4 + (x % 8) // 2
 
 
 def half(x: torch.Tensor) -> torch.Tensor:
@@ -122,11 +114,11 @@ def dropout_keep(
 
     For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
     ``j`` in ``cols`` (positions inside the sequence):
-    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(key_block(j), query_block(i),
-    b·nheads + h, offset))``; the draw is the 16-bit half ``j % 2`` (low half first) of word
-    ``2·half(i) + half(j)``, and the entry is kept iff the draw is ``≥ floor(p · 2¹⁶)``. One Philox call
-    serves the eight entries {i, i + 8} × {j, j + 1, j + 8, j + 9}. Counter words are taken modulo 2³² (so an
-    offset ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
+    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(quad(j), quad(i), b·nheads + h,
+    offset))``; the draw is byte ``2·half(i) + half(j)`` (lowest first) of word ``2·(i % 2) + j % 2``, and
+    the entry is kept iff the draw is ``≥ floor(p · 2⁸)``. One Philox call serves the sixteen entries
+    {i, i + 1, i + 8, i + 9} × {j, j + 1, j + 8, j + 9}. Counter words are taken modulo 2³² (so an offset
+    ≥ 2³² enters as its low 32 bits), as in a kernel that casts them to uint32.
 
     Args:
         rng_state: int64 ``(2,)`` = ``(seed, offset)``, on the device the mask is wanted on; read without a
@@ -146,12 +138,10 @@ def dropout_keep(
         return torch.as_tensor(x, dtype=torch.int64, device=device)
 
     rows, cols = index(rows), index(cols)
-    words = philox4x32(
-        (seed, seed >> 32), (key_block(cols), query_block(rows), index(b) * nheads + index(h), offset)
-    )
-    which = 2 * half(rows) + half(cols)
+    words = philox4x32((seed, seed >> 32), (quad(cols), quad(rows), index(b) * nheads + index(h), offset))
+    which = 2 * (rows % 2) + cols % 2
     word = words[0]
     for w in range(1, 4):
         word = torch.where(which == w, words[w], word)
-    draw = (word >> (DRAW_BITS * (cols % 2))) & (2**DRAW_BITS - 1)
+    draw = (word >> (DRAW_BITS * (2 * half(rows) + half(cols)))) & (2**DRAW_BITS - 1)
     return draw >= dropout_threshold(dropout_p)

@@ -509,7 +509,7 @@ def _consumer(
         mbarrier.wait(do_ready.index(s), phase)
         dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         if HAS_DROPOUT:
-            # Dropout's draws while both wgmmas run: a register per four entries until they are picked.
+            # Dropout's draws while both wgmmas run: a register per eight entries until they are picked.
             drawn = dropout.draw(
                 seed, rng_offset, drop_args[1], seq * H + h, n0 + which * WG_ROWS, m0, BM, s_layout, False
             )  # fmt: skip

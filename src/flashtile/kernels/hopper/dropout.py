@@ -5,15 +5,16 @@ A thread of the m64 accumulator (``NVMMADistributedLayout`` v3, four warps along
 {r, r + 8} and, of each 16 columns, {c, c + 1, c + 8, c + 9}. ``keep_tile`` draws on a grid of half the
 rows and a quarter of the columns, one point per such block of eight, then joins the draws into registers;
 that grid sliced by ``PAIRS`` below puts each point in the thread that owns its entries, so the join lands
-in the accumulator's layout register for register (``assert_trivial``). The forward's S tile (queries ×
-keys) takes one Philox call a point; the backward's Sᵀ tile (keys × queries) two, each for half of a call's
-block.
+in the accumulator's layout register for register (``assert_trivial``). A point is half of one Philox
+call's sixteen draws, two of its four words, in the forward's S tile (queries × keys) and the backward's
+Sᵀ tile (keys × queries) alike.
 
-Philox runs as one inline-asm block a call (:func:`_draw_bits`), which also compares the eight draws and
-packs the decisions into one register: Triton lowers a tensor operation for every element of a thread
-before the next operation, so ``tl.philox`` keeps all of a thread's calls in flight at once, and the
-backward at D = 128 (dK and dV in registers) spilled 344 B of registers; one block a call keeps one call's
-state live at a time.
+Philox runs as one inline-asm block a call (:func:`_draw_bits`), which also picks the point's two words,
+compares their eight bytes with the threshold four at a time (SIMD within a register) and packs the
+decisions into one register: Triton lowers a tensor operation for every element of a thread before the
+next operation, so ``tl.philox`` keeps all of a thread's calls in flight at once, and the backward at
+D = 128 (dK and dV in registers) spilled 344 B of registers; one block a call keeps one call's state live
+at a time.
 """
 
 from __future__ import annotations
@@ -25,23 +26,37 @@ from flashtile.kernels._dropout import keep_tile, kept, load_rng_state
 
 __all__ = ["draw", "kept", "load_rng_state"]
 
+HIGH_BITS = 0x80808080
 
-def _draw_bits_ptx(one_half: bool, rounds: int = 10, key_schedule: bool = False) -> str:
+
+def _bytes_kept_ptx(word: str, out: str) -> list[str]:
+    """``out`` = bit 8·y + 7 set where byte y of ``word`` is ≥ the threshold byte (pt, replicated four
+    times; ptl = pt & 0x7f7f7f7f, ptn = ~pt), other bits 0: the low seven bits compared by a subtraction
+    that cannot borrow across bytes, the top bit decides where the two top bits differ."""
+    return [
+        f"or.b32 pd, {word}, {HIGH_BITS:#x};", "sub.u32 pd, pd, ptl;",
+        f"xor.b32 pe, {word}, pt;", "not.b32 pe, pe;", "and.b32 pe, pe, pd;",
+        f"or.b32 pd, {word}, pt;", "xor.b32 pd, pd, pt;", "or.b32 pe, pe, pd;",
+        f"and.b32 {out}, pe, {HIGH_BITS:#x};",
+    ]  # fmt: skip
+
+
+def _draw_bits_ptx(rows_are_queries: bool, rounds: int = 10, key_schedule: bool = False) -> str:
     """kernels/_dropout.py's ``draw_bits`` in PTX: $0 the keep bits, $1–$4 the counter, $5, $6 the key (the
-    seed's low and high halves), $7 the threshold, and with ``one_half`` $8 the half's shift (0 or 16); the
-    rounds of Triton's ``tl.philox`` (flashtile/reference/dropout.py writes them out), each multiply's two
-    halves from one ``mul.wide``, then the draws compared."""
+    seed's low and high halves), $7 the threshold byte in each of four, $8 the row parity; the rounds of
+    Triton's ``tl.philox`` (flashtile/reference/dropout.py writes them out), each multiply's two halves from
+    one ``mul.wide``, then the parity's two words compared."""
     lines = [
         "{",
-        ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pr;",
+        ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pe, pt, ptl, ptn, px, py;",
         ".reg .u64 pw0, pw1;",
         ".reg .pred pq;",
         "mov.b32 pc0, $1;", "mov.b32 pc1, $2;", "mov.b32 pc2, $3;", "mov.b32 pc3, $4;",
         "mov.b32 pk0, $5;", "mov.b32 pk1, $6;",
     ]  # fmt: skip
     for r in range(rounds):
-        # With key_schedule, round r's keys are operands $8 + 2r, $9 + 2r (a uniform schedule, once a kernel).
-        k0, k1 = (f"${8 + 2 * r}", f"${9 + 2 * r}") if key_schedule else ("pk0", "pk1")
+        # With key_schedule, round r's keys are operands $9 + 2r, $10 + 2r (uniform, once a kernel).
+        k0, k1 = (f"${9 + 2 * r}", f"${10 + 2 * r}") if key_schedule else ("pk0", "pk1")
         lines += [
             "mul.wide.u32 pw0, pc0, 0xD2511F53;", "mov.b64 {pl0, ph0}, pw0;",
             "mul.wide.u32 pw1, pc2, 0xCD9E8D57;", "mov.b64 {pl1, ph1}, pw1;",
@@ -51,25 +66,24 @@ def _draw_bits_ptx(one_half: bool, rounds: int = 10, key_schedule: bool = False)
         ]  # fmt: skip
         if r < rounds - 1 and not key_schedule:
             lines += ["add.u32 pk0, pk0, 0x9E3779B9;", "add.u32 pk1, pk1, 0xBB67AE85;"]
-    lines += ["mov.b32 pr, 0;"]
-    for w in range(4):
-        if one_half:
-            draws = [(w, [f"shr.u32 pd, pc{w}, $8;", "and.b32 pd, pd, 0xFFFF;"])]
-        else:
-            draws = [(w, [f"and.b32 pd, pc{w}, 0xFFFF;"]), (w + 4, [f"shr.u32 pd, pc{w}, 16;"])]
-        for bit, take in draws:
-            lines += [
-                *take,
-                "setp.ge.s32 pq, pd, $7;",
-                f"selp.b32 pd, {1 << bit}, 0, pq;",
-                "or.b32 pr, pr, pd;",
-            ]
-    lines += ["mov.b32 $0, pr;", "}"]
+    # Words 2·parity, 2·parity + 1 (rows are queries) or parity, parity + 2 (rows are keys).
+    first, second = ("pc2", "pc3") if rows_are_queries else ("pc1", "pc3")
+    second_even = "pc1" if rows_are_queries else "pc2"
+    lines += [
+        "setp.ne.s32 pq, $8, 0;",
+        f"selp.b32 px, {first}, pc0, pq;", f"selp.b32 py, {second}, {second_even}, pq;",
+        "mov.b32 pt, $7;", "and.b32 ptl, pt, 0x7F7F7F7F;",
+        *_bytes_kept_ptx("px", "px"),
+        *_bytes_kept_ptx("py", "py"),
+        "shr.u32 py, py, 1;", "or.b32 $0, px, py;",
+        "}",
+    ]  # fmt: skip
     return "\n".join(lines)
 
 
-DRAW_BITS_PTX = gl.constexpr(_draw_bits_ptx(False, key_schedule=True))
-DRAW_HALF_BITS_PTX = gl.constexpr(_draw_bits_ptx(True))
+DRAW_QUERY_ROWS_PTX = gl.constexpr(_draw_bits_ptx(True, key_schedule=True))
+DRAW_QUERY_ROWS_LEAN_PTX = gl.constexpr(_draw_bits_ptx(True))
+DRAW_KEY_ROWS_PTX = gl.constexpr(_draw_bits_ptx(False))
 
 
 # Philox's key increments (Weyl constants) for the key schedule.
@@ -84,15 +98,23 @@ def _key(k, r: gl.constexpr, step: gl.constexpr):
 
 
 @gluon.jit
-def _draw_bits(seed, c0, c1, c2, c3, threshold, high):
-    """kernels/_dropout.py's ``draw_bits`` (int32 counters, an int64 seed), one asm block per call."""
+def _replicated(threshold):
+    """The threshold byte in each of an int32's four bytes, as the asm compares four draws at a time."""
+    return (threshold.to(gl.uint32) * 0x01010101).to(gl.int32, bitcast=True)
+
+
+@gluon.jit
+def _draw_bits(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.constexpr):
+    """kernels/_dropout.py's ``draw_bits`` (int32 counters, an int64 seed), one asm block per call; where
+    rows are queries (the forward), Philox's key schedule comes in as 20 operands (a kernel's uniform
+    values) instead of two additions a round."""
     k0 = c0 * 0 + seed.to(gl.int32)
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
-    if high is None:
+    if ROWS_ARE_QUERIES:
         bits = gl.inline_asm_elementwise(
-            DRAW_BITS_PTX, "=r" + ",r" * 27,
+            DRAW_QUERY_ROWS_PTX, "=r" + ",r" * 28,
             [
-                c0, c1, c2, c3, k0, k1, c0 * 0 + threshold,
+                c0, c1, c2, c3, k0, k1, c0 * 0 + _replicated(threshold), parity,
                 _key(k0, 0, KA), _key(k1, 0, KB), _key(k0, 1, KA), _key(k1, 1, KB),
                 _key(k0, 2, KA), _key(k1, 2, KB), _key(k0, 3, KA), _key(k1, 3, KB),
                 _key(k0, 4, KA), _key(k1, 4, KB), _key(k0, 5, KA), _key(k1, 5, KB),
@@ -102,11 +124,21 @@ def _draw_bits(seed, c0, c1, c2, c3, threshold, high):
             dtype=gl.int32, is_pure=True, pack=1,
         )  # fmt: skip
     else:
-        bits = gl.inline_asm_elementwise(
-            DRAW_HALF_BITS_PTX, "=r,r,r,r,r,r,r,r,r", [c0, c1, c2, c3, k0, k1, c0 * 0 + threshold, high * 16],
-            dtype=gl.int32, is_pure=True, pack=1,
-        )  # fmt: skip
+        bits = _draw_bits_lean(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES)
     return bits
+
+
+@gluon.jit
+def _draw_bits_lean(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.constexpr):
+    """:func:`_draw_bits` with the key schedule computed in the asm block: 20 registers fewer across a key
+    loop, for the kernels that hold the most (the backward, the forward at D = 256)."""
+    k0 = c0 * 0 + seed.to(gl.int32)
+    k1 = c0 * 0 + (seed >> 32).to(gl.int32)
+    return gl.inline_asm_elementwise(
+        DRAW_QUERY_ROWS_LEAN_PTX if ROWS_ARE_QUERIES else DRAW_KEY_ROWS_PTX, "=r" + ",r" * 8,
+        [c0, c1, c2, c3, k0, k1, c0 * 0 + _replicated(threshold), parity],
+        dtype=gl.int32, is_pure=True, pack=1,
+    )  # fmt: skip
 
 
 # The draw grid of a 64-row tile: 8 lanes × 4 warps along its 32 row pairs, 4 lanes along the columns.
@@ -124,15 +156,24 @@ def draw(
     COLS: gl.constexpr,
     layout: gl.constexpr,
     ROWS_ARE_QUERIES: gl.constexpr,
+    KEY_SCHEDULE: gl.constexpr = True,
 ):
     """The keep bits of the 64 × COLS tile at (r0, c0) (multiples of 16), kernels/_dropout.py's ``(bits,
     shift)`` in ``layout`` (the m64 wgmma accumulator of that shape): :func:`kept` picks each entry's. Rows
     are queries and columns keys, or the other way round. Drawn before a wgmma is waited on, they cost a
-    register per Philox call across the wait (eight entries in the forward, four in the backward)."""
+    register per Philox call (eight entries) across the wait. Without ``KEY_SCHEDULE`` the asm computes
+    Philox's round keys itself (:func:`_draw_bits_lean`); the backward always does."""
     ROWS: gl.constexpr = 64
     row_pairs = r0 // 2 + gl.arange(0, ROWS // 2, layout=gl.SliceLayout(1, PAIRS))
     col_quads = c0 // 4 + gl.arange(0, COLS // 4, layout=gl.SliceLayout(0, PAIRS))
-    bits, shift = keep_tile(seed, offset, threshold, bh, row_pairs, col_quads, ROWS_ARE_QUERIES, _draw_bits)
+    if KEY_SCHEDULE:
+        bits, shift = keep_tile(
+            seed, offset, threshold, bh, row_pairs, col_quads, ROWS_ARE_QUERIES, _draw_bits
+        )
+    else:
+        bits, shift = keep_tile(
+            seed, offset, threshold, bh, row_pairs, col_quads, ROWS_ARE_QUERIES, _draw_bits_lean
+        )
     return gl.convert_layout(bits, layout, assert_trivial=True), gl.convert_layout(
         shift, layout, assert_trivial=True
     )

@@ -502,11 +502,13 @@ def _softmax_step(
 
 
 @gluon.jit
-def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr, HEAD_DIM: gl.constexpr):
     """Dropout's keep bits (hopper/dropout.py) of the consumer's rows and the keys [n0, n0 + BLOCK_N);
     ``drop`` = (seed, offset, threshold, bh, the consumer's first row)."""
     seed, offset, threshold, bh, row0 = drop
-    return dropout.draw(seed, offset, threshold, bh, row0, n0, BLOCK_N, layout, True)
+    # At D = 256 the output's 128 registers a thread leave no room for the key schedule's 20 (they spilled
+    # inside the key loop); the asm adds the round keys itself there.
+    return dropout.draw(seed, offset, threshold, bh, row0, n0, BLOCK_N, layout, True, HEAD_DIM < 256)
 
 
 @gluon.jit
@@ -540,7 +542,7 @@ def _attn_fwd_steps(
             n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         if HAS_DROPOUT:
             # Dropout's draws while both wgmmas run (after S lands they measured 3–7 % slower).
-            drawn = _draw_tile(scores[6], n0, BLOCK_N, s_layout)
+            drawn = _draw_tile(scores[6], n0, BLOCK_N, s_layout, acc.type.shape[1])
         # wgmma groups retire in order: one left outstanding is the P·V just issued.
         s = warpgroup_mma_wait(1, deps=[s_tok])
         mbarrier.arrive(k_empty.index(slot), count=1)
@@ -728,7 +730,7 @@ def _attn_fwd_tile(
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
         if HAS_DROPOUT:
-            p = gl.where(dropout.kept(*_draw_tile(drop, n_first, BLOCK_N, s_layout)), p, 0.0)
+            p = gl.where(dropout.kept(*_draw_tile(drop, n_first, BLOCK_N, s_layout, HEAD_DIM)), p, 0.0)
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         if HAS_WINDOW_LEFT or MASK_MOD is not None or MASK_BITS:
