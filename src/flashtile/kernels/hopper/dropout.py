@@ -41,22 +41,31 @@ def _bytes_kept_ptx(word: str, out: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _draw_bits_ptx(rows_are_queries: bool, rounds: int = 10, key_schedule: bool = False) -> str:
-    """kernels/_dropout.py's ``draw_bits`` in PTX: $0 the keep bits, $1–$4 the counter, $5, $6 the key (the
-    seed's low and high halves), $7 the threshold byte in each of four, $8 the row parity; the rounds of
-    Triton's ``tl.philox`` (flashtile/reference/dropout.py writes them out), each multiply's two halves from
-    one ``mul.wide``, then the parity's two words compared."""
+def _draw_pair_ptx(rows_are_queries: bool, rounds: int = 10, key_schedule: bool = False) -> str:
+    """kernels/_dropout.py's ``draw_bits`` for two points of a thread at once (``pack=2``: columns Q and
+    Q + 1 of one row pair), one Philox call between a thread and its partner lane (lane ^ 4, the other row
+    parity, the same calls): a thread of row parity p runs the call of its point p, keeps the two words of
+    its parity and hands the other two's decisions to the partner by a butterfly shuffle, which runs the
+    other call. Operands: $0, $1 the two points' keep bits; argument i of point e is $(2 + 2i + e): the
+    counter (0–3), the key (4, 5: the seed's low and high halves), the threshold byte in each of four (6),
+    the row parity (7), with ``key_schedule`` round r's keys (8 + 2r, 9 + 2r). Philox runs the rounds of
+    Triton's ``tl.philox`` (flashtile/reference/dropout.py writes them out), each multiply's two halves
+    from one ``mul.wide``. Every lane of a warp runs the block (the shuffle needs all 32)."""
+
+    def arg(i: int, point: int = 0) -> str:
+        return f"${2 + 2 * i + point}"
+
     lines = [
         "{",
-        ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pe, pt, ptl, ptn, px, py;",
+        ".reg .u32 pc0, pc1, pc2, pc3, pk0, pk1, ph0, ph1, pl0, pl1, pd, pe, pt, ptl, px, py, pown, pgive;",
         ".reg .u64 pw0, pw1;",
         ".reg .pred pq;",
-        "mov.b32 pc0, $1;", "mov.b32 pc1, $2;", "mov.b32 pc2, $3;", "mov.b32 pc3, $4;",
-        "mov.b32 pk0, $5;", "mov.b32 pk1, $6;",
+        f"setp.ne.s32 pq, {arg(7)}, 0;",
+        *[f"selp.b32 pc{i}, {arg(i, 1)}, {arg(i, 0)}, pq;" for i in range(4)],
+        f"mov.b32 pk0, {arg(4)};", f"mov.b32 pk1, {arg(5)};",
     ]  # fmt: skip
     for r in range(rounds):
-        # With key_schedule, round r's keys are operands $9 + 2r, $10 + 2r (uniform, once a kernel).
-        k0, k1 = (f"${9 + 2 * r}", f"${10 + 2 * r}") if key_schedule else ("pk0", "pk1")
+        k0, k1 = (arg(8 + 2 * r), arg(9 + 2 * r)) if key_schedule else ("pk0", "pk1")
         lines += [
             "mul.wide.u32 pw0, pc0, 0xD2511F53;", "mov.b64 {pl0, ph0}, pw0;",
             "mul.wide.u32 pw1, pc2, 0xCD9E8D57;", "mov.b64 {pl1, ph1}, pw1;",
@@ -66,24 +75,28 @@ def _draw_bits_ptx(rows_are_queries: bool, rounds: int = 10, key_schedule: bool 
         ]  # fmt: skip
         if r < rounds - 1 and not key_schedule:
             lines += ["add.u32 pk0, pk0, 0x9E3779B9;", "add.u32 pk1, pk1, 0xBB67AE85;"]
-    # Words 2·parity, 2·parity + 1 (rows are queries) or parity, parity + 2 (rows are keys).
-    first, second = ("pc2", "pc3") if rows_are_queries else ("pc1", "pc3")
-    second_even = "pc1" if rows_are_queries else "pc2"
+    # Row parity 0's words and parity 1's: (0, 1) and (2, 3) where rows are queries, (0, 2) and (1, 3) where
+    # they are keys; each pair's decisions in bits 8·y + 7 (the first word) and 8·y + 6 (the second).
+    halves = (("pc0", "pc1"), ("pc2", "pc3")) if rows_are_queries else (("pc0", "pc2"), ("pc1", "pc3"))
+    lines += [f"mov.b32 pt, {arg(6)};", "and.b32 ptl, pt, 0x7F7F7F7F;"]
+    for (first, second), out in zip(halves, ("px", "py"), strict=True):
+        lines += [
+            *_bytes_kept_ptx(first, out),
+            *_bytes_kept_ptx(second, "pd"),
+            "shr.u32 pd, pd, 1;", f"or.b32 {out}, {out}, pd;",
+        ]  # fmt: skip
     lines += [
-        "setp.ne.s32 pq, $8, 0;",
-        f"selp.b32 px, {first}, pc0, pq;", f"selp.b32 py, {second}, {second_even}, pq;",
-        "mov.b32 pt, $7;", "and.b32 ptl, pt, 0x7F7F7F7F;",
-        *_bytes_kept_ptx("px", "px"),
-        *_bytes_kept_ptx("py", "py"),
-        "shr.u32 py, py, 1;", "or.b32 $0, px, py;",
+        "selp.b32 pown, py, px, pq;", "selp.b32 pgive, px, py, pq;",
+        "shfl.sync.bfly.b32 pgive, pgive, 4, 0x1f, 0xffffffff;",
+        "selp.b32 $0, pgive, pown, pq;", "selp.b32 $1, pown, pgive, pq;",
         "}",
     ]  # fmt: skip
     return "\n".join(lines)
 
 
-DRAW_QUERY_ROWS_PTX = gl.constexpr(_draw_bits_ptx(True, key_schedule=True))
-DRAW_QUERY_ROWS_LEAN_PTX = gl.constexpr(_draw_bits_ptx(True))
-DRAW_KEY_ROWS_PTX = gl.constexpr(_draw_bits_ptx(False))
+DRAW_QUERY_ROWS_PTX = gl.constexpr(_draw_pair_ptx(True, key_schedule=True))
+DRAW_QUERY_ROWS_LEAN_PTX = gl.constexpr(_draw_pair_ptx(True))
+DRAW_KEY_ROWS_PTX = gl.constexpr(_draw_pair_ptx(False))
 
 
 # Philox's key increments (Weyl constants) for the key schedule.
@@ -112,7 +125,7 @@ def _draw_bits(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.con
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
     if ROWS_ARE_QUERIES:
         bits = gl.inline_asm_elementwise(
-            DRAW_QUERY_ROWS_PTX, "=r" + ",r" * 28,
+            DRAW_QUERY_ROWS_PTX, "=r,=r" + ",r" * 56,
             [
                 c0, c1, c2, c3, k0, k1, c0 * 0 + _replicated(threshold), parity,
                 _key(k0, 0, KA), _key(k1, 0, KB), _key(k0, 1, KA), _key(k1, 1, KB),
@@ -121,7 +134,7 @@ def _draw_bits(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.con
                 _key(k0, 6, KA), _key(k1, 6, KB), _key(k0, 7, KA), _key(k1, 7, KB),
                 _key(k0, 8, KA), _key(k1, 8, KB), _key(k0, 9, KA), _key(k1, 9, KB),
             ],
-            dtype=gl.int32, is_pure=True, pack=1,
+            dtype=gl.int32, is_pure=True, pack=2,
         )  # fmt: skip
     else:
         bits = _draw_bits_lean(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES)
@@ -135,9 +148,9 @@ def _draw_bits_lean(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: g
     k0 = c0 * 0 + seed.to(gl.int32)
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
     return gl.inline_asm_elementwise(
-        DRAW_QUERY_ROWS_LEAN_PTX if ROWS_ARE_QUERIES else DRAW_KEY_ROWS_PTX, "=r" + ",r" * 8,
+        DRAW_QUERY_ROWS_LEAN_PTX if ROWS_ARE_QUERIES else DRAW_KEY_ROWS_PTX, "=r,=r" + ",r" * 16,
         [c0, c1, c2, c3, k0, k1, c0 * 0 + _replicated(threshold), parity],
-        dtype=gl.int32, is_pure=True, pack=1,
+        dtype=gl.int32, is_pure=True, pack=2,
     )  # fmt: skip
 
 
