@@ -923,7 +923,8 @@ def attn_fwd_kernel(
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
     # Three consumers have 160 registers a thread: P as the operand too.
     P_OPERAND: gl.constexpr = (
-        (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
+        (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_DROPOUT or (HAS_ALIBI and (IS_LOCAL or HEAD_DIM > 128)))
+        and HEAD_DIM > 64
     ) or CONSUMERS == 3
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
