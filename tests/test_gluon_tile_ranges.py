@@ -74,7 +74,6 @@ key_tiles = _in_python(fwd._key_tiles, _SCALAR_GL)
 masked_steps = _in_python(fwd._masked_steps, _SCALAR_GL)
 row_terms = _in_python(fwd._row_terms, _ARRAY_GL)
 visible = _in_python(fwd._visible, _ARRAY_GL)
-alibi_sides = _in_python(fwd._alibi_sides, _SCALAR_GL)
 
 
 def _truth(rows: np.ndarray, cols: np.ndarray, seqlen_q: int, seqlen_k: int, left: int, right: int):
@@ -147,22 +146,6 @@ def check_tile_ranges(seqlen_q: int, seqlen_k: int, window: tuple[int, int], cau
             whole = kernel_truth.reshape(WG_ROWS, k_tiles, block_n).all(axis=(0, 2))
             for i in range(1, n_tiles):
                 assert whole[t_lo + i] == (a <= i < b), f"{case} wg={wg}: tile {t_lo + i} misfiled"
-            check_alibi_sides(row0 + diag, t_lo, a, b, block_n, f"{case} wg={wg}")
-
-
-def check_alibi_sides(origin: CheckedInt, t_lo: int, a: int, b: int, block_n: int, case: str) -> None:
-    """ALiBi's unmasked steps by side (``_alibi_sides``): a ≤ left_end ≤ right_start ≤ b; the steps before
-    left_end hold only keys j ≤ every row's origin a_i = origin + r (r < 64), those from right_start only
-    keys j ≥ a_i, and each step between holds keys on both sides of some row's origin."""
-    left_end, right_start = alibi_sides(origin, t_lo, a, b, block_n)
-    assert a <= left_end <= right_start <= b, f"{case}: {a} {left_end} {right_start} {b}"
-    lowest, highest = int(origin), int(origin) + WG_ROWS - 1
-    for step in range(a, b):
-        first, last = (t_lo + step) * block_n, (t_lo + step + 1) * block_n - 1
-        left, right = last <= lowest, first >= highest
-        expected = "left" if left else "right" if right else "both"
-        filed = "left" if step < left_end else "right" if step >= right_start else "both"
-        assert filed == expected, f"{case}: step {step} (keys {first}…{last}) filed {filed}, is {expected}"
 
 
 WINDOWS = [(-1, -1), (-1, 0), (0, 0), (256, 0), (100, 50), (-1, 37), (17, -1), (0, -1), (-1, 1), (1, 1)]

@@ -197,7 +197,7 @@ OPTION_CASES = [
     (1025, 777, 64, "gqa", torch.bfloat16, False, (0, 0), 5.0, "h"),
     (333, 1200, 256, "gqa", torch.bfloat16, False, (100, 50), 30.0, "h"),
     (1025, 777, 256, "mha", torch.float16, True, (256, 0), 0.0, None),
-    # ALiBi's unmasked tiles by side of the diagonal (left, across, right: three key loops), D = 128, 256.
+    # ALiBi non-causal and causal at 2k, D = 128 and 256: tiles left of, across and right of the diagonal.
     (2049, 1800, 128, "gqa", torch.bfloat16, False, (-1, -1), 0.0, "bh"),
     (777, 1025, 256, "mha", torch.bfloat16, False, (-1, -1), 0.0, "h"),
     (1800, 2049, 256, "gqa", torch.float16, True, (-1, 0), 0.0, "h"),

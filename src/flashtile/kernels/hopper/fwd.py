@@ -450,7 +450,7 @@ def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    SPARSE_TILES: gl.constexpr, ALIBI_SIDE: gl.constexpr = 0,
+    SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
@@ -459,9 +459,7 @@ def _softmax_step(
     partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, or under
     MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
     aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
-    every entry (the softmax before dropout). ALIBI_SIDE (an unmasked step's, under HAS_ALIBI): 1 where every
-    key of the tile is at or left of every row's ALiBi origin i + N_k − N_q, −1 where at or right of it, 0
-    otherwise (docs/design/hopper.md, "ALiBi on one side of the diagonal")."""
+    every entry (the softmax before dropout)."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope, _ = scores
     if MASKED:
@@ -474,24 +472,13 @@ def _softmax_step(
         # which the same FMA applies.
         s = _tanh(s * softcap_qk)
         s_scale = softcap_out
-    # The per-row part of the scores ALiBi adds on one side of the diagonal (0 elsewhere).
-    row_bias = 0.0
     if HAS_ALIBI:
-        if ALIBI_SIDE == 0:
-            # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come.
-            # Positions convert per row and per column, not per score: then one subtraction and one FMA per
-            # score, in fp32 (exact distances below 2^24).
-            cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
-            dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
-            s = s + (-alibi_slope / s_scale) * dist
-        else:
-            # With σ = ALIBI_SIDE, −slope·|a − j| = −σ·slope·(a − n0) + σ·slope·(j − n0) for origin a: a
-            # column term the same in every tile (one FMA a score) and a row term, added to the row max and
-            # taken out of the exponentials' offset. From n0, both are small where P is not negligible.
-            kappa = ALIBI_SIDE * alibi_slope / s_scale
-            offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout)).to(gl.float32)
-            s = s + gl.expand_dims(offsets, 0) * kappa
-            row_bias = (alibi_rows - n0).to(gl.float32) * (-kappa)
+        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come. Positions
+        # convert per row and per column, not per score: then one subtraction and one FMA per score, in fp32
+        # (exact distances below 2^24).
+        cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
+        dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
+        s = s + (-alibi_slope / s_scale) * dist
     if MASKED:
         keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
         if MASK_MOD is not None or MASK_BITS:
@@ -505,12 +492,6 @@ def _softmax_step(
                 )  # fmt: skip
             keep = keep & (seen | (use_mod == 0))
         s = gl.where(keep, s, -float("inf"))
-    if HAS_ALIBI and ALIBI_SIDE != 0:
-        m_new = gl.maximum(m_i, (gl.max(s, 1) + row_bias) * s_scale)
-        p = gl.exp2(s * s_scale - gl.expand_dims(m_new - row_bias * s_scale, 1))
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        return p, m_new, l_i, alpha
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
@@ -518,18 +499,6 @@ def _softmax_step(
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
-
-
-@gluon.jit
-def _alibi_sides(origin, t_lo, a, b, BLOCK_N: gl.constexpr):
-    """Split the steps [a, b) (key tile t_lo + j) of a consumer's 64 rows, whose first row's ALiBi origin
-    is ``origin`` (= row0 + N_k − N_q): steps [a, left_end) hold keys at or left of every row's origin,
-    [right_start, b) keys at or right of it, the rest both."""
-    # Tile T is left iff T·BLOCK_N + BLOCK_N − 1 ≤ origin, right iff T·BLOCK_N ≥ origin + 63.
-    left_end = gl.minimum(gl.maximum(gl.maximum(origin + 1, 0) // BLOCK_N - t_lo, a), b)
-    right_start = (gl.maximum(origin + WG_ROWS - 1, 0) + BLOCK_N - 1) // BLOCK_N - t_lo
-    right_start = gl.minimum(gl.maximum(right_start, left_end), b)
-    return left_end, right_start
 
 
 @gluon.jit
@@ -549,11 +518,10 @@ def _attn_fwd_steps(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
     MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr,
-    ALIBI_SIDE: gl.constexpr = 0,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
     softmax(j) while the P·V wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the
-    wgmma operand. ALIBI_SIDE: :func:`_softmax_step`'s, for every tile of the range."""
+    wgmma operand."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -580,7 +548,7 @@ def _attn_fwd_steps(
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES, ALIBI_SIDE,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
         if HAS_DROPOUT:
             p = gl.where(dropout.kept(*drawn), p, 0.0)
@@ -698,11 +666,6 @@ def _attn_fwd_tile(
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
     row0 = m0 + WG * WG_ROWS
-    # ALiBi's unmasked tiles by side of the diagonal (_alibi_sides): three key loops instead of one. With
-    # softcap or dropout beside it, or at D = 64, the extra loops spilled registers inside them (sm_90).
-    ALIBI_SIDES: gl.constexpr = (
-        HAS_ALIBI and HEAD_DIM > 64 and not (SPARSE_TILES or HAS_SOFTCAP or HAS_DROPOUT)
-    )
     # Bottom-right alignment: query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag (each bound if present).
     rows = _row_terms(
         row0 + gl.arange(0, WG_ROWS, layout=s_rows), seqlen_k - seqlen_q, lo_diag, hi_diag, seqlen_k,
@@ -779,32 +742,11 @@ def _attn_fwd_tile(
                 P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
                 HAS_DROPOUT,
             )  # fmt: skip
-        if ALIBI_SIDES:
-            # The unmasked tiles wholly left of every row's ALiBi origin, those across it, those right of it.
-            left_end, right_start = _alibi_sides(row0 + seqlen_k - seqlen_q, t_lo, a, b_full, BLOCK_N)
-            acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, left_end,
-                t_lo, tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
-                P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT, 1,
-            )  # fmt: skip
-            acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, left_end,
-                right_start, t_lo, tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT,
-                HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False,
-                SPARSE_BLOCK_M, HAS_DROPOUT, 0,
-            )  # fmt: skip
-            acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, right_start,
-                b_full, t_lo, tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-                HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
-                HAS_DROPOUT, -1,
-            )  # fmt: skip
-        else:
-            acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
-                tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
-                P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
-            )  # fmt: skip
+        acc, m_i, l_i, p = _attn_fwd_steps(
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
+            tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+        )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, b_full, n_tiles,
             t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
@@ -923,8 +865,7 @@ def attn_fwd_kernel(
     # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
     # Three consumers have 160 registers a thread: P as the operand too.
     P_OPERAND: gl.constexpr = (
-        (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_DROPOUT or (HAS_ALIBI and (IS_LOCAL or HEAD_DIM > 128)))
-        and HEAD_DIM > 64
+        (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
     ) or CONSUMERS == 3
     dtype: gl.constexpr = q_desc.dtype
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
