@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 
 import pytest
 import torch
 
-from flashtile.kernels.hopper.dropout import _draw_pair_ptx
+from flashtile.kernels.hopper.dropout import _draw_pair_ptx, _keep_pairs_ptx
 from flashtile.reference.dropout import dropout_keep, dropout_threshold
 
 M32 = 0xFFFFFFFF
@@ -26,11 +27,29 @@ def _value(token: str, regs: dict[str, int]) -> int:
     return regs[token]
 
 
-def run_ptx(text: str, lanes: list[list[int]]) -> list[tuple[int, int]]:
-    """Evaluates ``text`` (the instructions the asm block uses, unsigned 32-bit registers) for two partner
-    lanes in lockstep, lane l's operands $2, $3, … bound to ``lanes[l]``; ``shfl.sync.bfly`` with lane mask
-    4 swaps the value between the two. Returns each lane's ($0, $1). Any other instruction fails the test."""
-    regs = [{f"${2 + i}": v for i, v in enumerate(operands)} for operands in lanes]
+def _bf16_bits(raw: int) -> int:
+    """fp32 bits → bf16 bits, rounded to nearest even (finite values)."""
+    return ((raw + 0x7FFF + ((raw >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _prmt(a: int, b: int, selector: int) -> int:
+    """PTX ``prmt.b32`` in its default mode: byte k of the result is byte (nibble k & 7) of {b, a}, or with
+    nibble bit 3 that byte's sign replicated."""
+    source = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    out = 0
+    for k in range(4):
+        nibble = (selector >> (4 * k)) & 0xF
+        byte = source[nibble & 7]
+        out |= (0xFF if (nibble & 8 and byte & 0x80) else 0 if nibble & 8 else byte) << (8 * k)
+    return out
+
+
+def run_ptx(text: str, lanes: list[list[int]], first: int = 2) -> list[dict[str, int]]:
+    """Evaluates ``text`` (the instructions the asm blocks use, unsigned 32-bit registers) for one lane or
+    two partner lanes in lockstep, lane l's operands $first, $first + 1, … bound to ``lanes[l]``;
+    ``shfl.sync.bfly`` with lane mask 4 swaps the value between the two. Returns each lane's registers ($0
+    … among them). Any other instruction fails the test."""
+    regs = [{f"${first + i}": v for i, v in enumerate(operands)} for operands in lanes]
     for line in text.split("\n"):
         line = line.strip().rstrip(";")
         if line in ("{", "}") or line.startswith(".reg"):
@@ -64,6 +83,13 @@ def run_ptx(text: str, lanes: list[list[int]]) -> list[tuple[int, int]]:
                 result = (v[0] - v[1]) & M32
             elif op == "shr.u32":
                 result = v[0] >> v[1]
+            elif op == "shl.b32":
+                result = (v[0] << v[1]) & M32 if v[1] < 32 else 0
+            elif op == "prmt.b32":
+                result = _prmt(v[0], v[1], v[2])
+            elif op == "cvt.rn.bf16x2.f32":
+                # The first source to the upper half.
+                result = (_bf16_bits(v[0]) << 16) | _bf16_bits(v[1])
             elif op == "setp.ne.s32":
                 result = int(v[0] != v[1])
             elif op == "selp.b32":
@@ -71,7 +97,7 @@ def run_ptx(text: str, lanes: list[list[int]]) -> list[tuple[int, int]]:
             else:
                 raise AssertionError(f"unexpected instruction {line!r}")
             r[dst] = result
-    return [(r["$0"], r["$1"]) for r in regs]
+    return regs
 
 
 def _key_schedule(seed: int) -> list[int]:
@@ -111,7 +137,7 @@ def test_asm_block_gives_the_rules_bits_for_two_lanes(
             if key_schedule:
                 args += [[k, k] for k in _key_schedule(philox_seed)]
             lanes.append([v for pair in args for v in pair])
-        results = run_ptx(text, lanes)
+        results = [(r["$0"], r["$1"]) for r in run_ptx(text, lanes)]
         state = torch.tensor([philox_seed, offset])
         for (row_pair, col_quad), bits in zip(points, [b for lane in results for b in lane], strict=True):
             # The point's rows {16P + r, 16P + r + 8} and columns {16Q + 2s, +1, +8, +9}.
@@ -125,3 +151,26 @@ def test_asm_block_gives_the_rules_bits_for_two_lanes(
                     i, j = (row, col) if rows_are_queries else (col, row)
                     expected = bool(dropout_keep(state, p, bh // nheads, bh % nheads, nheads, i, j))
                     assert picked == expected, (rows_are_queries, row, col, p)
+
+
+def _bf16(value: float) -> int:
+    """fp32 → bf16 bits, by PyTorch (round to nearest even)."""
+    return int(torch.tensor(value, dtype=torch.float32).to(torch.bfloat16).view(torch.int16)) & 0xFFFF
+
+
+def test_keep_pairs_rounds_and_zeroes_the_dropped_halves(seed: int) -> None:
+    """kernels/hopper/dropout.py's ``keep_pairs``: two fp32 entries, the point's keep bits and each entry's
+    bit position (the forward's pairs, 8·y + 7 and 8·y + 6): each entry rounded to bf16 in its half (the
+    second in the upper one), kept or zeroed as its bit says."""
+    rng = random.Random(seed)
+    text = _keep_pairs_ptx("bf16")
+    for _ in range(200):
+        bits = rng.getrandbits(32)
+        entries = [rng.uniform(0.0, 1.0) for _ in range(2)]
+        raw = [struct.unpack("<I", struct.pack("<f", e))[0] for e in entries]
+        y = rng.randrange(4)
+        shifts = (8 * y + 7, 8 * y + 6)
+        out = run_ptx(text, [[*raw, bits, bits, *shifts]], first=1)[0]["$0"]
+        for half, shift in enumerate(shifts):
+            expected = _bf16(entries[half]) if (bits >> shift) & 1 else 0
+            assert (out >> (16 * half)) & 0xFFFF == expected, (hex(bits), entries, shifts)

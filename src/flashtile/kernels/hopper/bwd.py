@@ -546,9 +546,8 @@ def _consumer(
             # P as the dV operand and P·(1 − tanh²) (the softcap's derivative; the softmax scale comes at the
             # end) before dPᵀ lands: fewer registers live across the wait than P and tanh in fp32.
             if HAS_DROPOUT:
-                p_op = gl.convert_layout(
-                    gl.where(dropout.kept(*drawn), pt * drop_args[2], 0.0).to(dtype), a_layout
-                )  # fmt: skip
+                # Dropped in the operand's dtype, two entries a register (dropout.keep_pairs).
+                p_op = gl.convert_layout(dropout.keep_pairs(pt * drop_args[2], *drawn, dtype), a_layout)
             else:
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if HAS_SOFTCAP:
@@ -582,7 +581,7 @@ def _consumer(
             if HAS_DROPOUT:
                 kept = dropout.kept(*drawn)
                 dst = pt * (gl.where(kept, dpt * drop_args[2], 0.0) - delta[None, :])
-                p_op = gl.convert_layout(gl.where(kept, pt * drop_args[2], 0.0).to(dtype), a_layout)
+                p_op = gl.convert_layout(dropout.keep_pairs(pt * drop_args[2], *drawn, dtype), a_layout)
             else:
                 dst = pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)

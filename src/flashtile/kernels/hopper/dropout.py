@@ -24,7 +24,7 @@ from triton.experimental.gluon import language as gl
 
 from flashtile.kernels._dropout import keep_tile, kept, load_rng_state
 
-__all__ = ["draw", "kept", "load_rng_state"]
+__all__ = ["draw", "keep_pairs", "kept", "load_rng_state"]
 
 HIGH_BITS = 0x80808080
 
@@ -190,3 +190,50 @@ def draw(
     return gl.convert_layout(bits, layout, assert_trivial=True), gl.convert_layout(
         shift, layout, assert_trivial=True
     )
+
+
+def _keep_pairs_ptx(dtype: str) -> str:
+    """Two fp32 entries of P ($1, $2), their keep bits ($3, $4: the same point's) and bit positions ($5, $6,
+    compile-time constants in the kernel): $0 = the two rounded to ``dtype`` (``bf16`` or ``f16``), one a
+    half, each dropped entry's half zeroed. Each half's mask is its decision bit moved to the top of its
+    byte, then that byte's sign replicated over the half by one ``prmt`` (ptxas folds the shifts and the
+    selector, which depend on the constants only)."""
+    return "\n".join([
+        "{",
+        ".reg .b32 pa, pb, py0, py1, psel, pm, pp;",
+        # Each entry's decision to bit 7 of its byte: shift left by 7 − (position mod 8).
+        "and.b32 py0, $5, 7;", "xor.b32 py0, py0, 7;", "shl.b32 pa, $3, py0;",
+        "and.b32 py1, $6, 7;", "xor.b32 py1, py1, 7;", "shl.b32 pb, $4, py1;",
+        # Selector nibbles 8 | byte (sign mode): bytes 0, 1 from pa's byte, bytes 2, 3 from pb's (4 + byte).
+        "shr.u32 py0, $5, 3;", "or.b32 py0, py0, 8;",
+        "shr.u32 py1, $6, 3;", "or.b32 py1, py1, 12;",
+        "shl.b32 psel, py0, 4;", "or.b32 psel, psel, py0;",
+        "shl.b32 pm, py1, 8;", "or.b32 psel, psel, pm;",
+        "shl.b32 pm, py1, 12;", "or.b32 psel, psel, pm;",
+        "prmt.b32 pm, pa, pb, psel;",
+        # The second entry in the upper half.
+        f"cvt.rn.{dtype}x2.f32 pp, $2, $1;",
+        "and.b32 $0, pp, pm;",
+        "}",
+    ])  # fmt: skip
+
+
+KEEP_PAIRS_BF16_PTX = gl.constexpr(_keep_pairs_ptx("bf16"))
+KEEP_PAIRS_F16_PTX = gl.constexpr(_keep_pairs_ptx("f16"))
+
+
+@gluon.jit
+def keep_pairs(p, bits, shift, dtype: gl.constexpr):
+    """``where(kept(bits, shift), p, 0).to(dtype)`` for fp32 ``p`` and a 16-bit ``dtype`` (the P·V wgmma
+    operand's), two entries a register: a conversion, a ``prmt`` and an ``and`` a pair, where selecting each
+    fp32 entry and converting after made ptxas split and re-pack the halves (a bit test, a select and a
+    ``prmt`` and a half an entry)."""
+    if dtype == gl.bfloat16:
+        out = gl.inline_asm_elementwise(
+            KEEP_PAIRS_BF16_PTX, "=r,r,r,r,r,r,r", [p, bits, shift], dtype=gl.bfloat16, is_pure=True, pack=2
+        )
+    else:
+        out = gl.inline_asm_elementwise(
+            KEEP_PAIRS_F16_PTX, "=r,r,r,r,r,r,r", [p, bits, shift], dtype=gl.float16, is_pure=True, pack=2
+        )
+    return out

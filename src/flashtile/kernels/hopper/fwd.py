@@ -551,7 +551,11 @@ def _attn_fwd_steps(
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
         if HAS_DROPOUT:
-            p = gl.where(dropout.kept(*drawn), p, 0.0)
+            if P_OPERAND:
+                # Dropped in the operand's dtype, two entries a register (dropout.keep_pairs).
+                p = dropout.keep_pairs(p, *drawn, v_smem.dtype)
+            else:
+                p = gl.where(dropout.kept(*drawn), p, 0.0)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(prev), count=1)
         if P_OPERAND:
