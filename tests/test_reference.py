@@ -650,12 +650,12 @@ def test_dropout_mask_is_the_kernels_rule() -> None:
     rng_state = torch.tensor([2024, 11])
     mask = naive.dropout_mask(rng_state, 0.4, 2, 3, 5, 7)
     assert mask.shape == (2, 3, 5, 7)
-    # Entry [b, h, i, j] is philox counter ((j // 16)·4 + (j % 8) // 2, (i // 16)·8 + i % 8, b·H + h,
-    # offset): word 2·((i // 8) % 2) + (j // 8) % 2, its half j % 2 (low first), kept iff ≥ floor(p·2¹⁶).
-    word = philox4x32((2024, 0), (3, 4, 1 * 3 + 2, 11))[0]
-    assert bool(mask[1, 2, 4, 6]) == ((int(word) & 0xFFFF) >= math.floor(0.4 * 2**16))
-    word = philox4x32((2024, 0), (2, 3, 1 * 3 + 2, 11))[0]
-    assert bool(mask[1, 2, 3, 5]) == ((int(word) >> 16) >= math.floor(0.4 * 2**16))
+    # Entry [b, h, i, j] is philox counter (quad(j), quad(i), b·H + h, offset), quad(x) = (x // 16)·4 +
+    # (x % 8) // 2: word 2·(i % 2) + j % 2, its byte 2·((i // 8) % 2) + (j // 8) % 2, kept iff ≥ floor(p·2⁸).
+    word = philox4x32((2024, 0), (3, 2, 1 * 3 + 2, 11))[0]
+    assert bool(mask[1, 2, 4, 6]) == ((int(word) & 0xFF) >= math.floor(0.4 * 2**8))
+    word = philox4x32((2024, 0), (2, 1, 1 * 3 + 2, 11))[3]
+    assert bool(mask[1, 2, 3, 5]) == ((int(word) & 0xFF) >= math.floor(0.4 * 2**8))
 
 
 def test_dropout_lse_is_before_dropout_and_same_state_repeats(seed: int) -> None:
