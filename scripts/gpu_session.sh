@@ -187,6 +187,28 @@ finish() {
   cat "$summary"
 }
 
+# bench --options OPTION alternating the previous code (build/old_src, which the device call carries) and
+# this commit's, twice each, so the two are compared within one call (the seventeenth session's parts).
+#     bench_old_new OPTION BOX_S
+bench_old_new() {
+  local option=$1 box=$2 round
+  for round in 1 2; do
+    step "bench_${option}_old_$round" "$box" env PYTHONPATH=build/old_src python3 -m flashtile bench \
+      --options "$option" --out-dir "$work/bench_old"
+    step "bench_${option}_new_$round" "$box" python3 -m flashtile bench --options "$option" \
+      --out-dir "$work/bench_new"
+  done
+}
+
+# The sanitizer grid's GROUP: its kernels compiled first, then memcheck with the caching allocator off.
+#     memcheck_group GROUP PRECOMPILE_S MEMCHECK_S
+memcheck_group() {
+  local group=$1
+  step precompile "$2" python3 scripts/sanitize_kernels.py --only "$group"
+  step memcheck "$3" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+    --error-exitcode 1 python3 scripts/sanitize_kernels.py --only "$group"
+}
+
 # A varlen call (parts k and n): the GPU tests named by the arguments, bench --options varlen and training
 # runs flashtile / sdpa / flashtile (150 steps), with KNOB=1 where flashtile runs.
 #     varlen_call KNOB TESTS_S BENCH_S TRAIN_S PART [test files]
@@ -534,9 +556,7 @@ case "$part" in
     ;;
   zg)
     begin
-    step precompile 90 python3 scripts/sanitize_kernels.py --only hopper_dropout
-    step memcheck 120 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_dropout
+    memcheck_group hopper_dropout 90 120
     step lse_tail 90 env PYTHONPATH=src:. python3 scripts/decode_lse_tail.py --seeds 150 \
       --extra-seed 1574294081 --out "$work/lse_tail.csv"
     step gpu_tests 270 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zg.xml" tests/test_gpu_kvcache.py \
@@ -1091,11 +1111,7 @@ case "$part" in
     step gpu_tests 220 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17a.xml" -k "dropout or dmask or keep" \
       tests/test_kernel_options.py tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_gpu_api.py \
       tests/test_options_api.py tests/test_head_dims.py "$@"
-    for round in 1 2; do
-      step "bench_dropout_old_$round" 70 env PYTHONPATH=build/old_src python3 -m flashtile bench --options dropout \
-        --out-dir "$work/bench_old"
-      step "bench_dropout_new_$round" 70 python3 -m flashtile bench --options dropout --out-dir "$work/bench_new"
-    done
+    bench_old_new dropout 70
     cp "$work/gpu_tests_s17a.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
@@ -1105,11 +1121,7 @@ case "$part" in
     # dropout, then bench --options dropout alternating 9c860bd's code (one call a point; build/old_src,
     # carried) and this one's, twice each.
     begin
-    for round in 1 2; do
-      step "bench_dropout_old_$round" 70 env PYTHONPATH=build/old_src python3 -m flashtile bench --options dropout \
-        --out-dir "$work/bench_old"
-      step "bench_dropout_new_$round" 70 python3 -m flashtile bench --options dropout --out-dir "$work/bench_new"
-    done
+    bench_old_new dropout 70
     step gpu_tests 380 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17b.xml" tests/test_kernel_options.py \
       tests/test_options_api.py tests/test_gpu_api.py tests/test_head_dims.py tests/test_sinks.py "$@"
     cp "$work/gpu_tests_s17b.xml" "$OUT"/ 2>/dev/null
@@ -1120,11 +1132,7 @@ case "$part" in
     # lies on one side; docs/design/hopper.md): bench --options alibi alternating 244d9a5's code
     # (build/old_src, carried) and this one's, twice each, then the Gluon forward's GPU tests.
     begin
-    for round in 1 2; do
-      step "bench_alibi_old_$round" 80 env PYTHONPATH=build/old_src python3 -m flashtile bench --options alibi \
-        --out-dir "$work/bench_old"
-      step "bench_alibi_new_$round" 80 python3 -m flashtile bench --options alibi --out-dir "$work/bench_new"
-    done
+    bench_old_new alibi 80
     step gpu_tests 330 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17c.xml" tests/test_gpu_hopper.py "$@"
     cp "$work/gpu_tests_s17c.xml" "$OUT"/ 2>/dev/null
     finish
@@ -1134,14 +1142,8 @@ case "$part" in
     # operand, as the other options have it): bench --options alibi alternating c1cf673's code (build/old_src,
     # carried) and this one's, twice each; then memcheck over the Gluon dropout group (the shuffled draws).
     begin
-    for round in 1 2; do
-      step "bench_alibi_old_$round" 80 env PYTHONPATH=build/old_src python3 -m flashtile bench --options alibi \
-        --out-dir "$work/bench_old"
-      step "bench_alibi_new_$round" 80 python3 -m flashtile bench --options alibi --out-dir "$work/bench_new"
-    done
-    step precompile 90 python3 scripts/sanitize_kernels.py --only hopper_dropout
-    step memcheck 120 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_dropout
+    bench_old_new alibi 80
+    memcheck_group hopper_dropout 90 120
     finish
     ;;
   s17e)
@@ -1160,16 +1162,10 @@ case "$part" in
     # code (build/old_src, carried) and this one's, twice each; the dropout GPU tests; memcheck over the
     # Gluon dropout group.
     begin
-    for round in 1 2; do
-      step "bench_dropout_old_$round" 70 env PYTHONPATH=build/old_src python3 -m flashtile bench --options dropout \
-        --out-dir "$work/bench_old"
-      step "bench_dropout_new_$round" 70 python3 -m flashtile bench --options dropout --out-dir "$work/bench_new"
-    done
+    bench_old_new dropout 70
     step gpu_tests 250 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17f.xml" tests/test_kernel_options.py \
       tests/test_options_api.py "$@"
-    step precompile 60 python3 scripts/sanitize_kernels.py --only hopper_dropout
-    step memcheck 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_dropout
+    memcheck_group hopper_dropout 60 60
     cp "$work/gpu_tests_s17f.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
