@@ -102,11 +102,13 @@ def keep_tile(
     # A row pair's quad is row_pair // 2, its parity row_pair % 2; a column quad is a quad.
     if ROWS_ARE_QUERIES:
         bits = _block_bits(seed, offset, threshold, bh, cols, rows // 2, rows % 2, True, DRAW_BITS)
-        # Query half a, key half c, key parity b: byte 2a + c of word b, bit 8·(2a + c) + 7 − b.
+        # Query half a, key half c, key parity b: byte 2a + c of the point's word b (of its two), bit
+        # 8·(2a + c) + 7 − b.
         top = tl.join(tl.join(zero + 7, zero + 15), tl.join(zero + 23, zero + 31))
     else:
         bits = _block_bits(seed, offset, threshold, bh, rows // 2, cols, rows % 2, False, DRAW_BITS)
-        # Key half a, query half c, query parity u: byte 2c + a of word u, bit 8·(2c + a) + 7 − u.
+        # Key half a, query half c, query parity u: byte 2c + a of the point's word u (of its two), bit
+        # 8·(2c + a) + 7 − u.
         top = tl.join(tl.join(zero + 7, zero + 23), tl.join(zero + 15, zero + 31))
     bits = _tile_order(tl.join(_four(bits), _four(bits)), R, C)
     return bits, _tile_order(tl.join(top, top - 1), R, C)

@@ -9,12 +9,14 @@ in the accumulator's layout register for register (``assert_trivial``). A point 
 call's sixteen draws, two of its four words, in the forward's S tile (queries × keys) and the backward's
 Sᵀ tile (keys × queries) alike.
 
-Philox runs as one inline-asm block a call (:func:`_draw_bits`), which also picks the point's two words,
-compares their eight bytes with the threshold four at a time (SIMD within a register) and packs the
-decisions into one register: Triton lowers a tensor operation for every element of a thread before the
-next operation, so ``tl.philox`` keeps all of a thread's calls in flight at once, and the backward at
-D = 128 (dK and dV in registers) spilled 344 B of registers; one block a call keeps one call's state live
-at a time.
+Philox runs as one inline-asm block a call (:func:`_draw_bits`) for two points of a thread: partner lanes
+(rows r and r + 1) split the two calls their four points need, and swap the halves they do not keep by one
+shuffle. The block also compares the draws with the threshold four at a time (SIMD within a register) and
+packs each point's decisions into one register: Triton lowers a tensor operation for every element of a
+thread before the next operation, so ``tl.philox`` keeps all of a thread's calls in flight at once, and the
+backward at D = 128 (dK and dV in registers) spilled 344 B of registers; one block a call keeps one call's
+state live at a time. :func:`keep_pairs` applies the decisions to P as it is rounded to the wgmma
+operand's dtype, two entries a register.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ HIGH_BITS = 0x80808080
 
 def _bytes_kept_ptx(word: str, out: str) -> list[str]:
     """``out`` = bit 8·y + 7 set where byte y of ``word`` is ≥ the threshold byte (pt, replicated four
-    times; ptl = pt & 0x7f7f7f7f, ptn = ~pt), other bits 0: the low seven bits compared by a subtraction
-    that cannot borrow across bytes, the top bit decides where the two top bits differ."""
+    times; ptl = pt & 0x7f7f7f7f), other bits 0: the low seven bits compared by a subtraction that cannot
+    borrow across bytes (``(x | 0x80…) − ptl``), the top bits decide where they differ (``x & ~pt`` is
+    ``(x | pt) ^ pt``)."""
     return [
         f"or.b32 pd, {word}, {HIGH_BITS:#x};", "sub.u32 pd, pd, ptl;",
         f"xor.b32 pe, {word}, pt;", "not.b32 pe, pe;", "and.b32 pe, pe, pd;",
