@@ -31,7 +31,8 @@ OPTIONS = """\
 dropout_p: float, default 0.0. Dropout probability on the attention probabilities, in [0, 1); set it
     to 0.0 during evaluation. The mask comes from a counter-based RNG (Philox) seeded by one draw from
     PyTorch's generator for q's device per call, so torch.manual_seed reproduces a run, and the backward
-    regenerates the mask instead of storing it.
+    regenerates the mask instead of storing it. Draws are 8-bit, so floor(p·256)/256 of the entries are
+    dropped, as in flash_attn; kept ones are scaled by 1 / (1 − p).
 softmax_scale: float or None, default None. The scaling of QKᵀ before the softmax; None means
     1 / sqrt(headdim). Must be finite; 0 and negative values are allowed.
 causal: bool, default False. Apply the bottom-right aligned causal mask (auto-regressive modelling).
