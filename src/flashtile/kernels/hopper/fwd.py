@@ -461,7 +461,7 @@ def _softmax_step(
     aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
     every entry (the softmax before dropout)."""
     alibi_rows = rows[3]
-    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope, _ = scores
+    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
         cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
     # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, which folds into one
@@ -475,9 +475,16 @@ def _softmax_step(
     if HAS_ALIBI:
         # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come. Positions
         # convert per row and per column, not per score: then one subtraction and one FMA per score, in fp32
-        # (exact distances below 2^24).
-        cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
-        dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
+        # (exact distances below 2^24). Where ``alibi`` = (slope, offsets) brings the columns' offsets in a
+        # tile (0 … BLOCK_N − 1, converted once a work tile), distances count from the tile's first key and
+        # only the rows convert at each tile.
+        alibi_slope = alibi[0]
+        if len(alibi) == 2:
+            rows_f = (alibi_rows - n0).to(gl.float32)
+            dist = gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(alibi[1], 0))
+        else:
+            cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
+            dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
         s = s + (-alibi_slope / s_scale) * dist
     if MASKED:
         keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
@@ -683,7 +690,13 @@ def _attn_fwd_tile(
     if HAS_DROPOUT:
         seed, offset = dropout.load_rng_state(drop_args[0])
     drop = (seed, offset, drop_args[1], bh, row0)
-    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi_slope, drop)
+    # ALiBi's slope and the key tiles' column offsets as floats, the same for every tile: kept across the
+    # key loops (32 registers a thread) where no softcap or dropout needs them; beside those, and at D = 64,
+    # that spilled registers (sm_90), so each tile converts its own.
+    alibi = (alibi_slope,)
+    if HAS_ALIBI and HEAD_DIM > 64 and not (HAS_SOFTCAP or HAS_DROPOUT):
+        alibi = (alibi_slope, gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32))
+    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
     if SPARSE_TILES:
