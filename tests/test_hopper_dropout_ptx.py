@@ -1,8 +1,9 @@
 """The Gluon kernels' dropout asm (kernels/hopper/dropout.py) run on the CPU by a small PTX evaluator.
 
-The asm block only executes on a Hopper GPU; here each of its instructions is evaluated on Python ints, so a
-wrong word, byte or bit is caught in CPU CI: the block's keep bits must be those the rule of
-flashtile.reference.dropout gives for the point's eight entries.
+The asm blocks only execute on a Hopper GPU; here each of their instructions is evaluated on Python ints,
+so a wrong word, byte, bit or selector is caught in CPU CI: the draw block's keep bits must be those the rule
+of flashtile.reference.dropout gives for each point's eight entries (two partner lanes, the shuffle
+between them included), and ``keep_pairs`` must round two entries as PyTorch does and zero the dropped ones.
 """
 
 from __future__ import annotations
