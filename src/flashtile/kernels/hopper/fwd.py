@@ -459,7 +459,8 @@ def _softmax_step(
     partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, or under
     MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
     aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
-    every entry (the softmax before dropout)."""
+    every entry (the softmax before dropout); its ALiBi entry is (slope,) or (slope, the float column
+    offsets 0 … BLOCK_N − 1)."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
