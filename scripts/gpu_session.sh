@@ -488,9 +488,7 @@ case "$part" in
     ;;
   y)
     begin
-    step precompile 90 python3 scripts/sanitize_kernels.py --only hopper_sparse
-    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_sparse
+    memcheck_group hopper_sparse 90 150
     step gpu_tests 270 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_y.xml" tests/test_gpu_hopper_bwd.py \
       tests/test_gpu_hopper.py "tests/test_block_sparse.py::test_gpu_block_mask_from_kernels_default_tiles" "$@"
     cp "$work/gpu_tests_y.xml" "$OUT"/ 2>/dev/null
@@ -674,9 +672,7 @@ case "$part" in
     ;;
   zv)
     begin
-    step precompile 120 python3 scripts/sanitize_kernels.py --only hopper_persistent
-    step memcheck 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_persistent
+    memcheck_group hopper_persistent 120 200
     step launch_overhead 100 python3 benchmarks/launch_overhead.py --head-dim 64 128 256 --peer \
       --csv "$work/launch_overhead.csv" --label "${FLASHTILE_COMMIT:-unknown}"
     step gpu_tests 120 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_zv.xml" tests/test_gpu_api.py "$@"
@@ -759,9 +755,7 @@ case "$part" in
     # persistent kernels (sanitizer group hopper_three), then test_launch_cache (693b994's lookup) and the
     # whole test_gpu_hopper.py.
     begin
-    step precompile 150 python3 scripts/sanitize_kernels.py --only hopper_three
-    step memcheck 240 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_three
+    memcheck_group hopper_three 150 240
     step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s14a.xml" tests/test_launch_cache.py \
       tests/test_gpu_hopper.py "$@"
     cp "$work/gpu_tests_s14a.xml" "$OUT"/ 2>/dev/null
@@ -781,9 +775,7 @@ case "$part" in
     # cells, paired persistent against one program a tile and cuDNN (and past the key bound at D = 128).
     begin
     step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s14c.xml" tests/test_gpu_hopper.py "$@"
-    step precompile 100 python3 scripts/sanitize_kernels.py --only hopper_paired
-    step memcheck 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only hopper_paired
+    memcheck_group hopper_paired 100 150
     step check 200 python3 scripts/hopper_persistent_check.py --head-dims 64 128 \
       --seqlens 512 1024 2048 4096 8192 16384 --causal-only --consumers --any-keys --csv "$work/check.csv"
     cp "$work/gpu_tests_s14c.xml" "$work/check.csv" "$OUT"/ 2>/dev/null
@@ -870,9 +862,7 @@ case "$part" in
     begin
     step splits 110 python3 scripts/decode_tma_check.py --mode splits --rounds 2 --reps 50
     step head_dims 80 python3 scripts/decode_tma_check.py --mode head-dims --rounds 2 --reps 50
-    step precompile 60 python3 scripts/sanitize_kernels.py --only decode
-    step memcheck 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    memcheck_group decode 60 90
     step bench_decode 130 python3 -m flashtile bench --decode --out-dir "$work/bench"
     step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s15b.xml" tests/test_decode_kernel.py \
       tests/test_block_sparse.py tests/test_gpu_transformers.py "$@"
@@ -906,9 +896,7 @@ case "$part" in
     begin
     step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s15e.xml" tests/test_decode_kernel.py \
       tests/test_gpu_kvcache.py "$@"
-    step precompile 60 python3 scripts/sanitize_kernels.py --only decode
-    step memcheck 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    memcheck_group decode 60 60
     step check 90 python3 scripts/decode_tma_check.py --quick --rounds 2 --reps 50
     step bench_decode 130 python3 -m flashtile bench --decode --out-dir "$work/bench"
     cp "$work/gpu_tests_s15e.xml" "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
@@ -940,9 +928,7 @@ case "$part" in
     begin
     step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s15h.xml" tests/test_decode_kernel.py \
       tests/test_gpu_kvcache.py "$@"
-    step precompile 60 python3 scripts/sanitize_kernels.py --only decode
-    step memcheck 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    memcheck_group decode 60 60
     step bench_decode 240 python3 -m flashtile bench --decode --out-dir "$work/bench"
     cp "$work/gpu_tests_s15h.xml" "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
     finish
@@ -1096,9 +1082,7 @@ case "$part" in
     begin
     step gpu_tests 170 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s16l.xml" tests/test_decode_kernel.py \
       tests/test_gpu_kvcache.py "$@"
-    step precompile 60 python3 scripts/sanitize_kernels.py --only decode
-    step memcheck 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-      --error-exitcode 1 python3 scripts/sanitize_kernels.py --only decode
+    memcheck_group decode 60 60
     step profile 90 python3 scripts/decode_profile.py
     cp "$work/gpu_tests_s16l.xml" "$OUT"/ 2>/dev/null
     finish
