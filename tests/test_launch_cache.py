@@ -661,7 +661,7 @@ def test_direct_launch_is_bitwise_equal_to_tritons(case: str, seed: int, monkeyp
     compiled_call = _launch_cache._Compiled.__call__
 
     def counted(self, *args):
-        direct_launches.append(self.needs_scratch)
+        direct_launches.append((self.needs_scratch, self.tensor_maps is not None))
         return compiled_call(self, *args)
 
     monkeypatch.setattr(_launch_cache._Compiled, "__call__", counted)
@@ -703,11 +703,11 @@ def test_direct_launch_is_bitwise_equal_to_tritons(case: str, seed: int, monkeyp
         def call(q, k, v):
             return flash_attn_func(q, k, v, **kwargs)
 
-    def run(env: str):
+    def run(env: str, tensors=(q, k, v)):
         monkeypatch.setenv(ENV_VAR, env)
         # Dropout draws its seed from the generator: the same seed gives the same mask every time.
         torch.manual_seed(seed)
-        return _fwd_bwd(call, (q, k, v), dout)
+        return _fwd_bwd(call, tensors, dout)
 
     through_triton = run("0")
     assert not direct_launches
@@ -716,8 +716,13 @@ def test_direct_launch_is_bitwise_equal_to_tritons(case: str, seed: int, monkeyp
     expected = 1 if case == "mask-mod" else 4
     assert len(direct_launches) == expected, f"{case}: {len(direct_launches)} direct launches, not {expected}"
     if hopper:
-        # The Gluon kernels take host-side descriptors: no scratch, so they launch without run_on_device.
-        assert not any(direct_launches), f"{case}: a kernel asks for Triton's scratch allocator"
-    for name, a, b, c in zip(("out", "dq", "dk", "dv"), through_triton, first, second, strict=True):
+        # The Gluon kernels take host-side descriptors: no scratch, so they launch without run_on_device,
+        # and the fused backward and forward take their tensor maps from the cache (kernels/_tensor_maps.py).
+        assert not any(scratch for scratch, _ in direct_launches), f"{case}: a kernel asks for scratch"
+        assert sum(maps for _, maps in direct_launches) >= 2, f"{case}: {direct_launches}"
+    # New addresses for q, k and v: the cached tensor maps must not be reused for them.
+    moved = run("1", tuple(t.clone() for t in (q, k, v)))
+    for name, a, b, c, d in zip(("out", "dq", "dk", "dv"), through_triton, first, second, moved, strict=True):
         assert torch.equal(a, b), f"{case}: {name} of the first launch with {ENV_VAR}=1 differs"
         assert torch.equal(a, c), f"{case}: {name} of the direct launch differs from Triton's launch"
+        assert torch.equal(a, d), f"{case}: {name} with q, k, v at new addresses differs"

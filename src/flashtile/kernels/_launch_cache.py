@@ -37,6 +37,7 @@ from packaging.version import Version
 from triton import knobs
 
 from flashtile.kernels._layout import run_on_device
+from flashtile.kernels._tensor_maps import tensor_map_launcher
 
 ENV_VAR = "FLASHTILE_CACHED_LAUNCH"
 # The direct launch mirrors Triton 3.6's JITFunction.run; under another version every launch goes through it.
@@ -71,7 +72,7 @@ def _pointer_signature(p: object) -> Hashable:
 class _Compiled:
     """A compiled kernel and how to call its launcher."""
 
-    __slots__ = ("compiled", "needs_scratch")
+    __slots__ = ("compiled", "flags", "needs_scratch", "tensor_maps")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -80,6 +81,12 @@ class _Compiled:
         metadata = getattr(compiled, "metadata", None)
         sizes = (getattr(metadata, name, 1) for name in ("global_scratch_size", "profile_scratch_size"))
         self.needs_scratch = any(size != 0 for size in sizes)
+        # A Gluon kernel's TMA descriptors: their tensor maps from a cache (kernels/_tensor_maps.py), through
+        # Triton's C launcher with the flags its CudaLauncher would pass and no scratch.
+        run = getattr(compiled, "run", None)
+        flags = tuple(getattr(run, name, None) for name in ("launch_cooperative_grid", "launch_pdl"))
+        maps = None if self.needs_scratch or None in flags else tensor_map_launcher(run)
+        self.tensor_maps, self.flags = maps, flags
 
     def __call__(self, grid: tuple[int, ...], device: torch.device, args: tuple) -> None:
         compiled = self.compiled
@@ -88,10 +95,14 @@ class _Compiled:
         enter_hook = knobs.runtime.launch_enter_hook
         # Only an enter hook reads the launch metadata (a profiler's); building it costs ~1.5 µs.
         metadata = compiled.launch_metadata(grid, stream, *args) if enter_hook.calls else None
-        compiled.run(
-            grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, stream, compiled.function,
-            compiled.packed_metadata, metadata, enter_hook, knobs.runtime.launch_exit_hook, *args,
-        )  # fmt: skip
+        grid_xyz = (grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1)
+        hooks = (metadata, enter_hook, knobs.runtime.launch_exit_hook)
+        if self.tensor_maps is not None:
+            # CudaLauncher's leading arguments: its two launch flags, then no global or profiling scratch.
+            base = (*grid_xyz, stream, compiled.function, *self.flags, None, None, compiled.packed_metadata)
+            self.tensor_maps((*base, *hooks), args)
+            return
+        compiled.run(*grid_xyz, stream, compiled.function, compiled.packed_metadata, *hooks, *args)
 
 
 class KernelLaunch:
