@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -1182,8 +1182,42 @@ case "$part" in
     cp "$work/gpu_tests_s17i.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  s18a)
+    # The Gluon backward's ALiBi with the score's factor folded into the exponential's FMA and the column
+    # offsets converted once a work tile (fewer spills in its key loop): bench --options alibi alternating
+    # f468cf4's code (build/old_src, carried) and this one's, twice each; then the direct relaunch's GPU test
+    # (the Gluon kernels' cached TMA tensor maps, inputs at new addresses too).
+    begin
+    bench_old_new alibi 80
+    step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18a.xml" tests/test_launch_cache.py "$@"
+    cp "$work/gpu_tests_s18a.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  s18b)
+    # The GPU tests the backward's ALiBi change reaches: the Gluon backward's file (options, varlen, dropout
+    # and the deterministic cases) and the option suites through the API.
+    begin
+    step gpu_tests 560 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18b.xml" tests/test_gpu_hopper_bwd.py \
+      tests/test_kernel_options.py tests/test_options_api.py "$@"
+    cp "$work/gpu_tests_s18b.xml" "$OUT"/ 2>/dev/null
+    finish
+    ;;
+  s18c)
+    # The host path with the Gluon kernels' TMA tensor maps encoded once per (address, shape, strides):
+    # benchmarks/launch_overhead.py alternating f468cf4's code (build/old_src) and this one's, twice each,
+    # with SDPA cuDNN's host time in the same rounds.
+    begin
+    for round in 1 2; do
+      step "host_old_$round" 120 env PYTHONPATH=build/old_src python3 benchmarks/launch_overhead.py \
+        --head-dim 64 128 --seqlen 512 1024 --peer --csv "$work/launch_overhead.csv" --label "old_$round"
+      step "host_new_$round" 120 python3 benchmarks/launch_overhead.py --head-dim 64 128 --seqlen 512 1024 \
+        --peer --csv "$work/launch_overhead.csv" --label "new_$round"
+    done
+    cp "$work/launch_overhead.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

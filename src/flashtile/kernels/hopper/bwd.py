@@ -490,6 +490,12 @@ def _consumer(
         aux = (ids + b * gl.load(meta) + (h_kv * GROUP) * gl.load(meta + 1), words, gl.load(meta + 2))
     if HAS_DROPOUT:
         seed, rng_offset = dropout.load_rng_state(drop_args[0])
+    # ALiBi's column offsets 0 … BM − 1 in fp32, converted once here (ALIBI_OFFSETS) or per tile: beside
+    # another option, or with 128-query tiles, keeping them spilled less inside the loop (sm_90 compile:
+    # docs/design/hopper_bwd.md, "ALiBi's registers"); plain ALiBi over 64-query tiles spilled less per tile.
+    ALIBI_OFFSETS: gl.constexpr = HAS_ALIBI and (HAS_SOFTCAP or HAS_DROPOUT or IS_LOCAL or BM > 64)
+    if ALIBI_OFFSETS:
+        alibi_cols = gl.arange(0, BM, layout=col_layout).to(gl.float32)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
@@ -518,17 +524,24 @@ def _consumer(
         if HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL:
             # The forward's base-2 score: softcap · tanh(s / softcap), then −slope · |i + N_k − N_q − j|.
             cols = m0 + gl.arange(0, BM, layout=col_layout)
+            # The score's positive factor folds into the exponential's FMA, as in the forward.
             if HAS_SOFTCAP:
                 capped = _tanh(st * softcap_qk)
-                score = capped * softcap_out
+                score, factor = capped, softcap_out
             else:
-                score = st * qk_scale
+                score, factor = st, qk_scale
             if HAS_ALIBI:
                 slope = gl.load(alibi_ptr + seq * stride_alibi_b + h) * LOG2_E_C
-                # Positions in fp32 before they broadcast: no integer abs and conversion per score.
-                dist = gl.abs((cols + diag_offset).to(gl.float32)[None, :] - rows.to(gl.float32)[:, None])
-                score = score - slope * dist
-            pt = gl.exp2(score - lse[None, :])
+                # Distances from the tile's first query, whose offsets converted once: one subtraction and
+                # one FMA a score, exact in fp32 below 2^24.
+                if ALIBI_OFFSETS:
+                    rows_f = (rows - (m0 + diag_offset)).to(gl.float32)
+                    dist = gl.abs(alibi_cols[None, :] - rows_f[:, None])
+                else:
+                    cols_f = (cols + diag_offset).to(gl.float32)
+                    dist = gl.abs(cols_f[None, :] - rows.to(gl.float32)[:, None])
+                score = score + (-slope / factor) * dist
+            pt = gl.exp2(score * factor - lse[None, :])
             if IS_VARLEN and at_end:
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
             if IS_CAUSAL and m0 < n0 + BN - diag_offset:
