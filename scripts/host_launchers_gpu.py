@@ -61,7 +61,8 @@ def main() -> None:
         ),
     }
     where = os.path.dirname(os.path.dirname(flashtile.__file__))
-    print(f"{torch.cuda.get_device_name()}; flashtile from {where}; B={batch} N={seqlen} H={heads} D={head_dim}")
+    shape = f"B={batch} N={seqlen} H={heads} D={head_dim}"
+    print(f"{torch.cuda.get_device_name()}; flashtile from {where}; {shape}")
     results = []
     for name, fn in rows.items():
         us = per_call_us(fn, args.reps)
