@@ -662,6 +662,14 @@ def test_options_preset_is_the_issue_8_grid() -> None:
     )
     window = next(c for c in cells if c.options == ("window",))
     assert window.window == (256, 0) and window.batch * window.seqlen_q == 16384
+    # --causal true / both: softcap, ALiBi and dropout causal (or both), beside the causal plain cells.
+    for causal, expected in (((True,), {True}), ((False, True), {False, True})):
+        preset = grid.preset("options", "cuda").with_overrides(causal=causal)
+        chosen = preset.configs()
+        for option in ("softcap", "alibi", "dropout"):
+            assert {c.causal for c in chosen if c.options == (option,)} == expected
+        assert {c.causal for c in chosen if c.options == ("window",)} == {True}
+        assert {c.seqlen_q for c in chosen if not c.options and c.causal} == {4096, 8192, 16384}
     assert {c.softcap for c in cells if c.options == ("softcap",)} == {30.0}
     assert {c.dropout_p for c in cells if c.options == ("dropout",)} == {0.1}
     packed = next(c for c in cells if c.layout == "varlen")

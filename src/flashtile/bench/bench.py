@@ -120,7 +120,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         nargs="*",
         choices=grid.OPTIONS[:6],
         metavar="OPTION",
-        help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k; a "
+        help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k, "
+        "non-causal unless --causal true or both; a "
         "learnable sink (one N(0, 1) logit per head, causal) at 4k and 16k; a packed batch of mixed lengths) "
         "beside the plain kernel and FlexAttention / SDPA flash, about 5 minutes on an H100; --seqlen "
         f"replaces every option's lengths; names among {', '.join(grid.OPTIONS[:6])} keep only those",

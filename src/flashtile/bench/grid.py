@@ -358,20 +358,29 @@ class Preset:
         for dtype in self.dtypes:
             for head_dim in self.head_dims:
                 for spec in self.options:
-                    for seqlen in spec.seqlens:
-                        for mode in self.modes:
-                            for cell in self._option_cells(spec.option, dtype, head_dim, seqlen, mode):
-                                cells.setdefault(cell)
+                    for causal in self._option_masks(spec.option):
+                        for seqlen in spec.seqlens:
+                            for mode in self.modes:
+                                for cell in self._option_cells(
+                                    spec.option, dtype, head_dim, seqlen, mode, causal
+                                ):
+                                    cells.setdefault(cell)
         return list(cells)
 
-    def _option_cells(self, option: str, dtype: str, head_dim: int, seqlen: int, mode: str) -> list[Config]:
-        """The plain cell and the option's cells at one sequence length.
+    def _option_masks(self, option: str) -> tuple[bool, ...]:
+        """Causal or not for an option's cells: the window (left, 0), the learnable sink and the packed
+        batch are causal, as in local, GPT-OSS and packed training; softcap, ALiBi and dropout are
+        non-causal unless ``causal`` (``--causal true`` or ``both``) asks otherwise (Gemma 2 caps causal
+        scores)."""
+        if option in ("window", "sink", "varlen"):
+            return (True,)
+        return self.causal or (False,)
 
-        The window (left, 0), the learnable sink and the packed batch are causal, as in local, GPT-OSS and
-        packed training, and compared with dense causal; softcap, ALiBi and dropout with dense non-causal
-        attention.
-        """
-        causal = option in ("window", "sink", "varlen")
+    def _option_cells(
+        self, option: str, dtype: str, head_dim: int, seqlen: int, mode: str, causal: bool
+    ) -> list[Config]:
+        """The plain cell (dense, causal or not as the option's cells) and the option's cells at one
+        sequence length."""
         plain = self._config(dtype, head_dim, causal, seqlen, mode)
         if option == "window":
             return [plain, dataclasses.replace(plain, window=self.window)]

@@ -544,7 +544,10 @@ def _consumer(
             pt = gl.exp2(score * factor - lse[None, :])
             if IS_VARLEN and at_end:
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
-            if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+            # Dense batches mask every tile, not only those across the diagonal: with that branch ptxas
+            # spilled 140 registers' loads and stores a key loop with softcap (54 without it; sm_90 compile,
+            # docs/design/hopper_bwd.md); packed batches spilled more without it, and keep it.
+            if IS_CAUSAL and (not IS_VARLEN or m0 < n0 + BN - diag_offset):
                 pt = gl.where(rows[:, None] <= (cols + diag_offset)[None, :], pt, 0.0)
             if IS_LOCAL:
                 # Key j is visible to query i iff i + diag − left ≤ j ≤ i + diag + right.
