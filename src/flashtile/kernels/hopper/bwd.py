@@ -770,7 +770,7 @@ def _consumer_dim(
         lse = lse_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
         pt = gl.exp2(st * qk_scale - lse[None, :])
-        if IS_CAUSAL and m0 < n0 + BN - diag_offset:
+        if IS_CAUSAL:
             cols = m0 + which * HALF_M + gl.arange(0, HALF_M, layout=col_layout)
             pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
         delta = delta_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
@@ -857,8 +857,16 @@ def attn_bwd_kernel(
     ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False (None: none). Otherwise the list pointers are unused;
     ``aux`` is the mask_mod's tensors or None."""
     pid = gl.program_id(0)
-    n_block = pid % num_n_blocks
-    bh_kv = pid // num_n_blocks
+    if IS_CAUSAL and not IS_VARLEN and SPARSE_TILES == 0:
+        # Causal: the key blocks with the most query blocks first across every head, so the longest
+        # programs start in the first waves and the shortest end the launch (docs/design/hopper_bwd.md,
+        # "Causal launch order").
+        heads_kv_total = gl.num_programs(0) // num_n_blocks
+        n_block = pid // heads_kv_total
+        bh_kv = pid % heads_kv_total
+    else:
+        n_block = pid % num_n_blocks
+        bh_kv = pid // num_n_blocks
     H_KV = H // GROUP
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
