@@ -857,16 +857,10 @@ def attn_bwd_kernel(
     ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False (None: none). Otherwise the list pointers are unused;
     ``aux`` is the mask_mod's tensors or None."""
     pid = gl.program_id(0)
-    if IS_CAUSAL and not IS_VARLEN and SPARSE_TILES == 0:
-        # Causal: the key blocks with the most query blocks first across every head, so the longest
-        # programs start in the first waves and the shortest end the launch (docs/design/hopper_bwd.md,
-        # "Causal launch order").
-        heads_kv_total = gl.num_programs(0) // num_n_blocks
-        n_block = pid // heads_kv_total
-        bh_kv = pid % heads_kv_total
-    else:
-        n_block = pid % num_n_blocks
-        bh_kv = pid // num_n_blocks
+    # Head by head: the programs running at once share their head's Q and dO in L2 (numbering the key
+    # blocks across heads first was 25-45 % slower at N = 1k-2k; docs/design/hopper_bwd.md).
+    n_block = pid % num_n_blocks
+    bh_kv = pid // num_n_blocks
     H_KV = H // GROUP
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
