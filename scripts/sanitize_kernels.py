@@ -766,7 +766,16 @@ def main() -> int:
     parser.add_argument(
         "--start", type=int, default=1, help="skip the cases numbered below this (to finish a cut-off run)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each case this many times: from the second, launches relaunch directly (the compiled "
+        "kernel's launcher, the Gluon kernels' cached TMA tensor maps) instead of through Triton",
+    )
     args = parser.parse_args()
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
     groups = parse_groups(args.only)
     shard, shards = parse_shard(os.environ.get("FLASHTILE_SANITIZE_SHARD", "0/1"))
     if not args.dry_run and not args.list and not torch.cuda.is_available():
@@ -792,7 +801,8 @@ def main() -> int:
                 continue
             print(f"[{index}] {case.label}", flush=True)
             if not args.list:
-                case.run()
+                for _ in range(args.repeat):
+                    case.run()
             ran[group] += 1
     verb = "listed" if args.list else "dry-run on the CPU reference" if args.dry_run else "finished"
     counts = ", ".join(
