@@ -191,22 +191,40 @@ finish() {
 # this commit's, twice each, so the two are compared within one call (the seventeenth session's parts).
 #     bench_old_new OPTION BOX_S
 bench_old_new() {
-  local option=$1 box=$2 round
+  bench_old_new_args "$1" "$2" --options "$1"
+}
+
+# flashtile bench with ARGS alternating the previous code (build/old_src) and this commit's, twice each;
+# the steps are named bench_NAME_old_1, bench_NAME_new_1, ...
+#     bench_old_new_args NAME BOX_S ARGS...
+bench_old_new_args() {
+  local name=$1 box=$2 round
+  shift 2
   for round in 1 2; do
-    step "bench_${option}_old_$round" "$box" env PYTHONPATH=build/old_src python3 -m flashtile bench \
-      --options "$option" --out-dir "$work/bench_old"
-    step "bench_${option}_new_$round" "$box" python3 -m flashtile bench --options "$option" \
-      --out-dir "$work/bench_new"
+    step "bench_${name}_old_$round" "$box" env PYTHONPATH=build/old_src python3 -m flashtile bench "$@" \
+      --out-dir "$work/bench_old"
+    step "bench_${name}_new_$round" "$box" python3 -m flashtile bench "$@" --out-dir "$work/bench_new"
   done
 }
 
-# The sanitizer grid's GROUP: its kernels compiled first, then memcheck with the caching allocator off.
-#     memcheck_group GROUP PRECOMPILE_S MEMCHECK_S
+# The GPU tests named by the arguments, time-boxed, their JUnit XML brought back as gpu_tests_PART.xml.
+#     gpu_tests_step BOX_S [pytest arguments]
+gpu_tests_step() {
+  local box=$1
+  shift
+  step gpu_tests "$box" "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_$part.xml" "$@"
+  cp "$work/gpu_tests_$part.xml" "$OUT"/ 2>/dev/null
+}
+
+# The sanitizer grid's GROUP (comma-separated groups too): its kernels compiled first, then memcheck with
+# the caching allocator off; further arguments go to sanitize_kernels.py (--repeat 2).
+#     memcheck_group GROUP PRECOMPILE_S MEMCHECK_S [sanitize_kernels.py arguments]
 memcheck_group() {
-  local group=$1
-  step precompile "$2" python3 scripts/sanitize_kernels.py --only "$group"
-  step memcheck "$3" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-    --error-exitcode 1 python3 scripts/sanitize_kernels.py --only "$group"
+  local group=$1 pre=$2 mem=$3
+  shift 3
+  step precompile "$pre" python3 scripts/sanitize_kernels.py --only "$group" "$@"
+  step memcheck "$mem" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+    --error-exitcode 1 python3 scripts/sanitize_kernels.py --only "$group" "$@"
 }
 
 # A varlen call (parts k and n): the GPU tests named by the arguments, bench --options varlen and training
@@ -1189,17 +1207,15 @@ case "$part" in
     # (the Gluon kernels' cached TMA tensor maps, inputs at new addresses too).
     begin
     bench_old_new alibi 80
-    step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18a.xml" tests/test_launch_cache.py "$@"
-    cp "$work/gpu_tests_s18a.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_step 150 tests/test_launch_cache.py "$@"
     finish
     ;;
   s18b)
     # The GPU tests the backward's ALiBi change reaches: the Gluon backward's file (options, varlen, dropout
     # and the deterministic cases) and the option suites through the API.
     begin
-    step gpu_tests 560 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18b.xml" tests/test_gpu_hopper_bwd.py \
-      tests/test_kernel_options.py tests/test_options_api.py "$@"
-    cp "$work/gpu_tests_s18b.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_step 560 tests/test_gpu_hopper_bwd.py tests/test_kernel_options.py tests/test_options_api.py \
+      "$@"
     finish
     ;;
   s18c)
@@ -1234,15 +1250,8 @@ case "$part" in
     # loop: fewer spills). bench --options softcap alibi --causal true alternating f468cf4's code
     # (build/old_src) and this one's, twice each; then the backward's option GPU tests.
     begin
-    for round in 1 2; do
-      step "bench_causal_old_$round" 110 env PYTHONPATH=build/old_src python3 -m flashtile bench \
-        --options softcap alibi --causal true --out-dir "$work/bench_old"
-      step "bench_causal_new_$round" 110 python3 -m flashtile bench --options softcap alibi --causal true \
-        --out-dir "$work/bench_new"
-    done
-    step gpu_tests 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18e.xml" tests/test_gpu_hopper_bwd.py \
-      -k "options or window" "$@"
-    cp "$work/gpu_tests_s18e.xml" "$OUT"/ 2>/dev/null
+    bench_old_new_args causal 110 --options softcap alibi --causal true
+    gpu_tests_step 150 tests/test_gpu_hopper_bwd.py -k "options or window" "$@"
     finish
     ;;
   s18f)
@@ -1250,12 +1259,7 @@ case "$part" in
     # starting backward; s18e's old code predates the bench's --causal for options and timed non-causal
     # cells): bench --options softcap alibi --causal true alternating, twice each.
     begin
-    for round in 1 2; do
-      step "bench_causal_old_$round" 110 env PYTHONPATH=build/old_src python3 -m flashtile bench \
-        --options softcap alibi --causal true --out-dir "$work/bench_old"
-      step "bench_causal_new_$round" 110 python3 -m flashtile bench --options softcap alibi --causal true \
-        --out-dir "$work/bench_new"
-    done
+    bench_old_new_args causal 110 --options softcap alibi --causal true
     finish
     ;;
   s18g)
@@ -1263,21 +1267,15 @@ case "$part" in
     # causal mask on every block: causal backward at D = 64 / 128 / 256, N = 1k-16k, against SDPA cuDNN,
     # alternating 3b15481's code (build/old_src) and this one's, twice each.
     begin
-    for round in 1 2; do
-      step "bench_bwd_old_$round" 120 env PYTHONPATH=build/old_src python3 -m flashtile bench --head-dim 64 128 \
-        256 --causal true --mode bwd --seqlen 1k 2k 4k 16k --peers flashtile sdpa-cudnn --out-dir "$work/bench_old"
-      step "bench_bwd_new_$round" 120 python3 -m flashtile bench --head-dim 64 128 256 --causal true --mode bwd \
-        --seqlen 1k 2k 4k 16k --peers flashtile sdpa-cudnn --out-dir "$work/bench_new"
-    done
+    bench_old_new_args bwd 120 --head-dim 64 128 256 --causal true --mode bwd --seqlen 1k 2k 4k 16k \
+      --peers flashtile sdpa-cudnn
     finish
     ;;
   s18h)
     # The GPU tests of the Gluon backward after the causal launch order: the whole file (causal, GQA,
     # deterministic over 50 runs, options, varlen).
     begin
-    step gpu_tests 420 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18h.xml" tests/test_gpu_hopper_bwd.py \
-      tests/test_launch_cache.py "$@"
-    cp "$work/gpu_tests_s18h.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_step 420 tests/test_gpu_hopper_bwd.py tests/test_launch_cache.py "$@"
     finish
     ;;
   s18i)
@@ -1285,12 +1283,8 @@ case "$part" in
     # causal mask on every block (no branch: spills 56 -> 47). Causal backward at D = 256 against SDPA
     # cuDNN, alternating 3b15481's code (build/old_src) and this one's, twice each.
     begin
-    for round in 1 2; do
-      step "bench_bwd_old_$round" 90 env PYTHONPATH=build/old_src python3 -m flashtile bench --head-dim 256 \
-        --causal true --mode bwd --seqlen 1k 2k 4k 16k --peers flashtile sdpa-cudnn --out-dir "$work/bench_old"
-      step "bench_bwd_new_$round" 90 python3 -m flashtile bench --head-dim 256 --causal true --mode bwd \
-        --seqlen 1k 2k 4k 16k --peers flashtile sdpa-cudnn --out-dir "$work/bench_new"
-    done
+    bench_old_new_args bwd 90 --head-dim 256 --causal true --mode bwd --seqlen 1k 2k 4k 16k \
+      --peers flashtile sdpa-cudnn
     finish
     ;;
   s18j)
@@ -1298,10 +1292,8 @@ case "$part" in
     # through the cached TMA tensor maps from each signature's second call), then bench --options window
     # (the host-bound window cell after the launchers' shorter host path).
     begin
-    step gpu_tests 400 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s18j.xml" tests/test_gpu_hopper.py \
-      tests/test_gpu_api.py "$@"
+    gpu_tests_step 400 tests/test_gpu_hopper.py tests/test_gpu_api.py "$@"
     step bench_window 100 python3 -m flashtile bench --options window --out-dir "$work/bench"
-    cp "$work/gpu_tests_s18j.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s18k)
@@ -1309,9 +1301,7 @@ case "$part" in
     # second call of a signature relaunches directly, through the cached TMA tensor maps (and the backward's
     # ALiBi and causal changes of this session are in the option cases).
     begin
-    step precompile 240 python3 scripts/sanitize_kernels.py --only hopper_options,hopper_dropout --repeat 2
-    step memcheck 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
-      python3 scripts/sanitize_kernels.py --only hopper_options,hopper_dropout --repeat 2
+    memcheck_group hopper_options,hopper_dropout 240 200 --repeat 2
     finish
     ;;
   *)
