@@ -136,8 +136,6 @@ VARIANTS: dict[int, dict[str, BwdVariant]] = {
     256: {"n64": BwdVariant(64, 64, 1, "dim", "cols")},
 }
 DEFAULT_VARIANT = {64: "m64", 128: "m64", 256: "n64"}
-# Dense causal launches go through the key blocks in this many phases, head by head within each.
-CAUSAL_PHASES = gl.constexpr(4)
 # Plain calls (dense, not causal, no window or option, not deterministic) take these instead. H200
 # (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" non-causal at
 # N = 1k-16k, and 4-8 % slower causal.
@@ -865,17 +863,6 @@ def attn_bwd_kernel(
     # blocks across heads first was 25-45 % slower at N = 1k-2k; docs/design/hopper_bwd.md).
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
-    if IS_CAUSAL and not IS_VARLEN and SPARSE_TILES == 0:
-        # Causal in CAUSAL_PHASES phases, each head by head over its share of the key blocks, the heaviest
-        # first: the last heads' heaviest blocks no longer start at the launch's end
-        # (docs/design/hopper_bwd.md, "Causal launch order").
-        per_phase = (num_n_blocks + CAUSAL_PHASES - 1) // CAUSAL_PHASES
-        heads_kv_total = gl.num_programs(0) // num_n_blocks
-        phase = pid // (heads_kv_total * per_phase)
-        rest = pid % (heads_kv_total * per_phase)
-        in_phase = gl.minimum(per_phase, num_n_blocks - phase * per_phase)
-        bh_kv = rest // in_phase
-        n_block = phase * per_phase + rest % in_phase
     H_KV = H // GROUP
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
