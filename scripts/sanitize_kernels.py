@@ -41,6 +41,7 @@ The groups added later come last in the list, so the earlier groups' case number
         python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python scripts/sanitize_kernels.py --only hopper
     python scripts/sanitize_kernels.py --dry-run      # no GPU needed
+    ... sanitize_kernels.py --only hopper_options --repeat 2   # each case twice: the direct relaunch too
 
 ``FLASHTILE_SANITIZE_SHARD=i/n`` runs every n-th case from the i-th: n processes fill Triton's disk cache
 in parallel before the sanitized run, which would otherwise spend its time compiling the grid's kernels.
