@@ -216,6 +216,20 @@ gpu_tests_step() {
   cp "$work/gpu_tests_$part.xml" "$OUT"/ 2>/dev/null
 }
 
+# scripts/host_launchers_gpu.py alternating the previous code (build/old_src) and this commit's, ROUNDS
+# times each, into host_launchers.csv (brought back).
+#     host_launchers_old_new ROUNDS
+host_launchers_old_new() {
+  local round
+  for round in $(seq "$1"); do
+    step "host_old_$round" 60 env PYTHONPATH=build/old_src python3 scripts/host_launchers_gpu.py \
+      --label "old_$round" --csv "$work/host_launchers.csv"
+    step "host_new_$round" 60 python3 scripts/host_launchers_gpu.py --label "new_$round" \
+      --csv "$work/host_launchers.csv"
+  done
+  cp "$work/host_launchers.csv" "$OUT"/ 2>/dev/null
+}
+
 # The sanitizer grid's GROUP (comma-separated groups too): its kernels compiled first, then memcheck with
 # the caching allocator off; further arguments go to sanitize_kernels.py (--repeat 2).
 #     memcheck_group GROUP PRECOMPILE_S MEMCHECK_S [sanitize_kernels.py arguments]
@@ -1236,13 +1250,7 @@ case "$part" in
     # The Gluon launchers' host µs a call at a tiny shape (scripts/host_launchers_gpu.py, best of seven
     # means of 500 calls), alternating f468cf4's code (build/old_src) and this one's, three times each.
     begin
-    for round in 1 2 3; do
-      step "host_old_$round" 60 env PYTHONPATH=build/old_src python3 scripts/host_launchers_gpu.py \
-        --label "old_$round" --csv "$work/host_launchers.csv"
-      step "host_new_$round" 60 python3 scripts/host_launchers_gpu.py --label "new_$round" \
-        --csv "$work/host_launchers.csv"
-    done
-    cp "$work/host_launchers.csv" "$OUT"/ 2>/dev/null
+    host_launchers_old_new 3
     finish
     ;;
   s18e)
@@ -1327,13 +1335,7 @@ case "$part" in
     # code (build/old_src) and this one's, twice each.
     begin
     gpu_tests_step 150 tests/test_launch_cache.py "$@"
-    for round in 1 2; do
-      step "host_old_$round" 60 env PYTHONPATH=build/old_src python3 scripts/host_launchers_gpu.py \
-        --label "old_$round" --csv "$work/host_launchers.csv"
-      step "host_new_$round" 60 python3 scripts/host_launchers_gpu.py --label "new_$round" \
-        --csv "$work/host_launchers.csv"
-    done
-    cp "$work/host_launchers.csv" "$OUT"/ 2>/dev/null
+    host_launchers_old_new 2
     finish
     ;;
   *)
