@@ -1124,11 +1124,10 @@ case "$part" in
     # four words, so the backward draws a call once, not twice): the dropout GPU tests, then bench --options
     # dropout alternating the previous commit's code (build/old_src, carried) and this one's, twice each.
     begin
-    step gpu_tests 220 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17a.xml" -k "dropout or dmask or keep" \
+    gpu_tests_step 220 -k "dropout or dmask or keep" \
       tests/test_kernel_options.py tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py tests/test_gpu_api.py \
       tests/test_options_api.py tests/test_head_dims.py "$@"
     bench_old_new dropout 70
-    cp "$work/gpu_tests_s17a.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s17b)
@@ -1138,9 +1137,8 @@ case "$part" in
     # carried) and this one's, twice each.
     begin
     bench_old_new dropout 70
-    step gpu_tests 380 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17b.xml" tests/test_kernel_options.py \
+    gpu_tests_step 380 tests/test_kernel_options.py \
       tests/test_options_api.py tests/test_gpu_api.py tests/test_head_dims.py tests/test_sinks.py "$@"
-    cp "$work/gpu_tests_s17b.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s17c)
@@ -1149,8 +1147,7 @@ case "$part" in
     # (build/old_src, carried) and this one's, twice each, then the Gluon forward's GPU tests.
     begin
     bench_old_new alibi 80
-    step gpu_tests 330 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17c.xml" tests/test_gpu_hopper.py "$@"
-    cp "$work/gpu_tests_s17c.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_step 330 tests/test_gpu_hopper.py "$@"
     finish
     ;;
   s17d)
@@ -1167,9 +1164,8 @@ case "$part" in
     # dropout draws shared by partner lanes), test_gpu_hopper's ALiBi cases (three new ones at 2k) and the
     # CLI bench tests.
     begin
-    step gpu_tests 520 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17e.xml" tests/test_gpu_hopper_bwd.py \
+    gpu_tests_step 520 tests/test_gpu_hopper_bwd.py \
       "tests/test_gpu_hopper.py::test_gluon_fwd_options_match_oracle" tests/test_cli_bench.py "$@"
-    cp "$work/gpu_tests_s17e.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s17f)
@@ -1179,18 +1175,16 @@ case "$part" in
     # Gluon dropout group.
     begin
     bench_old_new dropout 70
-    step gpu_tests 250 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17f.xml" tests/test_kernel_options.py \
+    gpu_tests_step 250 tests/test_kernel_options.py \
       tests/test_options_api.py "$@"
     memcheck_group hopper_dropout 60 60
-    cp "$work/gpu_tests_s17f.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s17g)
     # At the final dropout kernels (pair masks): the API's, head dims' and sinks' GPU tests.
     begin
-    step gpu_tests 420 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17g.xml" tests/test_gpu_api.py \
+    gpu_tests_step 420 tests/test_gpu_api.py \
       tests/test_head_dims.py tests/test_sinks.py "$@"
-    cp "$work/gpu_tests_s17g.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s17h)
@@ -1199,19 +1193,17 @@ case "$part" in
     # (build/old_src, carried) and this one's, twice each, then the forward's option cases.
     begin
     bench_old_new alibi 80
-    step gpu_tests 200 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17h.xml" \
+    gpu_tests_step 200 \
       "tests/test_gpu_hopper.py::test_gluon_fwd_options_match_oracle" \
       "tests/test_gpu_hopper.py::test_options_through_the_api_run_the_gluon_forward" "$@"
-    cp "$work/gpu_tests_s17h.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s17i)
     # After the decode kernel's ALiBi argument followed the forward's new form (040f3c4): the decode and
     # KV-cache GPU tests.
     begin
-    step gpu_tests 300 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_s17i.xml" tests/test_decode_kernel.py \
+    gpu_tests_step 300 tests/test_decode_kernel.py \
       tests/test_gpu_kvcache.py "$@"
-    cp "$work/gpu_tests_s17i.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
   s18a)

@@ -9,16 +9,19 @@ say which ``flashtile`` they timed.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
+import pathlib
 import time
 
 import torch
 
 import flashtile
 from flashtile import flash_attn_func
+from flashtile.bench import results as results_csv
 from flashtile.kernels.hopper import bwd as hopper_bwd
 from flashtile.kernels.hopper import fwd as hopper_fwd
+
+COLUMNS = ("label", "call", "host_us")
 
 
 def per_call_us(fn, reps: int, repeats: int = 7) -> float:
@@ -69,12 +72,7 @@ def main() -> None:
         print(f"  {name:40s} {us:7.1f} µs")
         results.append({"label": args.label, "call": name, "host_us": round(us, 2)})
     if args.csv:
-        new = not os.path.exists(args.csv)
-        with open(args.csv, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(results[0]))
-            if new:
-                writer.writeheader()
-            writer.writerows(results)
+        results_csv.append_rows(pathlib.Path(args.csv), results, COLUMNS)
 
 
 if __name__ == "__main__":
