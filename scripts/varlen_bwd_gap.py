@@ -12,6 +12,7 @@ bf16, D = 128, H = 16, causal, the backward through ``ops.run_attn_bwd`` (no aut
 TFLOP/s count 2.5 · 4 · H · D · Σ n² / 2 FLOPs, as the bench does. Rows go to --csv.
 
     PYTHONPATH=src python scripts/varlen_bwd_gap.py [--csv varlen_gap.csv] [--label new] [--reps 10]
+        [--cases 4x4096]
 """
 
 from __future__ import annotations
@@ -75,12 +76,24 @@ def main() -> None:
     parser.add_argument("--csv", default="varlen_gap.csv")
     parser.add_argument("--label", default="")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--cases", nargs="*", help="only the cases whose name holds one of these words")
+    parser.add_argument(
+        "--no-profiler", action="store_true", help="run each case 3 times without timing (under ncu)"
+    )
     args = parser.parse_args()
     gpu = torch.cuda.get_device_name()
     knob = os.environ.get("FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE", "")
     print(f"{gpu}; label {args.label!r}; VARLEN_TMA_STORE={knob!r}")
     rows = []
     for name, lengths, packed in CASES:
+        if args.cases and not any(word in name for word in args.cases):
+            continue
+        if args.no_profiler:
+            fn = _inputs(lengths, packed)
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            continue
         times = kernel_times(_inputs(lengths, packed), args.reps)
         total = sum(times.values())
         flops = 2.5 * 4 * HEADS * HEAD_DIM * sum(n * n for n in lengths) / 2
@@ -90,6 +103,8 @@ def main() -> None:
             rows.append(dict(label=args.label, gpu=gpu, case=name, kernel=kernel, us=round(us, 2)))
         rows.append(dict(label=args.label, gpu=gpu, case=name, kernel="total", us=round(total, 2)))
         torch.cuda.empty_cache()
+    if not rows:
+        return
     new = not os.path.exists(args.csv)
     with open(args.csv, "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
