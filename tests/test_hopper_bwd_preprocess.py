@@ -1,9 +1,11 @@
-"""The Gluon backward's preprocess (a plain Triton kernel, so the interpreter runs it on the CPU): Δ, the
-base-2 LSE with +inf for padding rows and rows without a key, and the fp32 dQ accumulator zeroed for the
-fused kernel's reduce-add, over dense (B, N, H, D) and packed (total, H, D) inputs, NaN-poisoned."""
+"""The Gluon backward's preprocess and dQ postprocess (plain Triton kernels, so the interpreter runs them on
+the CPU): Δ, the base-2 LSE with +inf for padding rows and rows without a key, and the fp32 dQ accumulator
+zeroed for the fused kernel's reduce-add, over dense (B, N, H, D) and packed (total, H, D) inputs seen as
+one batch, and over packed sequences with each sequence's statistics at its aligned offset; NaN-poisoned."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -31,8 +33,9 @@ def test_preprocess_rows_and_zeroed_dq(packed: bool, zero_dq: bool, seed: int) -
     (_, _, _, _), strides = bwd._dims4(out)
     grid = (seqlen_pad // block * batch * heads,)
     bwd.attn_bwd_preprocess_kernel[grid](
-        out, dout, lse, lse2, delta, dq_accum if zero_dq else lse2, *strides[:3], *strides[:3],
+        out, dout, lse, lse2, delta, dq_accum if zero_dq else lse2, lse2, *strides[:3], *strides[:3],
         seqlen, seqlen_pad, seqlen_pad // block, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=zero_dq,
+        IS_VARLEN=False,
     )  # fmt: skip
     o4, do4 = (t.reshape(batch, seqlen, heads, head_dim).float() for t in (out, dout))
     want_delta = (o4 * do4).sum(-1).permute(0, 2, 1).reshape(batch * heads, seqlen)
@@ -63,3 +66,66 @@ def test_packed_tensors_are_seen_as_one_batch_without_views() -> None:
     sliced = torch.randn(37, 6, 64).half()[:, ::2]
     ready = bwd._tma_ready(sliced)
     assert ready is not sliced and ready.is_contiguous() and torch.equal(ready, sliced)
+
+
+# Packed sequences: lengths with starts at every residue mod 4, an empty one, a last one ending before the
+# packed tensor does (rows no sequence holds).
+PACKED_LENGTHS = (5, 0, 66, 3, 130, 1)
+PACKED_TOTAL = sum(PACKED_LENGTHS) + 7
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_sequences_statistics_at_aligned_offsets(seed: int) -> None:
+    """Each sequence's Δ and base-2 LSE land at varlen_stats_offset (16-byte aligned, after the previous
+    sequence's last value) of each head's row; nothing else of the NaN-poisoned buffer is written; the dQ
+    accumulator is zeroed on the sequences' rows only."""
+    gen = torch.Generator().manual_seed(seed)
+    heads, head_dim, block = 3, 64, 64
+    total, sequences = PACKED_TOTAL, len(PACKED_LENGTHS)
+    out, dout = (torch.randn((total, heads, head_dim), generator=gen, dtype=torch.float16) for _ in range(2))
+    lse = torch.randn(heads, total, generator=gen)
+    lse[1, 9] = -math.inf  # a row without a visible key
+    cu = torch.tensor([0, *itertools.accumulate(PACKED_LENGTHS)], dtype=torch.int32)
+    seqlen_pad = bwd.varlen_stats_rows(total, sequences, block)
+    lse2, delta = torch.full((2, heads * seqlen_pad), math.nan)
+    dq_accum = torch.full((total, heads, head_dim), math.nan)
+    (_, _, _, _), strides = bwd._dims4(out)
+    num_m_blocks = cdiv(max(PACKED_LENGTHS), block)
+    bwd.attn_bwd_preprocess_kernel[(num_m_blocks * sequences * heads,)](
+        out, dout, lse, lse2, delta, dq_accum, cu, *strides[:3], *strides[:3],
+        total, seqlen_pad, num_m_blocks, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=True, IS_VARLEN=True,
+    )  # fmt: skip
+    want_delta = (out.float() * dout.float()).sum(-1).T
+    want_lse2 = torch.where(lse.isneginf(), math.inf, lse * LOG2_E)
+    got_delta, got_lse2 = (t.reshape(heads, seqlen_pad) for t in (delta, lse2))
+    written = torch.zeros(seqlen_pad, dtype=torch.bool)
+    previous_end = 0
+    for b, (start, end) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+        offset = (start + 3) // 4 * 4 + 4 * b
+        assert offset % 4 == 0 and offset >= previous_end
+        previous_end = offset + end - start
+        stats = slice(offset, offset + end - start)
+        torch.testing.assert_close(got_delta[:, stats], want_delta[:, start:end], rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(got_lse2[:, stats], want_lse2[:, start:end], rtol=1e-6, atol=0)
+        written[stats] = True
+    assert previous_end <= seqlen_pad
+    assert got_lse2[:, ~written].isnan().all() and got_delta[:, ~written].isnan().all()
+    assert (dq_accum[: cu[-1]] == 0).all() and dq_accum[cu[-1] :].isnan().all()
+
+
+def test_packed_postprocess_zeroes_the_rows_no_sequence_holds() -> None:
+    """dQ = scale · the fp32 sum on the sequences' rows; 0 on the rows before the first and after the last
+    (the preprocess did not zero their NaN-poisoned accumulator rows)."""
+    heads, head_dim = 2, 16
+    total = 23
+    accum = torch.randn(total, heads, head_dim)
+    accum[:3] = math.nan
+    accum[17:] = math.nan
+    cu = torch.tensor([3, 10, 10, 17], dtype=torch.int32)
+    dq = torch.full((total, heads, head_dim), math.nan, dtype=torch.float16)
+    numel = accum.numel()
+    bwd.attn_bwd_dq_postprocess_kernel[(cdiv(numel, 256),)](
+        accum, dq, cu, numel, 0.5, heads * head_dim, cu.numel() - 1, BLOCK=256, IS_VARLEN=True
+    )
+    assert (dq[:3] == 0).all() and (dq[17:] == 0).all()
+    torch.testing.assert_close(dq[3:17], (accum[3:17] * 0.5).half())

@@ -186,18 +186,41 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
     )
 
 
+# A 1-D TMA box of row statistics must start 16-byte aligned: four fp32 values.
+STATS_ALIGN = tl.constexpr(4)
+
+
+@triton.jit
+def varlen_stats_offset(start, seq):
+    """Where packed sequence ``seq``'s row statistics start in its head's row: its first packed row ``start``
+    rounded up to a multiple of STATS_ALIGN, plus STATS_ALIGN · seq, so that each starts 16-byte aligned
+    and after the previous sequence's last value (docs/design/hopper_bwd.md, "Variable length")."""
+    return (start + STATS_ALIGN - 1) // STATS_ALIGN * STATS_ALIGN + STATS_ALIGN * seq
+
+
+def varlen_stats_rows(total_q: int, sequences: int, block_m: int) -> int:
+    """The length of a head's row of statistics for a packed batch: past the last sequence's offset
+    (:func:`varlen_stats_offset` ≤ total_q + STATS_ALIGN · sequences + 3) and its rows, in whole blocks."""
+    return cdiv(total_q + STATS_ALIGN.value * (sequences + 1), block_m) * block_m
+
+
 # Packed batches change the totals at every step: no specialisation on them.
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_pad", "num_m_blocks"])
 def attn_bwd_preprocess_kernel(
-    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr, dq_accum_ptr,
+    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr, dq_accum_ptr, cu_seqlens_ptr,
     stride_ob, stride_on, stride_oh, stride_dob, stride_don, stride_doh,
     seqlen_q, seqlen_pad, num_m_blocks, H,
-    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ZERO_DQ: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ZERO_DQ: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
     """Δ = rowsum(O ∘ dO) and the LSE in base 2 into [B·H, seqlen_pad] rows the fused kernel reads by
     1-D TMA; padding rows and rows with no visible key get LSE = +inf (their P is exactly 0) and Δ = 0.
     ZERO_DQ: also zero these rows of the fp32 dQ accumulator (B, N, H, D) the fused kernel adds into (one
-    launch and one allocation fewer than a separate memset)."""
+    launch and one allocation fewer than a separate memset).
+
+    IS_VARLEN: program (block, b, h) takes the rows of packed sequence b, [cu_seqlens[b], cu_seqlens[b + 1])
+    clamped into [0, seqlen_q = total], LSE (H, total); its statistics go to row h from
+    :func:`varlen_stats_offset` on, 16-byte aligned for the TMA box (docs/design/hopper_bwd.md, "Variable
+    length"); nothing is written past the sequence's rows (the next sequence's statistics may start there)."""
     pid = tl.program_id(0).to(tl.int64)
     m_block = pid % num_m_blocks
     bh = pid // num_m_blocks
@@ -205,34 +228,51 @@ def attn_bwd_preprocess_kernel(
     h = bh % H
     offs_m = m_block * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
-    in_range = offs_m < seqlen_q
-    o = tl.load(
-        o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
-        mask=in_range[:, None],
-        other=0.0,
-    )
-    do = tl.load(
-        do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
-        mask=in_range[:, None],
-        other=0.0,
-    )
+    if IS_VARLEN:
+        start = tl.minimum(tl.maximum(tl.load(cu_seqlens_ptr + b), 0), seqlen_q)
+        end = tl.minimum(tl.maximum(tl.load(cu_seqlens_ptr + b + 1), start), seqlen_q)
+        in_range = offs_m < end - start
+        stored = in_range
+        rows = start + offs_m
+        io_base = h * seqlen_q + rows
+        stats = h * seqlen_pad + varlen_stats_offset(start, b) + offs_m
+        o_rows = o_ptr + h * stride_oh + rows[:, None] * stride_on
+        do_rows = do_ptr + h * stride_doh + rows[:, None] * stride_don
+        dq_rows = rows * H + h
+    else:
+        in_range = offs_m < seqlen_q
+        stored = offs_m < seqlen_pad
+        io_base = bh * seqlen_q + offs_m
+        stats = bh * seqlen_pad + offs_m
+        o_rows = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on
+        do_rows = do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don
+        dq_rows = (b * seqlen_q + offs_m) * H + h
+    o = tl.load(o_rows + offs_d[None, :], mask=in_range[:, None], other=0.0)
+    do = tl.load(do_rows + offs_d[None, :], mask=in_range[:, None], other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    lse = tl.load(lse_ptr + bh * seqlen_q + offs_m, mask=in_range, other=float("inf"))
+    lse = tl.load(lse_ptr + io_base, mask=in_range, other=float("inf"))
     lse = tl.where(lse == -float("inf"), float("inf"), lse) * 1.4426950408889634
-    tl.store(delta_ptr + bh * seqlen_pad + offs_m, delta, mask=offs_m < seqlen_pad)
-    tl.store(lse2_ptr + bh * seqlen_pad + offs_m, lse, mask=offs_m < seqlen_pad)
+    tl.store(delta_ptr + stats, delta, mask=stored)
+    tl.store(lse2_ptr + stats, lse, mask=stored)
     if ZERO_DQ:
-        rows = (b * seqlen_q + offs_m) * H + h
         zeros = tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32)
-        tl.store(dq_accum_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=in_range[:, None])
+        tl.store(dq_accum_ptr + dq_rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=in_range[:, None])
 
 
-@triton.jit
-def attn_bwd_dq_postprocess_kernel(src_ptr, dst_ptr, numel, scale, BLOCK: tl.constexpr):
-    """dQ = scale · (the fp32 sum), in the input dtype."""
+# The sequence count of packed batches changes at every step: no specialisation on it.
+@triton.jit(do_not_specialize=["sequences"])
+def attn_bwd_dq_postprocess_kernel(
+    src_ptr, dst_ptr, cu_seqlens_ptr, numel, scale, row_elems, sequences, BLOCK: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):  # fmt: skip
+    """dQ = scale · (the fp32 sum), in the input dtype. IS_VARLEN: rows of ``row_elems`` elements outside
+    [cu_seqlens[0], cu_seqlens[sequences]), which no sequence holds and the preprocess did not zero, get 0."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     x = tl.load(src_ptr + offs, mask=mask, other=0.0)
+    if IS_VARLEN:
+        rows = offs // row_elems
+        x = tl.where((rows >= tl.load(cu_seqlens_ptr)) & (rows < tl.load(cu_seqlens_ptr + sequences)), x, 0.0)
     tl.store(dst_ptr + offs, (x * scale).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
@@ -346,27 +386,20 @@ def _in_sequence(rows, cols, seqlen_q, seqlen_k):
 
 
 @gluon.jit
-def _stats_row(it, b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM: gl.constexpr):
-    """The first row-statistics row of the producer's block ``it`` (head h_kv·GROUP + it // per_head,
-    query block m_first + it % per_head) in the (B·H, seqlen_pad) buffer."""
-    h = h_kv * GROUP + it // per_head
-    return (b * H + h) * seqlen_pad + q_off + (m_first + it % per_head) * BM
-
-
-@gluon.jit
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    IS_VARLEN: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
-    group, each pair on its own barrier so Sᵀ can start before dO lands. Packed batches: a sequence's row
-    statistics start at any row, and a 1-D TMA box must start 16-byte aligned, so this warp loads them
-    itself and stores them to the ring before it arrives on the barriers (whose arrival releases them)."""
-    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, lse2_ptr, delta_ptr = descs
+    group, each pair on its own barrier so Sᵀ can start before dO lands. The row statistics of query block
+    m0 of head h are at (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the
+    sequence's aligned offset, :func:`varlen_stats_offset`)."""
+    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off = sizes
+    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[:10]
+    q_off, k_off, stats_off = sizes[10:]
     kv3: gl.constexpr = k_desc.layout
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
@@ -381,50 +414,25 @@ def _producer(
     )  # fmt: skip
     blocks = GROUP * per_head
     q3: gl.constexpr = q_desc.layout
-    if IS_VARLEN:
-        # Software-pipelined by one block: the next block's row statistics load while this block's wait and
-        # copies run, so no block waits a memory latency before its Q and dO copies are issued.
-        stats_layout: gl.constexpr = gl.BlockedLayout([BM // 32], [32], [1], [0])
-        stats_cols = gl.arange(0, BM, layout=stats_layout)
-        # Nothing to load where no query sees these keys (the loop below does not run).
-        first = _stats_row(0, b, h_kv, m_first, gl.maximum(per_head, 1), seqlen_pad, q_off, H, GROUP, BM)
-        some = stats_cols < BM * gl.minimum(blocks, 1)
-        lse_next = gl.load(lse2_ptr + first + stats_cols, mask=some)
-        delta_next = gl.load(delta_ptr + first + stats_cols, mask=some)
     for it in range(blocks):
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
-        # The row _stats_row(it, ...) gives when the blocks are a range; listed blocks need m0 itself.
-        row_stats = (b * H + h) * seqlen_pad + q_off + m0
+        row_stats = (b * H + h) * seqlen_pad + stats_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
-        if IS_VARLEN:
-            # Rows past the sequence (the next one's, or beyond the last: the buffer has a spare block) are
-            # masked by the consumers.
-            lse_smem.index(s).store(lse_next)
-            delta_smem.index(s).store(delta_next)
-            # The last block loads its own rows again (an address in bounds, never stored).
-            following = _stats_row(
-                gl.minimum(it + 1, blocks - 1), b, h_kv, m_first, per_head, seqlen_pad, q_off, H, GROUP, BM
-            )
-            lse_next = gl.load(lse2_ptr + following + stats_cols)
-            delta_next = gl.load(delta_ptr + following + stats_cols)
         bar = q_ready.index(s)
-        stats_bytes: gl.constexpr = 0 if IS_VARLEN else lse_desc.block_type.nbytes
-        mbarrier.expect(bar, q_desc.block_type.nbytes + stats_bytes)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             q_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
         )
-        if not IS_VARLEN:
-            tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
+        tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
         bar = do_ready.index(s)
-        mbarrier.expect(bar, do_desc.block_type.nbytes + stats_bytes)
+        mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
         )
-        if not IS_VARLEN:
-            tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
+        tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
 
 
 @gluon.jit
@@ -830,7 +838,7 @@ def _consumer_dim(
 )  # fmt: skip
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
-    alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr,
+    alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr,
     q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux, rng_state_ptr,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac,
@@ -849,8 +857,8 @@ def attn_bwd_kernel(
 
     IS_VARLEN ("keys" split only): q/k/v/dO/dQ are packed (1, total, H·D) behind the descriptors,
     seqlen_q/k the totals, sequence b the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into
-    [0, total]); the row statistics are (H, seqlen_pad) over the packed query rows; dK and dV go to the
-    packed tensors at dk_ptr, dv_ptr (docs/design/hopper_bwd.md, "Variable length").
+    [0, total]); the row statistics are (H, seqlen_pad), sequence b's from varlen_stats_offset on; dK and
+    dV go to the packed tensors at dk_ptr, dv_ptr (docs/design/hopper_bwd.md, "Variable length").
 
     SPARSE_TILES > 0 (dense batches, "keys" split): a block mask of (SPARSE_TILES · BM, SPARSE_BLOCK_N)
     blocks whose ``q`` lists (flashtile.BlockMask's, read at b·list_stride_b + h·list_stride_h + row,
@@ -877,8 +885,10 @@ def attn_bwd_kernel(
         seqlen_k = k_end - k_off
     # The sequence (its ALiBi slopes' row) and the descriptors' batch coordinate: one batch of packed rows.
     seq = b
+    stats_off = q_off
     if IS_VARLEN:
         b = 0
+        stats_off = varlen_stats_offset(q_off, seq)
     if n0 >= seqlen_k:
         # A block past this sequence's keys (the grid covers the longest): nothing to do.
         return
@@ -912,10 +922,11 @@ def attn_bwd_kernel(
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
     sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
-    load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, lse2_ptr, delta_ptr)
+    load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
     load_sizes = (
         b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off,
+        stats_off,
     )  # fmt: skip
     drop_args = (rng_state_ptr, dropout_threshold, 1.0 / dropout_keep_frac)
     options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args)
@@ -936,7 +947,7 @@ def attn_bwd_kernel(
                 (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
                                  IS_CAUSAL, COMPUTE_DQ, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             False, False, False, lists, SPARSE_BLOCK_N, 0)),
+                             False, False, lists, SPARSE_BLOCK_N, 0)),
             ],
             [4, 1],
             [240, 24],
@@ -962,7 +973,7 @@ def attn_bwd_kernel(
                              SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
                              1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
+                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
             ],
             [4, 1],
             [240, 24],
@@ -1261,14 +1272,30 @@ def launch_supported(
 
 
 # The tensors of each launch, in its kernel's parameter order.
-PREPROCESS_POINTERS = ("o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "dq_accum_ptr")
+PREPROCESS_POINTERS = (
+    "o_ptr",
+    "do_ptr",
+    "lse_ptr",
+    "lse2_ptr",
+    "delta_ptr",
+    "dq_accum_ptr",
+    "cu_seqlens_ptr",
+)
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
-    "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr", "lse2_ptr", "delta_ptr",
+    "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr",
     "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr", "aux", "rng_state_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
-POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr")
+POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr", "cu_seqlens_ptr")
+
+
+def _stats_rows(seqlen_q: int, block_m: int, varlen: tuple[int, int, int] | None) -> int:
+    """The length of each (batch, head) row of row statistics: the query rows in whole blocks, or for a
+    packed batch (``varlen``'s sequence count first) :func:`varlen_stats_rows`."""
+    if varlen is None:
+        return cdiv(seqlen_q, block_m) * block_m
+    return varlen_stats_rows(seqlen_q, varlen[0], block_m)
 
 
 # Everything but the tensors is a function of these arguments: one set of launches per call signature.
@@ -1304,21 +1331,23 @@ def _bwd_launches(
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
     bm, bn = cfg.block_m, cfg.block_n
-    seqlen_pad = cdiv(seqlen_q, bm) * bm
+    sequences = batch if varlen is None else varlen[0]
+    seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
+    # Dense: blocks of the batch's rows; packed: blocks of each sequence's (up to the rounded longest).
+    num_m_blocks = cdiv(longest[0], bm)
     qk_scale = softmax_scale * LOG2_E
     dq_rows, dq_cols = cfg.dq_box(head_dim)
     preprocess = KernelLaunch(
-        attn_bwd_preprocess_kernel, (seqlen_pad // bm * batch * heads,), device, PREPROCESS_POINTERS,
+        attn_bwd_preprocess_kernel, (num_m_blocks * sequences * heads,), device, PREPROCESS_POINTERS,
         dict(
             stride_ob=out_strides[0], stride_on=out_strides[1], stride_oh=out_strides[2],
             stride_dob=dout_strides[0], stride_don=dout_strides[1], stride_doh=dout_strides[2],
-            seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=seqlen_pad // bm, H=heads,
-            HEAD_DIM=head_dim, BLOCK=bm, ZERO_DQ=not deterministic,
+            seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=num_m_blocks, H=heads,
+            HEAD_DIM=head_dim, BLOCK=bm, ZERO_DQ=not deterministic, IS_VARLEN=varlen is not None,
         ),
         {},
     )  # fmt: skip
     num_n_blocks = cdiv(longest[1], bn)
-    sequences = batch if varlen is None else varlen[0]
     sizes = dict(
         seqlen_q=seqlen_q, seqlen_k=seqlen_k, seqlen_pad=seqlen_pad, H=heads, GROUP=heads // heads_kv
     )
@@ -1351,7 +1380,11 @@ def _bwd_launches(
         numel = batch * seqlen_q * heads * head_dim
         finish = KernelLaunch(
             attn_bwd_dq_postprocess_kernel, (cdiv(numel, 1024),), device, POSTPROCESS_POINTERS,
-            dict(numel=numel, scale=softmax_scale, BLOCK=1024), {},
+            dict(
+                numel=numel, scale=softmax_scale, row_elems=heads * head_dim, sequences=sequences, BLOCK=1024,
+                IS_VARLEN=varlen is not None,
+            ),
+            {},
         )  # fmt: skip
     return preprocess, fused, finish
 
@@ -1416,9 +1449,10 @@ def _launch(
         alibi_stride_b(slopes), varlen,
         varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1", sparse, dropout_p,
     )  # fmt: skip
-    seqlen_pad = cdiv(seqlen_q, bm) * bm
+    seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
-    # packed batches read up to a block past their last row (uninitialised or another head's: masked).
+    # packed batches read up to a block past a sequence's last row (uninitialised, another sequence's or
+    # another head's: masked).
     extra_rows = 0 if varlen is None else bm
     # (unbind rather than unpacking, which goes through Tensor.__iter__'s Python checks: ~5 µs a call.)
     lse2, delta = torch.empty(
@@ -1431,7 +1465,9 @@ def _launch(
     out_rows, out_cols = cfg.out_box(head_dim)
     # The fp32 dQ sum, zeroed by the preprocess (the deterministic dQ kernel writes dQ itself).
     dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=device)
-    preprocess(out, dout, lse, lse2, delta, lse2 if dq_accum is None else dq_accum)
+    preprocess(
+        out, dout, lse, lse2, delta, lse2 if dq_accum is None else dq_accum, lse2 if cu_q is None else cu_q
+    )
     # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
     dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, dq_rows, 1, dq_cols))
     fused(
@@ -1440,7 +1476,7 @@ def _launch(
         _descriptor(dq_target, dq_rows, dq_cols), _descriptor(dk, out_rows, out_cols),
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
-        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, lse2, delta, *lists,
+        lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, *lists,
         sparse_aux(km, sparse), lse2 if rng_state is None else rng_state,
     )  # fmt: skip
     if deterministic:
@@ -1449,5 +1485,5 @@ def _launch(
             _descriptor(dout, DQ_BLOCK_M), _descriptor(dq, DQ_BLOCK_M), lse2, delta,
         )  # fmt: skip
     else:
-        finish(dq_accum, dq)
+        finish(dq_accum, dq, dq_accum if cu_q is None else cu_q)
     return dq, dk, dv
