@@ -289,8 +289,8 @@ def _varlen_grads(hopper, q, k, v, dout, varlen, causal, options):
 
 @pytest.fixture(params=[False, True], ids=["row-stores", "tma-stores"])
 def gluon_varlen_bwd(hopper, monkeypatch, request):
-    """The Gluon varlen backward, with dK/dV by row-masked stores (the default) and by TMA boxes inside each
-    sequence (the epilogue experiment of FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE)."""
+    """The Gluon varlen backward, with dK/dV by TMA boxes inside each sequence (the default) and by row-masked
+    stores for every block (FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=0)."""
     monkeypatch.setenv(hopper.VARLEN_ENV, "1")
     monkeypatch.setenv(hopper.VARLEN_TMA_STORE_ENV, "1" if request.param else "0")
     return hopper

@@ -74,9 +74,9 @@ OPTIONS_ENV = "FLASHTILE_HOPPER_BWD_OPTIONS"
 # FLASHTILE_HOPPER_BWD_VARLEN=1 takes them there.
 GPU_CHECKED_VARLEN = True
 VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
-# An experiment for the packed backward's epilogue, off by default until timed on a GPU: dK and dV of a
-# block wholly inside its sequence leave by TMA boxes instead of 2-byte row-masked stores (eighth session;
-# docs/design/hopper_bwd.md, "Variable length").
+# The packed backward's epilogue: dK and dV of a block wholly inside its sequence leave by TMA boxes, the
+# sequence's last block by row-masked pointer stores; "0" stores every block by pointer (2 to 5 % slower on
+# an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -1324,9 +1324,9 @@ def _bwd_launches(
     slopes' batch stride (None without slopes) as the forward's :func:`option_arguments` takes them.
     Packed batches: ``shape_q`` (1, total_q, H, D), ``shape_k`` (total_k, H_KV) and ``varlen`` (number
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
-    longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the epilogue experiment of
-    ``VARLEN_TMA_STORE_ENV``; ``sparse``: a block mask's :data:`flashtile.kernels.hopper.fwd.Sparse`, or
-    None; ``dropout_p``: the forward's (0 without dropout)."""
+    longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the packed epilogue's TMA
+    boxes (``VARLEN_TMA_STORE_ENV``: on unless it is "0"); ``sparse``: a block mask's
+    :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout)."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1447,7 +1447,7 @@ def _launch(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
-        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() == "1", sparse, dropout_p,
+        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() != "0", sparse, dropout_p,
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

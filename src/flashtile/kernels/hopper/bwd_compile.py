@@ -19,8 +19,9 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 
 # (head dim, variant name, mask, deterministic), and (report, has the TMA reduce) per kernel. The mask is
 # causal (True) or not (False), or option words joined by "+": "causal" or "local" (a window with both
-# sides), "softcap", "alibi", "varlen" (packed batches), "tmastore" (with varlen: dK/dV by TMA boxes where
-# a block lies inside its sequence, FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1), "sparse" (a block mask of
+# sides), "softcap", "alibi", "varlen" (packed batches: dK/dV by TMA boxes where a block lies inside its
+# sequence, as by default), "rowstores" (with varlen: every block's dK/dV by row-masked pointer stores,
+# FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=0), "sparse" (a block mask of
 # 128-row blocks: the listed query blocks of each key block), "mod" (the same with a mask_mod), "bits" (with
 # the mask bits create_block_mask's masks run), "dropout" (the forward's Philox mask regenerated).
 Job = tuple[int, str, bool | str, bool]
@@ -74,7 +75,7 @@ def compile_here(
         HAS_SOFTCAP="softcap" in words,
         HAS_ALIBI="alibi" in words,
         IS_VARLEN="varlen" in words,
-        VARLEN_TMA_STORE="tmastore" in words,
+        VARLEN_TMA_STORE="varlen" in words and "rowstores" not in words,
         HAS_DROPOUT="dropout" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
