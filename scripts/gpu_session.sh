@@ -241,6 +241,26 @@ memcheck_group() {
     --error-exitcode 1 python3 scripts/sanitize_kernels.py --only "$group" "$@"
 }
 
+# scripts/varlen_bwd_gap.py run twice each way, alternating: under ENV_A (one `env` assignment such as
+# PYTHONPATH=build/exp_src, or - for none) with rows labelled, then under ENV_B as B; the steps
+# are named gap_A_1, gap_B_1, ...; the rows go to $work/varlen_gap.csv, brought back.
+#     varlen_gap_pair BOX_S A ENV_A B ENV_B [varlen_bwd_gap.py arguments]
+varlen_gap_pair() {
+  local box=$1 round side label setting
+  local -a sides=("$2" "$3" "$4" "$5")
+  shift 5
+  for round in 1 2; do
+    for side in 0 2; do
+      label=${sides[side]}
+      setting=${sides[side + 1]}
+      [ "$setting" = - ] && setting=
+      step "gap_${label}_$round" "$box" env ${setting:+"$setting"} python3 scripts/varlen_bwd_gap.py \
+        --csv "$work/varlen_gap.csv" --label "$label-$round" "$@"
+    done
+  done
+  cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
+}
+
 # A varlen call (parts k and n): the GPU tests named by the arguments, bench --options varlen and training
 # runs flashtile / sdpa / flashtile (150 steps), with KNOB=1 where flashtile runs.
 #     varlen_call KNOB TESTS_S BENCH_S TRAIN_S PART [test files]
@@ -1344,13 +1364,7 @@ case "$part" in
     # torch.profiler: dense and packed batches of equal lengths, the bench's four documents packed and each
     # alone), with the masked pointer epilogue (default) and with VARLEN_TMA_STORE, twice each.
     begin
-    for round in 1 2; do
-      step "gap_rows_$round" 120 python3 scripts/varlen_bwd_gap.py --csv "$work/varlen_gap.csv" \
-        --label "rows-$round"
-      step "gap_boxes_$round" 120 env FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1 python3 scripts/varlen_bwd_gap.py \
-        --csv "$work/varlen_gap.csv" --label "boxes-$round"
-    done
-    cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
+    varlen_gap_pair 120 rows - boxes FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1
     finish
     ;;
   s19c)
@@ -1358,13 +1372,7 @@ case "$part" in
     # out; wrong at a sequence's end, exact for the equal-length cases) against this commit's, to see what
     # the selects cost (scripts/varlen_bwd_gap.py, twice each).
     begin
-    for round in 1 2; do
-      step "gap_nomask_$round" 120 env PYTHONPATH=build/exp_src python3 scripts/varlen_bwd_gap.py \
-        --csv "$work/varlen_gap.csv" --label "nomask-$round"
-      step "gap_main_$round" 120 python3 scripts/varlen_bwd_gap.py --csv "$work/varlen_gap.csv" \
-        --label "main-$round"
-    done
-    cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
+    varlen_gap_pair 120 nomask PYTHONPATH=build/exp_src main -
     finish
     ;;
   s19d)
@@ -1373,19 +1381,13 @@ case "$part" in
     # multiple of 4 rows), against this commit's, twice each; then Nsight Compute's warp-state and scheduler
     # sections of the fused kernel, dense and packed 4 x 4096, where ncu exists.
     begin
-    for round in 1 2; do
-      step "gap_tmastats_$round" 90 env PYTHONPATH=build/exp_src python3 scripts/varlen_bwd_gap.py \
-        --csv "$work/varlen_gap.csv" --label "tmastats-$round" --cases 4x4096 2x8192
-      step "gap_main_$round" 90 python3 scripts/varlen_bwd_gap.py --csv "$work/varlen_gap.csv" \
-        --label "main-$round" --cases 4x4096 2x8192
-    done
+    varlen_gap_pair 90 tmastats PYTHONPATH=build/exp_src main - --cases 4x4096 2x8192
     step which_ncu 30 bash -c 'which ncu nsys; ls /usr/local/cuda*/bin 2>/dev/null | grep -i -E "ncu|nsys"'
     for case in "dense 4x4096" "packed 4x4096"; do
       step "ncu_${case// /_}" 150 ncu -k regex:attn_bwd_kernel -c 1 --section WarpStateStats \
         --section SchedulerStats --section SpeedOfLight --section Occupancy --section LaunchStats \
         python3 scripts/varlen_bwd_gap.py --no-profiler --cases "$case"
     done
-    cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
     finish
     ;;
   s19e)
@@ -1398,13 +1400,7 @@ case "$part" in
     step gpu_tests_varlen 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_varlen.xml" \
       tests/test_kernel_options.py tests/test_options_api.py tests/test_gpu_api.py -k varlen
     cp "$work/gpu_tests_varlen.xml" "$OUT"/ 2>/dev/null
-    for round in 1 2; do
-      step "gap_old_$round" 60 env PYTHONPATH=build/old_src python3 scripts/varlen_bwd_gap.py \
-        --csv "$work/varlen_gap.csv" --label "old-$round"
-      step "gap_new_$round" 60 python3 scripts/varlen_bwd_gap.py --csv "$work/varlen_gap.csv" \
-        --label "new-$round"
-    done
-    cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
+    varlen_gap_pair 60 old PYTHONPATH=build/old_src new -
     bench_old_new varlen 70
     cp "$work"/bench_new/*.csv "$OUT"/ 2>/dev/null
     finish
@@ -1432,13 +1428,7 @@ case "$part" in
     # compiled out (wrong at a sequence's end, exact at equal lengths): do they cost now that the producer
     # no longer holds the consumers back? scripts/varlen_bwd_gap.py at equal lengths, twice each.
     begin
-    for round in 1 2; do
-      step "gap_nomask_$round" 60 env PYTHONPATH=build/exp_src python3 scripts/varlen_bwd_gap.py \
-        --csv "$work/varlen_gap.csv" --label "nomask-$round" --cases 4x4096 2x8192
-      step "gap_main_$round" 60 python3 scripts/varlen_bwd_gap.py --csv "$work/varlen_gap.csv" \
-        --label "main-$round" --cases 4x4096 2x8192
-    done
-    cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
+    varlen_gap_pair 60 nomask PYTHONPATH=build/exp_src main - --cases 4x4096 2x8192
     finish
     ;;
   s19i)
@@ -1446,13 +1436,7 @@ case "$part" in
     # dV by boxes where a block lies inside its sequence) against the pointer stores, varlen_bwd_gap.py with
     # the bench's documents, alternating, twice each.
     begin
-    for round in 1 2; do
-      step "gap_boxes_$round" 60 env FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1 python3 scripts/varlen_bwd_gap.py \
-        --csv "$work/varlen_gap.csv" --label "boxes-$round" --cases 4x4096 2x8192 docs
-      step "gap_rows_$round" 60 python3 scripts/varlen_bwd_gap.py --csv "$work/varlen_gap.csv" \
-        --label "rows-$round" --cases 4x4096 2x8192 docs
-    done
-    cp "$work/varlen_gap.csv" "$OUT"/ 2>/dev/null
+    varlen_gap_pair 60 boxes FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=1 rows - --cases 4x4096 2x8192 docs
     finish
     ;;
   s19j)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import os
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from flashtile import ops
+from flashtile.bench.results import append_rows
 
 HEADS, HEAD_DIM = 16, 128
 BENCH_DOCS = (7384, 2976, 1258, 4766)
@@ -103,14 +104,8 @@ def main() -> None:
             rows.append(dict(label=args.label, gpu=gpu, case=name, kernel=kernel, us=round(us, 2)))
         rows.append(dict(label=args.label, gpu=gpu, case=name, kernel="total", us=round(total, 2)))
         torch.cuda.empty_cache()
-    if not rows:
-        return
-    new = not os.path.exists(args.csv)
-    with open(args.csv, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    if rows:
+        append_rows(Path(args.csv), rows, list(rows[0]))
 
 
 if __name__ == "__main__":

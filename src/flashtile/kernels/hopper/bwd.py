@@ -1273,14 +1273,8 @@ def launch_supported(
 
 # The tensors of each launch, in its kernel's parameter order.
 PREPROCESS_POINTERS = (
-    "o_ptr",
-    "do_ptr",
-    "lse_ptr",
-    "lse2_ptr",
-    "delta_ptr",
-    "dq_accum_ptr",
-    "cu_seqlens_ptr",
-)
+    "o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "dq_accum_ptr", "cu_seqlens_ptr",
+)  # fmt: skip
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
     "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr",
