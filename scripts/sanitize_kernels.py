@@ -15,8 +15,9 @@ Groups (``--only`` takes a comma-separated subset):
   256, GQA/MQA), dense and with four option mixes (windows, softcap, ALiBi, dropout), three varlen batches
   with empty sequences, a batch with bad ``cu_seqlens`` (clamped), and the dropout-mask kernel;
 - ``hopper_options``: the Gluon forward and backward (D 64/128) on packed batches (an empty sequence, N_q >
-  N_k and N_q < N_k, a neighbour read past each end) and with windows, softcap and ALiBi, dense and packed;
-  skipped unless the GPU has compute capability 9.x;
+  N_k and N_q < N_k, a neighbour read past each end) and with windows, softcap and ALiBi, dense and packed,
+  and packed batches with bad ``cu_seqlens`` (clamped; last, added in the nineteenth session); skipped
+  unless the GPU has compute capability 9.x;
 - ``hopper_sparse``: block masks in the Gluon forward and backward (D 64/128): random tile states with an
   empty query block, 128- and 256-row blocks, causal, and the causal and document ``mask_mod`` in the
   partial blocks, at odd lengths; skipped unless the GPU has compute capability 9.x;
@@ -583,6 +584,24 @@ def _gluon_option_cases(group: str, option_list: list[tuple[dict, bool]]) -> Ite
 
 def hopper_option_cases() -> Iterator[Case]:
     yield from _gluon_option_cases("hopper_options", HOPPER_OPTIONS)
+    K = T.kernels
+    for d in HOPPER_BWD_DIMS:
+
+        def bad_cu_seqlens(d=d):
+            # The packed kernels clamp, not validate: decreasing, negative and past-the-total boundaries
+            # (the backward's statistics offsets of overlapping sequences overlap too); only the memory
+            # accesses are checked.
+            bad_q, bad_k = (int32(cu) for cu in BAD_CU_SEQLENS)
+            q = randn(60, 4, d, dtype=torch.bfloat16)
+            k, v = (randn(40, 2, d, dtype=torch.bfloat16) for _ in range(2))
+            bad = dict(cu_seqlens_q=bad_q, cu_seqlens_k=bad_k, max_seqlen_q=128, max_seqlen_k=128)
+            if T.dry:
+                return  # the reference validates instead of clamping
+            out, lse = K.hopper_fwd(q, k, v, 0.125, True, window_size=(-1, 0), **bad)
+            K.hopper_bwd(torch.randn_like(q), q, k, v, out, lse, 0.125, True, window_size=(-1, 0), **bad)
+            torch.cuda.synchronize()
+
+        yield Case("hopper_options", f"hopper_options D={d} bad cu_seqlens {BAD_CU_SEQLENS}", bad_cu_seqlens)
 
 
 # Dropout in the Gluon kernels (the mask drawn in the accumulator's layout), with the options and packed.
