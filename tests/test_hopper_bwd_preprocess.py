@@ -10,6 +10,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashtile.kernels._layout import cdiv
 from flashtile.kernels.hopper import bwd
@@ -129,3 +131,41 @@ def test_packed_postprocess_zeroes_the_rows_no_sequence_holds() -> None:
     )
     assert (dq[:3] == 0).all() and (dq[17:] == 0).all()
     torch.testing.assert_close(dq[3:17], (accum[3:17] * 0.5).half())
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=6),
+    leading=st.integers(0, 5),
+    trailing=st.integers(0, 5),
+)
+def test_packed_statistics_never_overlap_and_fit_their_row(lengths, leading, trailing) -> None:
+    """For any packed batch (empty sequences, rows before the first and after the last), each sequence's
+    statistics land 16-byte aligned, after the previous sequence's, and inside the row varlen_stats_rows
+    sizes, with room for the fused kernel's last box (a block past the sequence's last block start)."""
+    heads, head_dim, block = 1, 16, 16
+    total = leading + sum(lengths) + trailing
+    cu = torch.tensor([leading, *(leading + s for s in itertools.accumulate(lengths))], dtype=torch.int32)
+    sequences = len(lengths)
+    seqlen_pad = bwd.varlen_stats_rows(total, sequences, block)
+    out = torch.ones((max(total, 1), heads, head_dim), dtype=torch.float16)
+    lse = torch.arange(max(total, 1), dtype=torch.float32).reshape(heads, -1)
+    lse2, delta = torch.full((2, heads * seqlen_pad), math.nan)
+    (_, _, _, _), strides = bwd._dims4(out)
+    num_m_blocks = max(cdiv(max(lengths), block), 1)
+    bwd.attn_bwd_preprocess_kernel[(num_m_blocks * sequences * heads,)](
+        out, out, lse, lse2, delta, lse2, cu, *strides[:3], *strides[:3],
+        total, seqlen_pad, num_m_blocks, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=False, IS_VARLEN=True,
+    )  # fmt: skip
+    previous_end = 0
+    for b, (start, end) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+        offset = (start + 3) // 4 * 4 + 4 * b
+        assert offset % 4 == 0 and offset >= previous_end
+        previous_end = offset + end - start
+        # Every row's base-2 LSE (its packed row number, in the input) at its place.
+        want = torch.arange(start, end, dtype=torch.float32) * LOG2_E
+        torch.testing.assert_close(lse2[offset : offset + end - start], want, rtol=1e-6, atol=0)
+        last_box_start = offset + max(end - start - 1, 0) // block * block
+        assert last_box_start + block <= seqlen_pad + block  # the launcher allocates one spare block
+    assert previous_end <= seqlen_pad
+    assert int((~lse2.isnan()).sum()) == sum(lengths)
