@@ -57,17 +57,25 @@ def host_us(fn, reps: int = 20, repeats: int = 5) -> float:
     return best
 
 
-def kernels_ms(fn, reps: int = 5) -> float:
-    fn()
+def kernel_times_us(fn, reps: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Mean µs a call of each kernel ``fn`` launches (torch.profiler; the name cut to 60 characters)."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    total = 0.0
+    times: dict[str, float] = {}
     for ev in prof.key_averages():
-        total += getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
-    return total / reps / 1e3
+        device_us = getattr(ev, "device_time_total", 0) or getattr(ev, "cuda_time_total", 0)
+        if device_us:
+            times[ev.key[:60]] = times.get(ev.key[:60], 0.0) + device_us / reps
+    return times
+
+
+def kernels_ms(fn, reps: int = 5) -> float:
+    return sum(kernel_times_us(fn, reps).values()) / 1e3
 
 
 def _cudnn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import time
+import sys
 
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+from launch_overhead import host_us
 
 import flashtile
 from flashtile import flash_attn_func
@@ -25,18 +28,11 @@ COLUMNS = ("label", "call", "host_us")
 
 
 def per_call_us(fn, reps: int, repeats: int = 7) -> float:
-    """The best of ``repeats`` means of ``reps`` calls, wall time, the GPU drained before each mean."""
+    """After 50 warm-up calls, the best of ``repeats`` means of ``reps`` calls, wall time, the GPU drained
+    before each mean (launch_overhead.host_us)."""
     for _ in range(50):
         fn()
-    best = float("inf")
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        best = min(best, (time.perf_counter() - start) / reps * 1e6)
-    torch.cuda.synchronize()
-    return best
+    return host_us(fn, reps, repeats)
 
 
 def main() -> None:

@@ -18,12 +18,14 @@ TFLOP/s count 2.5 · 4 · H · D · Σ n² / 2 FLOPs, as the bench does. Rows go
 from __future__ import annotations
 
 import argparse
-import collections
 import os
+import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from launch_overhead import kernel_times_us
 
 from flashtile import ops
 from flashtile.bench.results import append_rows
@@ -55,23 +57,6 @@ def _inputs(lengths: tuple[int, ...], packed: bool):
     return lambda: ops.run_attn_bwd(dout, q, k, v, out, lse, scale, True, "hopper", -1, 0, **varlen)
 
 
-def kernel_times(fn, reps: int) -> dict[str, float]:
-    """Mean µs a call of each kernel the call launches (name → µs)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    times: dict[str, float] = collections.defaultdict(float)
-    for event in prof.key_averages():
-        device_us = getattr(event, "device_time_total", 0) or getattr(event, "cuda_time_total", 0)
-        if device_us:
-            times[event.key[:60]] += device_us / reps
-    return dict(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default="varlen_gap.csv")
@@ -95,7 +80,7 @@ def main() -> None:
                 fn()
             torch.cuda.synchronize()
             continue
-        times = kernel_times(_inputs(lengths, packed), args.reps)
+        times = kernel_times_us(_inputs(lengths, packed), args.reps, warmup=3)
         total = sum(times.values())
         flops = 2.5 * 4 * HEADS * HEAD_DIM * sum(n * n for n in lengths) / 2
         print(f"{name:20s} {total:9.1f} µs  {flops / total / 1e6:6.1f} TFLOP/s")
