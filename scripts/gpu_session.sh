@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -1448,8 +1448,26 @@ case "$part" in
     cp "$work"/bench/*.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  s20a)
+    # The nineteenth session's final code, not run there: memcheck over hopper_options (its two bad
+    # cu_seqlens cases through the Gluon packed kernels) with --repeat 2; the varlen cases of the option
+    # suites with the packed backward's TMA store epilogue as the default; bench --options varlen twice; the
+    # refactored scripts varlen_bwd_gap.py (through varlen_gap_pair) and host_launchers_gpu.py once each.
+    begin
+    memcheck_group hopper_options 240 150 --repeat 2
+    step gpu_tests_varlen 150 "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_varlen.xml" \
+      tests/test_kernel_options.py tests/test_options_api.py tests/test_gpu_api.py -k varlen
+    cp "$work/gpu_tests_varlen.xml" "$OUT"/ 2>/dev/null
+    step bench_varlen_1 70 python3 -m flashtile bench --options varlen --out-dir "$work/bench"
+    step bench_varlen_2 70 python3 -m flashtile bench --options varlen --out-dir "$work/bench"
+    cp "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+    step host_launchers 60 python3 scripts/host_launchers_gpu.py --label main --csv "$work/host_launchers.csv"
+    cp "$work/host_launchers.csv" "$OUT"/ 2>/dev/null
+    varlen_gap_pair 45 a - b - --cases 4x4096
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
