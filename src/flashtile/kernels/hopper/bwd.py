@@ -283,6 +283,14 @@ def _rows3(smem, ROWS: gl.constexpr, COLS: gl.constexpr, layout3: gl.constexpr):
 
 
 @gluon.jit
+def _last_first_start(j, m_first, per_head, BM: gl.constexpr):
+    """The first query row of step j of a "dim" split program, whose blocks go from the last to m_first:
+    the programs running at once then read the same Q/dO block, and under causal the masked diagonal block
+    comes last (H100, D = 256: +2-7 % causal, none without a mask; docs/design/hopper_bwd.md)."""
+    return (m_first + per_head - 1 - j) * BM
+
+
+@gluon.jit
 def _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.constexpr):
     """The query blocks [m_first, m_end) that see any key of the block starting at n0 (bottom-right)."""
     m_end = gl.cdiv(seqlen_q, BM)
@@ -389,10 +397,11 @@ def _in_sequence(rows, cols, seqlen_q, seqlen_k):
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
-    group, each pair on its own barrier so Sᵀ can start before dO lands. The row statistics of query block
+    group, each pair on its own barrier so Sᵀ can start before dO lands; LAST_FIRST: in the "dim" split's
+    order (:func:`_last_first_start`). The row statistics of query block
     m0 of head h are at (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the
     sequence's aligned offset, :func:`varlen_stats_offset`)."""
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
@@ -418,7 +427,10 @@ def _producer(
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
-        m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
+        if LAST_FIRST:
+            m0 = _last_first_start(it % per_head, m_first, per_head, BM)
+        else:
+            m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
         row_stats = (b * H + h) * seqlen_pad + stats_off + m0
         mbarrier.wait(qdo_empty.index(s), phase ^ 1)
         bar = q_ready.index(s)
@@ -729,7 +741,8 @@ def _consumer_dim(
 ):  # fmt: skip
     """One warpgroup of a "dim" split: columns [D/2·which, +D/2) of dK, dV and dQ for all BN K/V rows.
     It computes Sᵀ and dPᵀ for query rows [BM/2·which, +BM/2) of each block and writes its half of P
-    and dS ([query, key] tiles) to shared memory, where both warpgroups read all of them."""
+    and dS ([query, key] tiles) to shared memory, where both warpgroups read all of them. The query blocks
+    go from the last to the first (:func:`_last_first_start`)."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
@@ -761,7 +774,7 @@ def _consumer_dim(
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
-        m0 = (m_first + it % per_head) * BM
+        m0 = _last_first_start(it % per_head, m_first, per_head, BM)
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
         buf = it % 2
@@ -947,7 +960,7 @@ def attn_bwd_kernel(
                 (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
                                  IS_CAUSAL, COMPUTE_DQ, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             False, False, lists, SPARSE_BLOCK_N, 0)),
+                             False, False, lists, SPARSE_BLOCK_N, 0, True)),
             ],
             [4, 1],
             [240, 24],
@@ -973,7 +986,7 @@ def attn_bwd_kernel(
                              SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
                              1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
+                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False)),
             ],
             [4, 1],
             [240, 24],
