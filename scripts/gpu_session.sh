@@ -1519,11 +1519,12 @@ case "$part" in
     ;;
   s20f)
     # At the D = 256 backward's query blocks last to first (7b15b9d): the Gluon backward's GPU tests, memcheck
-    # over the `hopper` group with --repeat 2, and the backward at D = 256, causal and not, alternating
-    # edfc9d2's code (build/old_src) and this one's, twice each.
+    # over the `hopper` group and the new `hopper_d256` one (the D = 256 backward, never under memcheck
+    # before) with --repeat 2, and the backward at D = 256, causal and not, alternating edfc9d2's code
+    # (build/old_src) and this one's, twice each.
     begin
     gpu_tests_step 260 tests/test_gpu_hopper_bwd.py "$@"
-    memcheck_group hopper 150 100 --repeat 2
+    memcheck_group hopper,hopper_d256 150 100 --repeat 2
     bench_old_new_args d256 90 --head-dim 256 --causal both --mode bwd --seqlen 1k 4k 16k --peers flashtile \
       sdpa-cudnn
     cp "$work"/bench_new/*.csv "$OUT"/ 2>/dev/null

@@ -34,7 +34,9 @@ Groups (``--only`` takes a comma-separated subset):
 - ``hopper_paired``: the Gluon forward's causal persistent grid (row blocks dealt out in pairs, longest
   with shortest) and a window bounded on the right only, at shapes with at least as many pairs as the GPU
   has SMs: odd and even row-block and head counts, rows that see no key, three consumers; each with its
-  backward; skipped unless the GPU has compute capability 9.x.
+  backward; skipped unless the GPU has compute capability 9.x;
+- ``hopper_d256``: the Gluon backward at D = 256 (the "dim" split, reduce and deterministic) at the
+  ``hopper`` group's shapes; skipped unless the GPU has compute capability 9.x.
 
 The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
@@ -69,7 +71,7 @@ import triton.language as tl
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
-    "hopper_persistent", "hopper_three", "hopper_paired",
+    "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256",
 )  # fmt: skip
 
 SHAPES = [
@@ -382,9 +384,20 @@ def mods_cases() -> Iterator[Case]:
 
 
 def hopper_cases() -> Iterator[Case]:
+    return _hopper_cases("hopper", HOPPER_FWD_DIMS, HOPPER_BWD_DIMS)
+
+
+def hopper_d256_cases() -> Iterator[Case]:
+    """The Gluon backward at D = 256 (the "dim" split), added after the ``hopper`` group's numbering."""
+    return _hopper_cases("hopper_d256", (), (256,))
+
+
+def _hopper_cases(group: str, fwd_dims: tuple[int, ...], bwd_dims: tuple[int, ...]) -> Iterator[Case]:
+    """HOPPER_SHAPES through the Gluon forward at ``fwd_dims`` and its backward, reduce and deterministic,
+    at ``bwd_dims`` (each backward case runs its forward first)."""
     K = T.kernels
     for i, (batch, sq, sk, h, hkv, causal) in enumerate(HOPPER_SHAPES):
-        for d in HOPPER_FWD_DIMS:
+        for d in sorted({*fwd_dims, *bwd_dims}):
             dtype = DTYPES[i % 2]
             shape = (batch, sq, sk, h, hkv, d, causal)
             fwd_label = f"hopper fwd {_name(dtype)} {shape}"
@@ -398,8 +411,9 @@ def hopper_cases() -> Iterator[Case]:
                 finite(label, out)
                 return q, k, v, out, lse
 
-            yield Case("hopper", fwd_label, forward)
-            if d not in HOPPER_BWD_DIMS:
+            if d in fwd_dims:
+                yield Case(group, fwd_label, forward)
+            if d not in bwd_dims:
                 continue
             for deterministic in (False, True):
                 label = f"hopper bwd {_name(dtype)} {shape} deterministic={deterministic}"
@@ -423,7 +437,7 @@ def hopper_cases() -> Iterator[Case]:
                     )
                     finite(label, *(grads or ()))
 
-                yield Case("hopper", label, backward)
+                yield Case(group, label, backward)
 
 
 def _paged(k_cache: torch.Tensor, v_cache: torch.Tensor, page_size: int):
@@ -750,6 +764,7 @@ BUILDERS = {
     "hopper_persistent": hopper_persistent_cases,
     "hopper_three": hopper_three_cases,
     "hopper_paired": hopper_paired_cases,
+    "hopper_d256": hopper_d256_cases,
 }
 
 
