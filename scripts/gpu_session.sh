@@ -207,6 +207,20 @@ bench_old_new_args() {
   done
 }
 
+# flashtile bench with ARGS alternating this commit's code and an experiment (build/exp_src, which the
+# device call carries), twice each; the steps are bench_main_1, bench_exp_1, ..., the CSVs in
+# $work/bench_main and $work/bench_exp.
+#     bench_main_exp BOX_S ARGS...
+bench_main_exp() {
+  local box=$1 round
+  shift
+  for round in 1 2; do
+    step "bench_main_$round" "$box" python3 -m flashtile bench "$@" --out-dir "$work/bench_main"
+    step "bench_exp_$round" "$box" env PYTHONPATH=build/exp_src python3 -m flashtile bench "$@" \
+      --out-dir "$work/bench_exp"
+  done
+}
+
 # The GPU tests named by the arguments, time-boxed, their JUnit XML brought back as gpu_tests_PART.xml.
 #     gpu_tests_step BOX_S [pytest arguments]
 gpu_tests_step() {
@@ -1288,6 +1302,7 @@ case "$part" in
     # alternating 3b15481's code (build/old_src) and this one's, twice each.
     begin
     bench_old_new_args bwd 120 --head-dim 64 128 256 --causal true --mode bwd --seqlen 1k 2k 4k 16k \
+      \
       --peers flashtile sdpa-cudnn
     finish
     ;;
@@ -1304,6 +1319,7 @@ case "$part" in
     # cuDNN, alternating 3b15481's code (build/old_src) and this one's, twice each.
     begin
     bench_old_new_args bwd 90 --head-dim 256 --causal true --mode bwd --seqlen 1k 2k 4k 16k \
+      \
       --peers flashtile sdpa-cudnn
     finish
     ;;
@@ -1330,6 +1346,7 @@ case "$part" in
     # 95ec2b0's code (build/old_src) and this one's, twice each.
     begin
     bench_old_new_args bwd 120 --head-dim 64 128 256 --causal true --mode bwd --seqlen 1k 2k 4k 16k \
+      \
       --peers flashtile sdpa-cudnn
     finish
     ;;
@@ -1492,12 +1509,8 @@ case "$part" in
     step gpu_tests_exp 200 env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
       --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper_bwd.py -k "d256 or 256 or 192"
     cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
-    local_args=(--head-dim 256 --causal both --mode bwd --seqlen 1k 4k 16k --peers flashtile sdpa-cudnn)
-    for round in 1 2; do
-      step "bench_main_$round" 100 python3 -m flashtile bench "${local_args[@]}" --out-dir "$work/bench_main"
-      step "bench_exp_$round" 100 env PYTHONPATH=build/exp_src python3 -m flashtile bench "${local_args[@]}" \
-        --out-dir "$work/bench_exp"
-    done
+    bench_main_exp 100 --head-dim 256 --causal both --mode bwd --seqlen 1k 4k 16k \
+      --peers flashtile sdpa-cudnn
     finish
     ;;
   s20e)
@@ -1509,12 +1522,8 @@ case "$part" in
     step gpu_tests_exp 300 env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
       --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper_bwd.py
     cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
-    local_args=(--head-dim 64 128 --causal both --mode bwd --seqlen 1k 4k 16k --peers flashtile sdpa-cudnn)
-    for round in 1 2; do
-      step "bench_main_$round" 80 python3 -m flashtile bench "${local_args[@]}" --out-dir "$work/bench_main"
-      step "bench_exp_$round" 80 env PYTHONPATH=build/exp_src python3 -m flashtile bench "${local_args[@]}" \
-        --out-dir "$work/bench_exp"
-    done
+    bench_main_exp 80 --head-dim 64 128 --causal both --mode bwd --seqlen 1k 4k 16k \
+      --peers flashtile sdpa-cudnn
     finish
     ;;
   s20f)
@@ -1535,12 +1544,8 @@ case "$part" in
     # to first; the backward at D = 128, causal and not, N = 1k-16k, alternating this commit's code and
     # the experiment, twice each.
     begin
-    local_args=(--head-dim 128 --causal both --mode bwd --seqlen 1k 2k 4k 8k 16k --peers flashtile sdpa-cudnn)
-    for round in 1 2; do
-      step "bench_main_$round" 80 python3 -m flashtile bench "${local_args[@]}" --out-dir "$work/bench_main"
-      step "bench_exp_$round" 80 env PYTHONPATH=build/exp_src python3 -m flashtile bench "${local_args[@]}" \
-        --out-dir "$work/bench_exp"
-    done
+    bench_main_exp 80 --head-dim 128 --causal both --mode bwd --seqlen 1k 2k 4k 8k 16k \
+      --peers flashtile sdpa-cudnn
     finish
     ;;
   *)
