@@ -400,10 +400,10 @@ def _producer(
     lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
 ):  # fmt: skip
     """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
-    group, each pair on its own barrier so Sᵀ can start before dO lands; LAST_FIRST: in the "dim" split's
-    order (:func:`_last_first_start`). The row statistics of query block
-    m0 of head h are at (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the
-    sequence's aligned offset, :func:`varlen_stats_offset`)."""
+    group, each pair on its own barrier so Sᵀ can start before dO lands; LAST_FIRST: the blocks in the
+    "dim" split's order (:func:`_last_first_start`). The row statistics of query block m0 of head h are at
+    (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the sequence's aligned offset,
+    :func:`varlen_stats_offset`)."""
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty = bars
