@@ -286,8 +286,9 @@ def _rows3(smem, ROWS: gl.constexpr, COLS: gl.constexpr, layout3: gl.constexpr):
 def _last_first_start(j, m_first, per_head, BM: gl.constexpr):
     """The first query row of step j of a "dim" split program, whose blocks go from the last to m_first:
     the programs running at once then read the same Q/dO block, and under causal the masked diagonal block
-    comes last (H100, D = 256: +2-7 % causal, none without a mask; docs/design/hopper_bwd.md)."""
-    return (m_first + per_head - 1 - j) * BM
+    comes last (H100, D = 256: +2-7 % causal, none without a mask; docs/design/hopper_bwd.md). The
+    blocks are a range (no block mask in the "dim" split): :func:`_tile_start` of step per_head − 1 − j."""
+    return _tile_start(per_head - 1 - j, m_first, 0, BM, 0)
 
 
 @gluon.jit
