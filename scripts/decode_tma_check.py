@@ -101,13 +101,20 @@ def paged_variants(problem: Problem) -> dict[str, object]:
         """A (B, L, H_KV, D) cache seen as (B·pages, page_size, H_KV, D)."""
         return t.view(batch * pages, problem.page_size, *t.shape[2:])
 
-    grouped_tables = []
+    # One random table for every copy, as a serving engine's layers share one block table per sequence
+    # (each copy a layer's pool): the table stays in cache where the bench's per-copy tables do not.
+    shared = problem.caches[0][2]
+    shared_slots = shared.flatten().long()
+    grouped_tables, shared_tables = [], []
     for _, _, _, k, v in problem.caches:
         kp, vp = as_pages(torch.empty_like(k)), as_pages(torch.empty_like(v))
         kp[grouped], vp[grouped] = as_pages(k), as_pages(v)
         grouped_tables.append((kp, vp, grouped.view(batch, pages).to(torch.int32)))
+        kp, vp = as_pages(torch.empty_like(k)), as_pages(torch.empty_like(v))
+        kp[shared_slots], vp[shared_slots] = as_pages(k), as_pages(v)
+        shared_tables.append((kp, vp, shared))
 
-    def call(layout: str):
+    def call(layout: str, prefetch: str = "0"):
         def run(i: int) -> torch.Tensor:
             kp, vp, table, k, v = problem.caches[i]
             if layout == "contiguous":
@@ -116,16 +123,25 @@ def paged_variants(problem: Problem) -> dict[str, object]:
                 kp, vp, table = as_pages(k), as_pages(v), in_order
             elif layout == "2 MB groups":
                 kp, vp, table = grouped_tables[i]
-            return decode_fwd(
-                problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5, block_table=table,
-                window_size=(-1, 0),
-            )[0]  # fmt: skip
+            elif layout == "one table":
+                kp, vp, table = shared_tables[i]
+            os.environ["FLASHTILE_DECODE_BT_PREFETCH"] = prefetch
+            try:
+                return decode_fwd(
+                    problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5,
+                    block_table=table, window_size=(-1, 0),
+                )[0]  # fmt: skip
+            finally:
+                os.environ.pop("FLASHTILE_DECODE_BT_PREFETCH")
 
         return run
 
     calls = {"contiguous": call("contiguous"), "paged": call("random")}
     calls["paged in order"] = call("in order")
-    calls["paged 2 MB groups"] = call("2 MB groups")
+    calls["paged one table"] = call("one table")
+    calls["paged bt->L2"] = call("random", "1")
+    calls["paged bt->L1"] = call("random", "2")
+    calls["paged one table bt->L2"] = call("one table", "1")
     return calls
 
 
