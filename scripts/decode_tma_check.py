@@ -86,9 +86,10 @@ def head_dim_variants(problem: Problem) -> dict[str, object]:
 
 def paged_variants(problem: Problem) -> dict[str, object]:
     """Contiguous against paged: page tables in a random order (the bench's), in order (the contiguous
-    cache seen as pages), and in a random order of 2 MB groups of pages (each group in order). (In s16b and
-    s16c a prefetch into L2 of whole tiles, or of one line a tile, 1 to 8 tiles ahead of the ring, was
-    slower everywhere: removed.)"""
+    cache seen as pages), in a random order of 2 MB groups of pages (each group in order), and one random
+    table for every copy. (In s16b and s16c a prefetch into L2 of whole tiles, or of one line a tile, 1 to 8
+    tiles ahead of the ring, was slower everywhere; in s21a so was a prefetch of the block-table row into L2
+    or L1 while the sequence's length loads: removed.)"""
     batch, pages = problem.batch, problem.seqlen // problem.page_size
     cuda = torch.device("cuda")
     in_order = torch.arange(batch * pages, device=cuda, dtype=torch.int32).view(batch, pages)
@@ -114,7 +115,7 @@ def paged_variants(problem: Problem) -> dict[str, object]:
         kp[shared_slots], vp[shared_slots] = as_pages(k), as_pages(v)
         shared_tables.append((kp, vp, shared))
 
-    def call(layout: str, prefetch: str = "0"):
+    def call(layout: str):
         def run(i: int) -> torch.Tensor:
             kp, vp, table, k, v = problem.caches[i]
             if layout == "contiguous":
@@ -125,23 +126,16 @@ def paged_variants(problem: Problem) -> dict[str, object]:
                 kp, vp, table = grouped_tables[i]
             elif layout == "one table":
                 kp, vp, table = shared_tables[i]
-            os.environ["FLASHTILE_DECODE_BT_PREFETCH"] = prefetch
-            try:
-                return decode_fwd(
-                    problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5,
-                    block_table=table, window_size=(-1, 0),
-                )[0]  # fmt: skip
-            finally:
-                os.environ.pop("FLASHTILE_DECODE_BT_PREFETCH")
+            return decode_fwd(
+                problem.q, kp, vp, problem.seqlens, softmax_scale=problem.head_dim**-0.5, block_table=table,
+                window_size=(-1, 0),
+            )[0]  # fmt: skip
 
         return run
 
     calls = {"contiguous": call("contiguous"), "paged": call("random")}
     calls["paged in order"] = call("in order")
     calls["paged one table"] = call("one table")
-    calls["paged bt->L2"] = call("random", "1")
-    calls["paged bt->L1"] = call("random", "2")
-    calls["paged one table bt->L2"] = call("one table", "1")
     return calls
 
 

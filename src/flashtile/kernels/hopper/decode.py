@@ -25,7 +25,6 @@ before the P·V dot, so ``0·NaN`` never happens. Design and measurements: docs/
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from triton.experimental import gluon
@@ -203,24 +202,6 @@ def _decode_steps(
 
 
 @gluon.jit
-def _prefetch_table_row(bt_row, entries, TO_L1: gl.constexpr):
-    """Start bringing the block-table row's first lines (32 entries each, one a thread) toward the SM: the
-    program's first page lookups wait on the sequence's length, which says where its split starts, and a
-    row out of cache would make them a second trip to memory after that one."""
-    LINES: gl.constexpr = 32 * gl.num_warps()
-    lines = gl.arange(0, LINES, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-    addrs = bt_row + gl.minimum(lines * 32, entries - 1)
-    if TO_L1:
-        gl.inline_asm_elementwise(
-            "prefetch.global.L1 [$1]; // dummy $0", "=r,l", [addrs], dtype=gl.int32, is_pure=False, pack=1
-        )
-    else:
-        gl.inline_asm_elementwise(
-            "prefetch.global.L2 [$1]; // dummy $0", "=r,l", [addrs], dtype=gl.int32, is_pure=False, pack=1
-        )
-
-
-@gluon.jit
 def _launch_dependents():
     """``griddepcontrol.launch_dependents``: the combine grid may launch now and wait on this one."""
     gl.inline_asm_elementwise(
@@ -240,7 +221,7 @@ def attn_decode_tma_kernel(
     STAGES: gl.constexpr, SUB_ROWS: gl.constexpr, PAGE_SIZE: gl.constexpr, WARPS_M: gl.constexpr,
     IS_PAGED: gl.constexpr, HAS_BATCH_IDX: gl.constexpr, HAS_LEFTPAD: gl.constexpr,
     IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr, BT_PREFETCH: gl.constexpr = 0,
+    HAS_ALIBI: gl.constexpr, EARLY_COMBINE: gl.constexpr,
 ):  # fmt: skip
     """The portable ``attn_decode_kernel``'s program (kernels/decode.py) with TMA loads: see the module
     docstring. The arguments are that kernel's, with descriptors for the caches."""
@@ -262,12 +243,6 @@ def attn_decode_tma_kernel(
     fence_async_shared()
 
     m_block, split, h_kv, b = program_coordinates(gl.program_id(0), num_m_blocks, num_splits, H_KV)
-    # (A contiguous cache has no block table: any int32 pointer stands in for its row.)
-    bt_row = seqlens_ptr
-    if IS_PAGED:
-        bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
-        if BT_PREFETCH:
-            _prefetch_table_row(bt_row, capacity // PAGE_SIZE, BT_PREFETCH == 2)
     leftpad, n_k = sequence_keys(seqlens_ptr, leftpad_ptr, b, capacity, HAS_LEFTPAD)
 
     diag_offset = n_k - seqlen_q
@@ -296,6 +271,10 @@ def attn_decode_tma_kernel(
     b_cache = b
     if HAS_BATCH_IDX:
         b_cache = gl.minimum(gl.maximum(gl.load(batch_idx_ptr + b), 0), num_blocks - 1)
+    # (A contiguous cache has no block table: any int32 pointer stands in for its row.)
+    bt_row = seqlens_ptr
+    if IS_PAGED:
+        bt_row = block_table_ptr + b.to(gl.int64) * stride_bt
     seq = (leftpad, gl.maximum(leftpad + split_end - 1, 0), b_cache, h_kv, bt_row, num_blocks)
     descs = (k_desc, v_desc)
     # The ring's first tiles; each tile's pages are looked up before the copies of the tile before are
@@ -468,8 +447,5 @@ def launch(
         IS_PAGED=paged, HAS_BATCH_IDX=switches["HAS_BATCH_IDX"], HAS_LEFTPAD=switches["HAS_LEFTPAD"],
         IS_LOCAL=switches["IS_LOCAL"], HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
         HAS_SOFTCAP=switches["HAS_SOFTCAP"], HAS_ALIBI=switches["HAS_ALIBI"],
-        EARLY_COMBINE=switches["EARLY_COMBINE"],
-        # Experiment: 1 prefetches the block-table row into L2, 2 into L1.
-        BT_PREFETCH=int(os.environ.get("FLASHTILE_DECODE_BT_PREFETCH", "0")) if paged else 0,
-        num_warps=NUM_WARPS,
+        EARLY_COMBINE=switches["EARLY_COMBINE"], num_warps=NUM_WARPS,
     )  # fmt: skip
