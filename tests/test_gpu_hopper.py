@@ -201,8 +201,8 @@ OPTION_CASES = [
     (2049, 1800, 128, "gqa", torch.bfloat16, False, (-1, -1), 0.0, "bh"),
     (777, 1025, 256, "mha", torch.bfloat16, False, (-1, -1), 0.0, "h"),
     (1800, 2049, 256, "gqa", torch.float16, True, (-1, 0), 0.0, "h"),
-    # D = 128 splits the unmasked tiles at the diagonal (fwd._alibi_sides): longer rows, N_q < N_k in fp16,
-    # and a right bound alone, whose unmasked tiles reach past the diagonal.
+    # ALiBi at D = 128 over longer rows, N_q < N_k in fp16, and under a right bound alone, whose unmasked
+    # tiles reach past the diagonal.
     (3000, 4100, 128, "mha", torch.float16, False, (-1, -1), 0.0, "h"),
     (1500, 1300, 128, "gqa", torch.bfloat16, False, (-1, 300), 0.0, "bh"),
 ]

@@ -172,20 +172,6 @@ def _masked_steps(
 
 
 @gluon.jit
-def _alibi_sides(row0, diag, t_lo, a, b, BLOCK_N: gl.constexpr):
-    """Where the unmasked tiles [a, b) of rows [row0, row0 + WG_ROWS) (tile j holds keys (t_lo + j)·BLOCK_N
-    on) meet the rows' ALiBi origins i + diag: ``(left_end, right_start)``, a ≤ left_end ≤ right_start ≤ b,
-    with every key of tiles [a, left_end) at or before every row's origin and every key of tiles
-    [right_start, b) at or after it."""
-    # Tile t + 1 starts past its last key: (t + 1)·BLOCK_N − 1 ≤ row0 + diag.
-    left_end = gl.minimum(gl.maximum(gl.maximum(row0 + diag + 1, 0) // BLOCK_N - t_lo, a), b)
-    # Tile t starts at or after the last row's origin: t·BLOCK_N ≥ row0 + WG_ROWS − 1 + diag.
-    right_start = gl.cdiv(gl.maximum(row0 + (WG_ROWS - 1) + diag, 0), BLOCK_N) - t_lo
-    right_start = gl.minimum(gl.maximum(right_start, left_end), b)
-    return left_end, right_start
-
-
-@gluon.jit
 def _block_list(count_ptr, full_count_ptr, b, h, row, stride_b, stride_h, row_len):
     """A block mask's list row ``row`` of (batch b, head h), strides 0 where broadcast: ``(first entry's
     offset, partial blocks, partial and full blocks)``, the partial key blocks listed first."""
@@ -464,7 +450,7 @@ def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    SPARSE_TILES: gl.constexpr, ALIBI_SIDE: gl.constexpr = 0,
+    SPARSE_TILES: gl.constexpr,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
@@ -474,8 +460,7 @@ def _softmax_step(
     MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
     aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
     every entry (the softmax before dropout); its ALiBi entry is (slope,) or (slope, the float column
-    offsets 0 … BLOCK_N − 1). ALIBI_SIDE = +1 (−1): every key of the tile lies at or before (at or after)
-    every row's ALiBi origin i + N_k − N_q (:func:`_alibi_sides`)."""
+    offsets 0 … BLOCK_N − 1)."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
@@ -488,18 +473,7 @@ def _softmax_step(
         # which the same FMA applies.
         s = _tanh(s * softcap_qk)
         s_scale = softcap_out
-    if HAS_ALIBI and ALIBI_SIDE != 0:
-        # On one side of the diagonal −slope·|i + N_k − N_q − j| = σ·slope·(j − n0) + σ·slope·(n0 − i − N_k
-        # + N_q) with σ = ALIBI_SIDE: a column term, one FMA a score, and a row term (``row_shift``, base 2,
-        # scaled) that enters the row's max and exponent once a row (docs/design/options.md, "ALiBi").
-        alibi_slope = alibi[0]
-        if len(alibi) == 2:
-            offsets = alibi[1]
-        else:
-            offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout)).to(gl.float32)
-        s = s + (ALIBI_SIDE * alibi_slope / s_scale) * gl.expand_dims(offsets, 0)
-        row_shift = (n0 - alibi_rows).to(gl.float32) * (ALIBI_SIDE * alibi_slope)
-    elif HAS_ALIBI:
+    if HAS_ALIBI:
         # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come. Positions
         # convert per row and per column, not per score: then one subtraction and one FMA per score, in fp32
         # (exact distances below 2^24). Where ``alibi`` = (slope, offsets) brings the columns' offsets in a
@@ -526,16 +500,10 @@ def _softmax_step(
                 )  # fmt: skip
             keep = keep & (seen | (use_mod == 0))
         s = gl.where(keep, s, -float("inf"))
-    if HAS_ALIBI and ALIBI_SIDE != 0:
-        # (Unmasked tiles only: no row is −inf here.)
-        m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale + row_shift)
-        m_ref = m_new
-        p = gl.exp2(s * s_scale - gl.expand_dims(m_new - row_shift, 1))
-    else:
-        m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
-        # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
-        m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-        p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
+    # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
+    m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
+    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -558,11 +526,10 @@ def _attn_fwd_steps(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
     MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr,
-    ALIBI_SIDE: gl.constexpr = 0,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
     softmax(j) while the P·V wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the
-    wgmma operand. ALIBI_SIDE: :func:`_softmax_step`'s."""
+    wgmma operand."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -589,7 +556,7 @@ def _attn_fwd_steps(
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES, ALIBI_SIDE,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
         )  # fmt: skip
         if HAS_DROPOUT:
             if P_OPERAND:
@@ -793,30 +760,11 @@ def _attn_fwd_tile(
                 P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
                 HAS_DROPOUT,
             )  # fmt: skip
-        if HAS_ALIBI and not (SPARSE_TILES or HAS_DROPOUT) and HEAD_DIM == 128:
-            # The unmasked tiles before, across and after the rows' ALiBi diagonal, each its own loop (at
-            # D = 64 and 256, or with dropout, the loops' extra bounds spilled registers: one loop of
-            # |i + N_k − N_q − j|).
-            left_end, right_start = _alibi_sides(row0, seqlen_k - seqlen_q, t_lo, a, b_full, BLOCK_N)
-            bounds = (a, left_end, right_start, b_full)
-            # Under a right bound (causal) the tiles every row sees whole lie mostly before the diagonal: two
-            # loops, the second of any others (three spilled registers there).
-            sides: gl.constexpr = 2 if IS_LOCAL else 3
-            if IS_LOCAL:
-                bounds = (a, left_end, b_full)
-            for side in gl.static_range(sides):
-                acc, m_i, l_i, p = _attn_fwd_steps(
-                    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, bounds[side],
-                    bounds[side + 1], t_lo, tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT,
-                    HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False,
-                    SPARSE_BLOCK_M, HAS_DROPOUT, 1 - side,
-                )  # fmt: skip
-        else:
-            acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
-                tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
-                P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
-            )  # fmt: skip
+        acc, m_i, l_i, p = _attn_fwd_steps(
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
+            tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+        )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, b_full, n_tiles,
             t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
