@@ -205,6 +205,9 @@ OPTION_CASES = [
     # tiles reach past the diagonal.
     (3000, 4100, 128, "mha", torch.float16, False, (-1, -1), 0.0, "h"),
     (1500, 1300, 128, "gqa", torch.bfloat16, False, (-1, 300), 0.0, "bh"),
+    # Windows on the persistent grid at D = 128 past 1k keys (a work tile still visits a few hundred).
+    (2100, 2300, 128, "gqa", torch.bfloat16, False, (300, 40), 0.0, None),
+    (3000, 3000, 128, "mha", torch.float16, True, (256, 0), 0.0, None),
 ]
 
 
