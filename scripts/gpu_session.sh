@@ -1582,11 +1582,11 @@ case "$part" in
   s21c)
     # An experiment (build/exp_src, not committed): two Q buffers on the persistent grid at D = 128 where a
     # window bounded on both sides keeps a work tile's keys to 1k or fewer (the Q load of the next tile
-    # overlaps this one's). Its window GPU tests, then bench --options window at 4k, 8k, 16k alternating
+    # overlaps this one's). The Gluon forward's GPU tests under it, then bench --options window at 4k, 8k, 16k alternating
     # this commit's code and the experiment, twice each.
     begin
     step gpu_tests_exp 200 env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
-      --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper.py tests/test_gpu_hopper_bwd.py -k "w"
+      --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper.py
     cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
     bench_main_exp 100 --options window --seqlen 4096 8192 16384 --peers flashtile
     cp -r "$work/bench_main" "$work/bench_exp" "$OUT"/ 2>/dev/null
