@@ -1083,11 +1083,7 @@ def q_buffers(values: dict[str, object]) -> int:
     faster up to 1k, 2-5 % slower at 2k-4k (H100)."""
     if not values["PERSISTENT"]:
         return 1
-    keys = values["seqlen_k"]
-    span = _window_span(values)
-    if span is not None:
-        keys = min(span, keys)
-    return 2 if values["HEAD_DIM"] <= 64 or keys <= Q_BUFS_MAX_KEYS_D128 else 1
+    return 2 if values["HEAD_DIM"] <= 64 or values["seqlen_k"] <= Q_BUFS_MAX_KEYS_D128 else 1
 
 
 def paired(values: dict[str, object]) -> bool:
