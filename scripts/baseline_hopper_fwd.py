@@ -1,0 +1,1305 @@
+"""Hopper (sm_90) forward in Gluon: a TMA producer warp and two consumer warpgroups per program.
+
+A work tile is BLOCK_M = 128 query rows of one (batch, head). The grid is persistent: one program an SM,
+each taking work tiles pid, pid + P, … (:func:`_work_tile`), so the next tile's Q and first K/V tiles load
+while this one's last P·V and output store run. A 1-warp producer partition loads a tile's two 64-row
+halves of Q (once the consumers have released the buffer: the q_empty mbarrier; a persistent program has
+two at D = 64 and on short rows at D = 128, so the next tile's Q loads while this one runs) and streams K
+and V tiles of BLOCK_N keys into a STAGES-deep shared-memory ring, each slot guarded by a "ready" mbarrier
+(the TMA completes it) and an "empty" one (both consumers arrive on it once done); the ring's slots and phases
+count on across work tiles. Each 4-warp consumer partition owns 64 query rows and runs the online softmax
+with async wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O += P(j−1)·V(j−1),
+wait for S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline,
+the barrier protocol and the register budget are drawn and measured in docs/design/hopper.md.
+
+Options (docs/design/options.md): a sliding window ``(left, right)`` (causal is (−1, 0)), softcap, ALiBi and
+dropout (its Philox mask drawn in the accumulator's layout: hopper/dropout.py), each a constexpr switch with
+its runtime values beside it, so the dense and causal kernels compile to what they were. A program loads only
+the key tiles its rows' window reaches (:func:`_key_tiles`); each consumer masks only the tiles some of its
+rows see in part (:func:`_masked_steps`). Scores with softcap or ALiBi are those of the portable forward
+(kernels/_scores.py), in base 2, so the LSE is the same function.
+
+Tensors are (B, N, H, D) and read through 4-D TMA descriptors with boxes [1, rows, 1, D]: rows past a
+sequence's end read as zeros (never another batch's or head's data) and rows past it are never written.
+Packed (varlen) batches (IS_VARLEN) go through rank-3 descriptors over (total, H, D) instead: rows past a
+sequence's end are the next sequence's, so the last key tile is always a masked step (its keys past N_k
+get P = 0) and O is written with row-masked pointer stores (docs/design/hopper.md, "Variable length").
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from flashtile.kernels import configs
+from flashtile.kernels._block_sparse import NO_MODS, KernelMods, call_mod, kernel_mods
+from flashtile.kernels._launch_cache import KernelLaunch
+from flashtile.kernels._layout import cdiv, grid_seqlen
+from flashtile.kernels._mask_bits import reads_bits
+from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
+from flashtile.kernels.hopper import dropout
+from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
+from flashtile.mods import Mods
+
+LOG2_E = math.log2(math.e)
+LN_2 = gl.constexpr(math.log(2.0))
+LOG2_E_C = gl.constexpr(LOG2_E)
+# Query rows per consumer warpgroup (one m64nNk16 wgmma row block); a program has two.
+WG_ROWS = gl.constexpr(64)
+# The default partition: the producer. Each consumer partition has 4 warps (a warpgroup) as well.
+NUM_WARPS = 4
+# Registers per consumer thread after setmaxnreg, with two or three consumer warpgroups; the producer
+# warpgroup gives its registers up (down to 24): 2 · 128 · 240 or 3 · 128 · 160 of the SM's 65,536.
+CONSUMER_REGS = gl.constexpr(240)
+CONSUMER_REGS_3 = gl.constexpr(160)
+# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask), sliding
+# windows and causal (runs_persistent) run on a persistent grid, one program an SM looping over work tiles,
+# at D = 64 and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless
+# FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). Kernel time against one program a work tile
+# (docs/design/hopper.md, "Persistent forward"), H200: D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k;
+# D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at
+# D = 128. H100, causal with row blocks dealt out in pairs (_paired_tile): D = 64 18 / 6 / 5 / 3 % at
+# N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k.
+PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
+# Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
+# kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
+# FLASHTILE_HOPPER_FWD_CONSUMERS = 2 or 3 overrides the lengths (read at each launch).
+CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
+THREE_CONSUMERS_MIN_ROWS = 2048
+THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
+# Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
+# program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
+PERSISTENT_SMEM = 200 * 1024
+PERSISTENT_MAX_KEYS = 2048
+# Two Q buffers at D = 128 up to this many keys (q_buffers).
+Q_BUFS_MAX_KEYS_D128 = 1024
+# Runtime values: a window bound, a batch stride of 1 or a dropout threshold divisible by 16 would otherwise
+# compile a kernel of its own.
+WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
+# A block mask's list strides and row length: runtime values too (0 where broadcast).
+LIST_ARGS = ["list_stride_b", "list_stride_h", "list_row_len"]
+
+
+@gluon.jit
+def _sequence_rows(cu_seqlens_ptr, b, total):
+    """Sequence b's packed rows [start, end), clamped into [0, total] (a bad cu_seqlens reads no row past
+    the packed tensor)."""
+    start = gl.minimum(gl.maximum(gl.load(cu_seqlens_ptr + b), 0), total)
+    end = gl.minimum(gl.maximum(gl.load(cu_seqlens_ptr + b + 1), start), total)
+    return start, end
+
+
+@gluon.jit
+def _tile_view(buf, desc):
+    """A 2-D [rows, D] shared tile seen as the box ``desc`` moves (same bytes): [1, rows, 1, D] over a
+    dense (B, N, H, D) tensor, [rows, 1, D] over a packed (total, H, D) one."""
+    layout: gl.constexpr = desc.layout
+    if len(desc.block_shape) == 4:
+        view = buf._reinterpret(buf.dtype, [1, buf.shape[0], 1, buf.shape[1]], layout)
+    else:
+        view = buf._reinterpret(buf.dtype, [buf.shape[0], 1, buf.shape[1]], layout)
+    return view
+
+
+@gluon.jit
+def _load_rows(desc, b, start, row, h, bar, buf, IS_VARLEN: gl.constexpr):
+    """TMA-load rows [row, row + rows) of head h of sequence b into ``buf``: dense, rows of batch b
+    (past N zeros); varlen, packed rows start + row on (past the sequence, the next one's: masked)."""
+    if IS_VARLEN:
+        tma.async_copy_global_to_shared(desc, [start + row, h, 0], bar, _tile_view(buf, desc))
+    else:
+        tma.async_copy_global_to_shared(desc, [b, row, h, 0], bar, _tile_view(buf, desc))
+
+
+# The index helpers (_key_tiles, _masked_steps, _row_terms, _visible) use only +, −, //, comparisons and
+# gl.maximum / gl.minimum / gl.cdiv / gl.expand_dims, so tests/test_gluon_tile_ranges.py runs their very
+# bodies in Python, on checked int32 scalars and numpy arrays, against flash_attn's visibility rule.
+# Triton's integer // truncates towards zero: every dividend is clamped to ≥ 0 first.
+@gluon.jit
+def _key_tiles(
+    m0, seqlen_k, lo_diag, hi_diag, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr,
+):  # fmt: skip
+    """The key tiles the query rows [m0, m0 + BLOCK_M) reach, ``(t_lo, n_tiles)``: tiles t_lo + i for i in
+    [0, n_tiles), inside [0, cdiv(N_k, BLOCK_N)). Query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag
+    (lo_diag only under HAS_WINDOW_LEFT, hi_diag only under IS_LOCAL)."""
+    # The first row sees keys from m0 + lo_diag on, the others from later keys.
+    t_lo = gl.maximum(m0 + lo_diag, 0) // BLOCK_N if HAS_WINDOW_LEFT else 0
+    # The last row of the block sees keys up to m0 + BLOCK_M − 1 + hi_diag (rows past N_q would see keys
+    # past N_k only, so they widen nothing).
+    n_keys = gl.minimum(gl.maximum(m0 + BLOCK_M + hi_diag, 0), seqlen_k) if IS_LOCAL else seqlen_k
+    n_tiles = gl.cdiv(n_keys, BLOCK_N)
+    if HAS_WINDOW_LEFT:
+        n_tiles = gl.maximum(n_tiles - t_lo, 0)
+    return t_lo, n_tiles
+
+
+@gluon.jit
+def _masked_steps(
+    row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr,
+):  # fmt: skip
+    """How the consumer of rows [row0, row0 + WG_ROWS) splits the program's tiles (indices i of
+    :func:`_key_tiles`, n_tiles ≥ 1): ``(a, b)`` with 1 ≤ a ≤ b ≤ n_tiles; tile 0 and tiles [1, a) and
+    [b, n_tiles) take the masked step, tiles [a, b) — inside N_k and seen whole by each of the WG_ROWS
+    rows — the unmasked one. Without a left bound a = 1."""
+    if IS_LOCAL:
+        # Every row sees the keys up to row0 + hi_diag.
+        n_full = gl.minimum(gl.maximum(row0 + hi_diag + 1, 0), seqlen_k) // BLOCK_N
+    else:
+        n_full = seqlen_k // BLOCK_N
+    if HAS_WINDOW_LEFT:
+        # Every row sees the keys from row0 + WG_ROWS − 1 + lo_diag on.
+        first_full = gl.cdiv(gl.maximum(row0 + (WG_ROWS - 1) + lo_diag, 0), BLOCK_N)
+        a = gl.maximum(gl.minimum(first_full - t_lo, n_tiles), 1)
+        b = gl.maximum(gl.minimum(n_full - t_lo, n_tiles), a)
+    else:
+        a = 1
+        b = gl.maximum(gl.minimum(n_full, n_tiles), 1)
+    return a, b
+
+
+@gluon.jit
+def _block_list(count_ptr, full_count_ptr, b, h, row, stride_b, stride_h, row_len):
+    """A block mask's list row ``row`` of (batch b, head h), strides 0 where broadcast: ``(first entry's
+    offset, partial blocks, partial and full blocks)``, the partial key blocks listed first."""
+    offset = b * stride_b + h * stride_h + row
+    n_partial = gl.load(count_ptr + offset)
+    return offset * row_len, n_partial, n_partial + gl.load(full_count_ptr + offset)
+
+
+@gluon.jit
+def _tile_start(j, t_lo, tiles, TILE: gl.constexpr, SPARSE_TILES: gl.constexpr):
+    """The first row of step j's tile: tile t_lo + j, or with a block mask (SPARSE_TILES kernel tiles per
+    mask block) the j-th tile of the listed blocks, its partial blocks first, then its full ones."""
+    if SPARSE_TILES:
+        index_ptr, full_index_ptr, row_base, n_partial = tiles
+        e = j // SPARSE_TILES
+        if e < n_partial:
+            block = gl.load(index_ptr + row_base + e)
+        else:
+            block = gl.load(full_index_ptr + row_base + (e - n_partial))
+        start = (block * SPARSE_TILES + j % SPARSE_TILES) * TILE
+    else:
+        start = (t_lo + j) * TILE
+    return start
+
+
+@gluon.jit
+def _paired_tile(w, num_programs, num_m_blocks, batch_heads):
+    """Slot w of a persistent causal grid (round r = w // P, program w % P). A unit is row blocks k and
+    M − 1 − k of one head, about M + 1 key tiles whatever k; with M odd, the middle blocks of two heads make
+    one more. So the units cost about the same and dealing them out statically balances the programs. They
+    run two heads at a time (M units a pair of heads), so programs running side by side read the same keys
+    (L2); with an odd number of heads the last one's units come last, its middle block alone. Program p's
+    rounds 2i and 2i + 1 take unit i·P + p's longer block, then its other one. Returns (bh, m_block, live):
+    live False past the last unit. Integer arithmetic only: the tests run it in Python (``.fn``)."""
+    r = w // num_programs
+    half = r % 2
+    unit = (r // 2) * num_programs + w % num_programs
+    paired_units = batch_heads // 2 * num_m_blocks
+    if unit < paired_units:
+        k = unit % num_m_blocks
+        # 1 for the unit of the two middle blocks (its k is M − 1, M odd), else 0.
+        middle = (k + 1) // num_m_blocks * (num_m_blocks % 2)
+        bh = 2 * (unit // num_m_blocks) + k % 2 + middle * half
+        step = k // 2
+        # True, as a value of the other branch's type.
+        live = unit < paired_units
+    else:
+        step = unit - paired_units
+        bh = batch_heads - 1
+        alone = 2 * step + 1 == num_m_blocks
+        live = (batch_heads % 2 == 1) & ((2 * step + 1 < num_m_blocks) | (alone & (half == 0)))
+    m_block = step + (1 - half) * (num_m_blocks - 1 - 2 * step)
+    return bh, m_block, live
+
+
+@gluon.jit
+def _work_slots(sched, PAIRED: gl.constexpr):
+    """The slots a persistent grid's programs step through (pid, pid + P, … below it): the work tiles, or
+    PAIRED two rounds of P slots per P units (:func:`_paired_tile`), the last ones partly dead."""
+    num_m_blocks = sched[0]
+    num_programs, total_work = sched[10:]
+    slots = total_work
+    if PAIRED:
+        batch_heads = total_work // num_m_blocks
+        units = batch_heads // 2 * num_m_blocks + batch_heads % 2 * ((num_m_blocks + 1) // 2)
+        slots = 2 * num_programs * ((units + num_programs - 1) // num_programs)
+    return slots
+
+
+@gluon.jit
+def _work_tile(
+    w, sched, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    CONSUMERS: gl.constexpr, PAIRED: gl.constexpr,
+):  # fmt: skip
+    """Work tile w: the query rows [m0, m0 + BLOCK_M) (BLOCK_M = CONSUMERS · WG_ROWS) of one (batch b,
+    head h), bh = b·H + h, with row blocks of one head adjacent (they read the same keys, which stay in
+    L2), the longest first when causal.
+    Returns ``(b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles,
+    tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
+    ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
+    is live and writes out 0, LSE −inf), the key tiles of :func:`_key_tiles` or of the block mask's lists,
+    ``tiles`` as :func:`_tile_start` takes them. PAIRED: w is a persistent program's slot
+    (:func:`_paired_tile`), not a work tile's index."""
+    num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
+    cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
+    BLOCK_M: gl.constexpr = CONSUMERS * WG_ROWS
+    if PAIRED:
+        bh, m_block, live = _paired_tile(w, sched[10], num_m_blocks, sched[11] // num_m_blocks)
+    else:
+        m_block = w % num_m_blocks
+        bh = w // num_m_blocks
+        if IS_LOCAL and not HAS_WINDOW_LEFT:
+            # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
+            m_block = num_m_blocks - 1 - m_block
+        live = True
+    b = bh // H
+    h = bh % H
+    m0 = m_block * BLOCK_M
+    if IS_VARLEN:
+        q_start, q_end = _sequence_rows(cu_seqlens_q_ptr, b, total_q)
+        k_start, k_end = _sequence_rows(cu_seqlens_k_ptr, b, total_k)
+        seqlen_q = q_end - q_start
+        seqlen_k = k_end - k_start
+        # The grid covers the longest sequence; blocks past this one's end have nothing to do.
+        live = m0 < seqlen_q
+    else:
+        q_start = 0
+        k_start = 0
+        seqlen_q = total_q
+        seqlen_k = total_k
+    diag = seqlen_k - seqlen_q
+    lo_diag = diag - window_left
+    hi_diag = diag + window_right
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, stride_b, stride_h, row_len = lists
+    if SPARSE_TILES:
+        row_base, n_partial, n_listed = _block_list(
+            kv_count_ptr, full_kv_count_ptr, b, h, m0 // SPARSE_BLOCK_M, stride_b, stride_h, row_len
+        )
+        t_lo = 0
+        n_tiles = n_listed * SPARSE_TILES
+        tiles = (kv_index_ptr, full_kv_index_ptr, row_base, n_partial)
+    else:
+        t_lo, n_tiles = _key_tiles(
+            m0, seqlen_k, lo_diag, hi_diag, BLOCK_M, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+        )
+        tiles = (kv_index_ptr, full_kv_index_ptr, 0, 0)
+    return b, h, bh, m0, q_start, k_start, seqlen_q, seqlen_k, live, lo_diag, hi_diag, t_lo, n_tiles, tiles
+
+
+@gluon.jit
+def _attn_fwd_producer(
+    sched, work, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
+):  # fmt: skip
+    """The loads of the program's work tiles: ``work`` (tile pid) alone, or under PERSISTENT tiles pid,
+    pid + P, …"""
+    if PERSISTENT:
+        # Causal: a head's row blocks paired, longest with shortest (_paired_tile).
+        PAIRED: gl.constexpr = IS_LOCAL and not HAS_WINDOW_LEFT
+        pid, num_programs = sched[9:11]
+        it = 0
+        n_live = 0
+        for w in range(pid, _work_slots(sched, PAIRED), num_programs):
+            tile = _work_tile(
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
+                CONSUMERS, PAIRED,
+            )  # fmt: skip
+            it, n_live = _produce_tile(
+                tile, it, n_live, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT,
+                CONSUMERS,
+            )  # fmt: skip
+    else:
+        _produce_tile(
+            work, 0, 0, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT, CONSUMERS
+        )
+
+
+@gluon.jit
+def _produce_tile(
+    work, it, n_live, descs, smem, bars, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
+):  # fmt: skip
+    """Work tile ``work`` (:func:`_work_tile`), if live: its Q parts once the consumers are done with the
+    last tile's (q_empty, under PERSISTENT), or with no key tile an arrival on q_bar alone; then its key
+    tiles into the ring, whose slots and phases count the ``it`` key tiles loaded before. Returns ``it``
+    and ``n_live`` (live tiles) counted on."""
+    q_desc, k_desc, v_desc, group = descs
+    q_smem, k_smem, v_smem = smem
+    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+    # Q's buffers (two where q_buffers says so: the next tile's Q loads during this one).
+    q_bufs: gl.constexpr = q_bar.shape[0]
+    q_buf = n_live % q_bufs
+    b, h = work[:2]
+    m0, q_start, k_start = work[3:6]
+    t_lo, n_tiles, tiles = work[11:]
+    # One program a tile: the kernel returned already if its tile has nothing to do.
+    live = True
+    if PERSISTENT:
+        live = work[8]
+    if live:
+        if PERSISTENT:
+            # An mbarrier starts with its phase-1 wait complete: the first tile finds Q's buffer free.
+            mbarrier.wait(q_empty.index(q_buf), ((n_live // q_bufs) & 1) ^ 1)
+            n_live += 1
+        if n_tiles > 0:
+            mbarrier.expect(q_bar.index(q_buf), CONSUMERS * q_desc.block_type.nbytes)
+            for part in gl.static_range(CONSUMERS):
+                row = m0 + part * WG_ROWS
+                q_part = q_smem.index(q_buf * CONSUMERS + part)
+                _load_rows(q_desc, b, q_start, row, h, q_bar.index(q_buf), q_part, IS_VARLEN)
+        elif PERSISTENT:
+            mbarrier.arrive(q_bar.index(q_buf), count=1)
+        h_kv = h // group
+        for j in range(n_tiles):
+            slot = (it + j) % STAGES
+            phase = ((it + j) // STAGES) & 1
+            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+            mbarrier.wait(k_empty.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
+            mbarrier.wait(v_empty.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+        if PERSISTENT:
+            it += n_tiles
+    return it, n_live
+
+
+@gluon.jit
+def _row_terms(
+    rows, diag, lo_diag, hi_diag, seqlen_k, HAS_WINDOW_LEFT: gl.constexpr, HAS_ALIBI: gl.constexpr
+):
+    """(rows, first visible key, last visible key, i + N_k − N_q) of each query row i: the bounds under
+    HAS_WINDOW_LEFT (the last also below N_k), the ALiBi distance's origin under HAS_ALIBI; ``rows``
+    stands in for those a kernel does not use."""
+    lo_rows = rows
+    hi_rows = rows
+    alibi_rows = rows
+    if HAS_WINDOW_LEFT:
+        lo_rows = rows + lo_diag
+        hi_rows = gl.minimum(rows + hi_diag, seqlen_k - 1)
+    if HAS_ALIBI:
+        alibi_rows = rows + diag
+    return rows, lo_rows, hi_rows, alibi_rows
+
+
+@gluon.jit
+def _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr):
+    """Which (query, key) pairs of a tile exist and are visible: ``cols`` the tile's keys, ``rows`` the
+    :func:`_row_terms` of its query rows; query i sees key j < N_k iff i + lo_diag ≤ j ≤ i + hi_diag."""
+    rows, lo_rows, hi_rows, _ = rows
+    cols = gl.expand_dims(cols, 0)
+    if HAS_WINDOW_LEFT:
+        # The per-row bounds hold the window and N_k.
+        keep = (cols >= gl.expand_dims(lo_rows, 1)) & (cols <= gl.expand_dims(hi_rows, 1))
+    else:
+        keep = cols < seqlen_k
+        if IS_LOCAL:
+            keep = keep & (cols <= gl.expand_dims(rows, 1) + hi_diag)
+    return keep
+
+
+@gluon.jit
+def _tanh(x):
+    """tanh of fp32 ``x``: one MUFU ``tanh.approx.f32``, as kernels/_scores.py's FAST_TANH."""
+    return gl.inline_asm_elementwise(
+        "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
+    """A block mask's bits (flashtile.block_mask.MaskBits; ``bits`` = (its tile ids' row of the program's
+    query block, its words)) for query ``rows`` of the program's block at m0 and the keys ``cols`` of the tile
+    at n0 (inside one mask block): True where the mask_mod held. Off the partial tiles it reads tile 0's
+    bits, which the caller discards."""
+    ids_row, words = bits
+    qb = m0 // SPARSE_BLOCK_M
+    tile = gl.load(ids_row + n0 // SPARSE_BLOCK_N)
+    ROW_WORDS: gl.constexpr = SPARSE_BLOCK_N // 32
+    # The tile's rows start at word (tile · block_q + row) · ROW_WORDS; its keys at word (n0 % block_k) / 32.
+    base = words + (gl.maximum(tile, 0) * SPARSE_BLOCK_M + rows - qb * SPARSE_BLOCK_M) * ROW_WORDS
+    base = base + (n0 % SPARSE_BLOCK_N) // 32
+    col = cols - n0
+    word_of_col = gl.expand_dims(col // 32, 0)
+    picked = gl.expand_dims(gl.load(base), 1) + word_of_col * 0
+    for w in gl.static_range(1, cols.shape[0] // 32):
+        picked = gl.where(word_of_col == w, gl.expand_dims(gl.load(base + w), 1), picked)
+    return ((picked >> gl.expand_dims(col % 32, 0)) & 1) != 0
+
+
+@gluon.jit
+def _softmax_step(
+    s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    SPARSE_TILES: gl.constexpr,
+):  # fmt: skip
+    """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
+    that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
+    qk_scale`` or, with softcap or ALiBi, kernels/_scores.py's ``base2_scores``. ``rows``: the query rows
+    and the per-row terms :func:`_row_terms` computes once. A masked step with MASK_MOD (a block mask's
+    partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, or under
+    MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
+    aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
+    every entry (the softmax before dropout); its ALiBi entry is (slope,) or (slope, the float column
+    offsets 0 … BLOCK_N − 1)."""
+    alibi_rows = rows[3]
+    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
+    if MASKED:
+        cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, which folds into one
+    # FMA per score below; so does softcap's factor.
+    s_scale = qk_scale
+    if HAS_SOFTCAP:
+        # Softcap: c·tanh(scale·qk / c)·log2(e), with softcap_qk = scale / c and softcap_out = c·log2(e) > 0,
+        # which the same FMA applies.
+        s = _tanh(s * softcap_qk)
+        s_scale = softcap_out
+    if HAS_ALIBI:
+        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come. Positions
+        # convert per row and per column, not per score: then one subtraction and one FMA per score, in fp32
+        # (exact distances below 2^24). Where ``alibi`` = (slope, offsets) brings the columns' offsets in a
+        # tile (0 … BLOCK_N − 1, converted once a work tile), distances count from the tile's first key and
+        # only the rows convert at each tile.
+        alibi_slope = alibi[0]
+        if len(alibi) == 2:
+            rows_f = (alibi_rows - n0).to(gl.float32)
+            dist = gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(alibi[1], 0))
+        else:
+            cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
+            dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
+        s = s + (-alibi_slope / s_scale) * dist
+    if MASKED:
+        keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
+        if MASK_MOD is not None or MASK_BITS:
+            b, h, seqlen_q, aux, use_mod, m0 = mod_args
+            if MASK_BITS:
+                seen = _bits_seen(aux, m0, n0, rows[0], cols, SPARSE_BLOCK_M, SPARSE_TILES * BLOCK_N)
+            else:
+                seen = call_mod(
+                    None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k, aux,
+                    MASK_MOD, MASK_MOD_AUX,
+                )  # fmt: skip
+            keep = keep & (seen | (use_mod == 0))
+        s = gl.where(keep, s, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
+    # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
+    m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
+    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
+    alpha = gl.exp2(m_i - m_ref)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Dropout's keep bits (hopper/dropout.py) of the consumer's rows and the keys [n0, n0 + BLOCK_N);
+    ``drop`` = (seed, offset, threshold, bh, the consumer's first row)."""
+    seed, offset, threshold, bh, row0 = drop
+    # At D = 256 the output's 128 registers a thread leave no room for the key schedule's 20 (they spilled
+    # inside the key loop); the asm adds the round keys itself there.
+    return dropout.draw(seed, offset, threshold, bh, row0, n0, BLOCK_N, layout, True, HEAD_DIM < 256)
+
+
+@gluon.jit
+def _attn_fwd_steps(
+    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, lo, hi, t_lo, tiles, rows,
+    scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
+    MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr,
+):  # fmt: skip
+    """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
+    softmax(j) while the P·V wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the
+    wgmma operand."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    s_zero = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
+    for j in range(lo, hi):
+        slot = (base + j) % STAGES
+        mbarrier.wait(k_ready.index(slot), ((base + j) // STAGES) & 1)
+        s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        prev = (base + j - 1) % STAGES
+        mbarrier.wait(v_ready.index(prev), ((base + j - 1) // STAGES) & 1)
+        p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        # The tile's keys matter only to the mask, ALiBi and dropout (a listed tile's start is a load).
+        n0 = 0
+        if MASKED or HAS_ALIBI or HAS_DROPOUT:
+            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+        if HAS_DROPOUT:
+            # Dropout's draws while both wgmmas run (after S lands they measured 3–7 % slower).
+            drawn = _draw_tile(scores[6], n0, BLOCK_N, s_layout, acc.type.shape[1])
+        # wgmma groups retire in order: one left outstanding is the P·V just issued.
+        s = warpgroup_mma_wait(1, deps=[s_tok])
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        p, m_i, l_i, alpha = _softmax_step(
+            s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
+        )  # fmt: skip
+        if HAS_DROPOUT:
+            if P_OPERAND:
+                # Dropped in the operand's dtype, two entries a register (dropout.keep_pairs).
+                p = dropout.keep_pairs(p, *drawn, v_smem.dtype)
+            else:
+                p = gl.where(dropout.kept(*drawn), p, 0.0)
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        if P_OPERAND:
+            p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
+    return acc, m_i, l_i, p
+
+
+@gluon.jit
+def _attn_fwd_consumer(
+    sched, work, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
+    CONSUMERS: gl.constexpr,
+):  # fmt: skip
+    """Consumer WG of the program's work tiles, in the producer's order: ``work`` (tile pid) alone, or under
+    PERSISTENT tiles pid, pid + P, …; ``it`` counts the ring entries consumed, ``n_live`` the live tiles
+    (q_bar's phases)."""
+    if PERSISTENT:
+        # Causal: a head's row blocks paired, longest with shortest (_paired_tile).
+        PAIRED: gl.constexpr = IS_LOCAL and not HAS_WINDOW_LEFT
+        pid, num_programs = sched[9:11]
+        it = 0
+        n_live = 0
+        for w in range(pid, _work_slots(sched, PAIRED), num_programs):
+            tile = _work_tile(
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
+                CONSUMERS, PAIRED,
+            )  # fmt: skip
+            it, n_live = _consume_tile(
+                tile, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
+                MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
+            )  # fmt: skip
+        # The last tile's output store reads the staging buffer until it completes.
+        tma.store_wait(0)
+    else:
+        _consume_tile(
+            work, 0, 0, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT,
+            HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
+            MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
+        )  # fmt: skip
+
+
+@gluon.jit
+def _consume_tile(
+    work, it, n_live, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
+):  # fmt: skip
+    """Work tile ``work`` for consumer WG, if live (:func:`_attn_fwd_tile`); returns ``it`` and ``n_live``
+    counted on."""
+    live = True
+    if PERSISTENT:
+        live = work[8]
+    if live:
+        _attn_fwd_tile(
+            work, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
+            HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
+            MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
+        )  # fmt: skip
+        if PERSISTENT:
+            n_live += 1
+            it += work[12]
+    return it, n_live
+
+
+@gluon.jit
+def _release_staged_q(q_turn, q_empty, q_bufs: gl.constexpr):
+    """Under STAGED_IN_Q: the previous live tile's Q buffer staged its output; once that TMA store has read
+    it (every warp's wait done first: the warp that issued it may lag), the producer may load Q into it."""
+    tma.store_wait(0)
+    gl.thread_barrier()
+    if q_turn > 0:
+        mbarrier.arrive(q_empty.index((q_turn - 1) % q_bufs), count=1)
+
+
+@gluon.jit
+def _attn_fwd_tile(
+    work, it, q_turn, program, options, smem, bars, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr, PERSISTENT: gl.constexpr,
+):  # fmt: skip
+    """One work tile (:func:`_work_tile`) for consumer WG: its Q (the program's live tile ``q_turn``: Q's
+    buffer q_turn mod Q_BUFS and the phase of its barriers), its 64 rows'
+    online softmax over the tile's key tiles (ring entries it, it + 1, …), then out and LSE. Without key
+    tiles, under PERSISTENT, it takes its turn on q_bar all the same. Under PERSISTENT the output has a
+    staging buffer of its own and Q's buffer is released (q_empty) once this warpgroup's last S wgmma has
+    retired, or under STAGED_IN_Q Q's buffer stages the output and is released during the next tile;
+    otherwise Q's half stages the output."""
+    b, h, bh, m0 = work[:4]
+    seqlen_q, seqlen_k = work[6:8]
+    lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
+    o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
+    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
+    q_smem, o_smem, k_smem, v_smem = smem
+    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+
+    row0 = m0 + WG * WG_ROWS
+    # Bottom-right alignment: query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag (each bound if present).
+    rows = _row_terms(
+        row0 + gl.arange(0, WG_ROWS, layout=s_rows), seqlen_k - seqlen_q, lo_diag, hi_diag, seqlen_k,
+        HAS_WINDOW_LEFT, HAS_ALIBI,
+    )  # fmt: skip
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = gl.load(alibi_ptr + b * stride_alibi_b + h) * LOG2_E_C
+    seed = 0
+    offset = 0
+    if HAS_DROPOUT:
+        seed, offset = dropout.load_rng_state(drop_args[0])
+    drop = (seed, offset, drop_args[1], bh, row0)
+    # ALiBi's slope and the key tiles' column offsets as floats, the same for every tile: kept across the
+    # key loops (32 registers a thread) where no softcap or dropout needs them; beside those, and at D = 64,
+    # that spilled registers (sm_90), so each tile converts its own.
+    alibi = (alibi_slope,)
+    if HAS_ALIBI and HEAD_DIM > 64 and not (HAS_SOFTCAP or HAS_DROPOUT):
+        alibi = (alibi_slope, gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32))
+    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
+    # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
+    n_mod = 0
+    if SPARSE_TILES:
+        # The partial blocks' tiles lead: with a mask_mod, tiles [1, a) take it (tile 0 if it is one).
+        if MASK_MOD is not None or MASK_BITS:
+            n_mod = gl.minimum(tiles[3] * SPARSE_TILES, n_tiles)
+        a = gl.maximum(n_mod, 1)
+        # Listed tiles are in no order along the keys: the rest all take the masked step where any tile may
+        # need it (a window, or keys past N_k in the last tile), none otherwise.
+        b_full = a
+        if not (IS_LOCAL or HAS_WINDOW_LEFT):
+            b_full = gl.maximum(a, n_tiles * (seqlen_k % BLOCK_N == 0).to(gl.int32))
+    else:
+        a, b_full = _masked_steps(
+            row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+        )
+
+    if MASK_BITS:
+        # The tile ids of this query block's row (the ids have the kv lists' layout), and the words.
+        aux = (aux[0] + tiles[2], aux[1])
+    mod_args = (b, h, seqlen_q, aux, n_mod > 0, m0)
+    acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
+    m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
+    l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
+    q_bufs: gl.constexpr = q_bar.shape[0]
+    consumers: gl.constexpr = q_smem.shape[0] // q_bufs
+    # A persistent program with two Q buffers and no output buffer of its own (D > 64) stages each tile's
+    # output in that tile's Q buffer and releases it during the next tile.
+    STAGED_IN_Q: gl.constexpr = PERSISTENT and q_bufs == 2 and HEAD_DIM > 64
+    q_buf = q_turn % q_bufs
+    q_phase = (q_turn // q_bufs) & 1
+    q = q_smem.index(q_buf * consumers + WG)
+    if n_tiles > 0:
+        mbarrier.wait(q_bar.index(q_buf), q_phase)
+        # Tile 0 alone: it has no P·V to overlap with, and may need the mask.
+        mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
+        s_tok = warpgroup_mma(
+            q, k_smem.index(it % STAGES).permute((1, 0)), gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout),
+            use_acc=False, is_async=True,
+        )  # fmt: skip
+        if STAGED_IN_Q:
+            _release_staged_q(q_turn, q_empty, q_bufs)
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        mbarrier.arrive(k_empty.index(it % STAGES), count=1)
+        n_first = _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+        p, m_i, l_i, _ = _softmax_step(
+            s, m_i, l_i, n_first, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
+        )  # fmt: skip
+        if HAS_DROPOUT:
+            p = gl.where(dropout.kept(*_draw_tile(drop, n_first, BLOCK_N, s_layout, HEAD_DIM)), p, 0.0)
+        if P_OPERAND:
+            p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        if HAS_WINDOW_LEFT or MASK_MOD is not None or MASK_BITS:
+            # The window's left edge: tiles some rows see in part, before those all rows see in full; or
+            # a block mask's partial tiles, with its mask_mod.
+            acc, m_i, l_i, p = _attn_fwd_steps(
+                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, 1, a, t_lo,
+                tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+                P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
+                HAS_DROPOUT,
+            )  # fmt: skip
+        acc, m_i, l_i, p = _attn_fwd_steps(
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
+            tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+        )  # fmt: skip
+        acc, m_i, l_i, p = _attn_fwd_steps(
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, b_full, n_tiles,
+            t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+        )  # fmt: skip
+        if PERSISTENT and not STAGED_IN_Q:
+            # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
+            mbarrier.arrive(q_empty.index(q_buf), count=1)
+        last = (it + n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((it + n_tiles - 1) // STAGES) & 1)
+        p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        mbarrier.arrive(v_empty.index(last), count=1)
+    elif PERSISTENT:
+        # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
+        mbarrier.wait(q_bar.index(q_buf), q_phase)
+        if STAGED_IN_Q:
+            _release_staged_q(q_turn, q_empty, q_bufs)
+        else:
+            mbarrier.arrive(q_empty.index(q_buf), count=1)
+
+    # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
+    l_o = gl.convert_layout(l_i, o_rows)
+    if HAS_DROPOUT:
+        # The kept entries' 1 / (1 − p): out = acc / (ℓ · (1 − p)), once per row.
+        l_o = l_o * drop_args[2]
+    out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+    lse = (m_i + gl.log2(l_i)) * LN_2
+    out_rows = rows[0]
+    if IS_VARLEN:
+        # The sequence's first row, loaded again here rather than held through the loop (a register less).
+        q_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_q_ptr + b), 0), total_q)
+        lse_row = lse_ptr + h.to(gl.int64) * total_q + q_start
+    else:
+        lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
+    gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
+    if PERSISTENT and not STAGED_IN_Q:
+        # The staging buffer: this warpgroup's own, which the last tile's store must have read (every
+        # warp's wait done before any warp writes: the warp that issued the store may be behind).
+        staged = o_smem.index(WG)
+        tma.store_wait(0)
+        gl.thread_barrier()
+    else:
+        # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile (under
+        # STAGED_IN_Q the buffer goes back to the producer once the store has read it, next tile).
+        staged = q
+    staged.store(out.to(q.dtype))
+    if IS_VARLEN:
+        # A TMA store would write the rows past the sequence, the next sequence's: masked stores instead,
+        # STORE_ROWS rows at a time read back from the staged tile (a few registers a thread).
+        STORE_ROWS: gl.constexpr = 16
+        store_layout: gl.constexpr = gl.BlockedLayout(
+            size_per_thread=[1, 8], threads_per_warp=[256 // HEAD_DIM, HEAD_DIM // 8],
+            warps_per_cta=[4, 1], order=[1, 0],
+        )  # fmt: skip
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
+        # One 64-bit base (a uniform value), then 32-bit offsets: 64 rows of H·D elements stay far below 2³¹.
+        o_rows = o_ptr + (q_start + row0).to(gl.int64) * (H * HEAD_DIM) + h.to(gl.int64) * HEAD_DIM
+        for c in gl.static_range(WG_ROWS // STORE_ROWS):
+            tile = staged.slice(c * STORE_ROWS, STORE_ROWS, dim=0).load(store_layout)
+            r = c * STORE_ROWS + gl.arange(0, STORE_ROWS, layout=gl.SliceLayout(1, store_layout))
+            offs = gl.expand_dims(r * (H * HEAD_DIM), 1) + gl.expand_dims(cols, 0)
+            gl.store(o_rows + offs, tile, mask=gl.expand_dims(r < seqlen_q - row0, 1))
+    else:
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(staged, o_desc))
+        if not PERSISTENT:
+            tma.store_wait(0)
+
+
+# Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
+# varlen training changes the totals, the block count and the batch at every step).
+SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP"]
+
+
+@gluon.jit(do_not_specialize=[*SIZE_ARGS, *WINDOW_ARGS, *LIST_ARGS])
+def attn_fwd_kernel(
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, seqlen_q, seqlen_k,
+    num_m_blocks, total_work, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out,
+    stride_alibi_b, dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h, list_row_len,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+    HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
+    MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
+    Q_BUFS: gl.constexpr,
+):  # fmt: skip
+    """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
+    left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
+    fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without); HAS_DROPOUT: the int64 (seed,
+    offset) at rng_state_ptr draws kernels/_dropout.py's mask, an entry kept iff its draw ≥
+    dropout_threshold, the output scaled by 1 / dropout_keep_frac (= 1 − p; any pointer and values without).
+
+    IS_VARLEN: q/k/v are packed (total, H, D) behind rank-3 descriptors, seqlen_q/k the totals, sequence b
+    the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into [0, total]); the output goes to the packed
+    contiguous ``o_ptr`` through masked stores (o_desc is unused), the LSE is (H, total_q). Otherwise o_ptr
+    and cu_seqlens_* are unused (any pointer).
+
+    SPARSE_TILES > 0 (dense batches): a block mask of (SPARSE_BLOCK_M, SPARSE_TILES · BLOCK_N) blocks
+    (flashtile.BlockMask's ``kv_*`` lists, read at b·list_stride_b + h·list_stride_h + row, rows of
+    list_row_len entries); a program visits its query block's listed key blocks only, and in the partial
+    ones hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` (a ``@triton.jit`` function, None:
+    none) is False, or under MASK_BITS where the mask's bits (``aux`` = flashtile.block_mask.MaskBits' ids,
+    words, meta) say so. Otherwise the list pointers are unused; ``aux`` is the mask_mod's tensors or None.
+
+    CONSUMERS (2, or 3 at D = 64 with no softcap, ALiBi, dropout, packed batch or block mask:
+    :func:`consumer_count`): consumer warpgroups of WG_ROWS query rows each, so a work tile has
+    CONSUMERS · WG_ROWS rows.
+
+    Work tiles: num_m_blocks · B · H = ``total_work``; PERSISTENT: the grid's P programs take tiles pid,
+    pid + P, …, else program pid takes tile pid (P = total_work)."""
+    # With an option on, P passes between tiles as the bf16 wgmma operand (32 registers a thread fewer
+    # than fp32 P at the loop's edge) at D ≥ 128, where the options' terms would otherwise spill; at D = 64
+    # the fp32 P of the dense kernel fits and the operand form made ptxas spill (docs/design/hopper.md).
+    # Three consumers have 160 registers a thread: P as the operand too.
+    P_OPERAND: gl.constexpr = (
+        (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
+    ) or CONSUMERS == 3
+    dtype: gl.constexpr = q_desc.dtype
+    tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    # Q_BUFS = 2 (a persistent program, :func:`q_buffers`): the producer loads the next tile's Q as soon as
+    # it is done with this tile's key tiles, not once the consumers release Q.
+    q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
+    o_smem = q_smem
+    if PERSISTENT and (HEAD_DIM <= 64 or Q_BUFS == 1):
+        # The output's own staging buffer; at D = 128 it does not fit beside two Q buffers, and each tile's
+        # output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q).
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(Q_BUFS):
+        mbarrier.init(q_bar.index(i), count=1)
+        # Each consumer partition arrives once per tile.
+        mbarrier.init(q_empty.index(i), count=CONSUMERS)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+    fence_async_shared()
+
+    # The program's work tiles: pid, pid + P, … of total_work (P programs; one per tile without persistence).
+    lists = (
+        kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, list_stride_b, list_stride_h,
+        list_row_len,
+    )  # fmt: skip
+    sched = (
+        num_m_blocks, H, seqlen_q, seqlen_k, window_left, window_right, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+        lists, gl.program_id(0), gl.num_programs(0), total_work,
+    )  # fmt: skip
+    bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
+    # One program a tile: the tile's indices here, before the partitions split (as captured values they
+    # cost the consumers fewer registers than computed in each).
+    # (The persistent partitions find their tiles themselves: any value will do.)
+    work = gl.program_id(0)
+    if not PERSISTENT:
+        work = _work_tile(
+            gl.program_id(0), sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
+            SPARSE_BLOCK_M, CONSUMERS, False,
+        )  # fmt: skip
+        # A block past its sequence's end has nothing to do.
+        if IS_VARLEN and work[3] >= work[6]:
+            return
+    program = (o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, seqlen_q, qk_scale)
+    drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
+    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
+    consumer_smem = (q_smem, o_smem, k_smem, v_smem)
+    # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
+    # warpgroup anyway, and setmaxnreg then hands the consumer warpgroups CONSUMER_REGS registers a thread.
+    # Each call spells its partitions out: Gluon takes no jit function inside a tuple value, and no *args.
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_attn_fwd_producer, (
+                sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars, BLOCK_N, STAGES,
+                IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 2, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+        ], [4, 4, 4], [CONSUMER_REGS_3, CONSUMER_REGS_3, CONSUMER_REGS_3])  # fmt: skip
+    else:
+        gl.warp_specialize([
+            (_attn_fwd_producer, (
+                sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars, BLOCK_N, STAGES,
+                IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+            (_attn_fwd_consumer, (
+                sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
+                MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
+        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])  # fmt: skip
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
+    """A TMA descriptor over (B, N, H, D) ``t`` moving [1, rows, 1, D] boxes (reads past N are zeros), or
+    over packed (total, H, D) ``t`` moving [rows, 1, D] boxes (reads past total are zeros)."""
+    box = (1, rows, 1, t.shape[-1]) if t.dim() == 4 else (rows, 1, t.shape[-1])
+    return descriptor(t, t.shape, t.stride(), box)
+
+
+# Called once per prepared launch (_fwd_launch is cached), so it needs no cache of its own.
+def option_arguments(
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_stride: int | None,
+    seqlen_q: int,
+    seqlen_k: int,
+    dropout_p: float = 0.0,
+) -> dict[str, object]:
+    """The kernel's window, softcap and ALiBi arguments, runtime values and switches, as the portable
+    forward takes them (:func:`flashtile.kernels.fwd.kernel_options`): causal is the window (left, 0), an
+    unlimited right side a bound of N_q; ``alibi_stride`` is the slopes' batch stride (0 for (H,)), None
+    without slopes. Bounds are clamped to what changes no visible row (left ≥ N_k − 1 and right ≥ N_q − 1
+    already reach every key), which keeps the kernel's index sums far from int32 overflow."""
+    opts = kernel_options(
+        softmax_scale, causal, window_size, softcap, alibi_stride is not None, dropout_p, False, seqlen_q
+    )
+    switches = opts.switches
+    return dict(
+        window_left=min(opts.window_left, seqlen_k),
+        window_right=min(opts.window_right, seqlen_q),
+        softcap_qk=opts.softcap_qk,
+        softcap_out=opts.softcap_out,
+        stride_alibi_b=alibi_stride or 0,
+        dropout_threshold=opts.dropout_threshold,
+        dropout_keep_frac=1.0 - dropout_p,
+        IS_LOCAL=switches["IS_LOCAL"],
+        HAS_WINDOW_LEFT=switches["HAS_WINDOW_LEFT"],
+        HAS_SOFTCAP=switches["HAS_SOFTCAP"],
+        HAS_ALIBI=switches["HAS_ALIBI"],
+        HAS_DROPOUT=switches["HAS_DROPOUT"],
+    )
+
+
+def consumer_count(
+    head_dim: int,
+    seqlen_q: int,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi: bool,
+    dropout_p: float,
+    varlen: bool,
+    sparse: bool,
+) -> int:
+    """Consumer warpgroups a program has (``window_size`` normalised, causal (−1, 0)). Three, in 192-row
+    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 4096 causal: their
+    160 registers a thread hold D = 64's accumulators with P as the wgmma operand, and the third warpgroup
+    hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, causal or in a
+    window, to the key tiles a warpgroup steps through wholly masked (docs/design/hopper.md, "Three
+    consumers at D = 64"). CONSUMERS_ENV = 2 or 3 overrides the length rule (3 only where D = 64 allows)."""
+    if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse:
+        return 2
+    forced = os.environ.get(CONSUMERS_ENV, "").strip()
+    if forced in ("2", "3"):
+        return int(forced)
+    if window_size == (-1, -1):
+        return 3 if seqlen_q >= THREE_CONSUMERS_MIN_ROWS else 2
+    if window_size == (-1, 0):
+        return 3 if seqlen_q >= THREE_CONSUMERS_MIN_ROWS_CAUSAL else 2
+    return 2
+
+
+def runs_persistent(values: dict[str, object]) -> bool:
+    """Whether a launch whose kernel arguments ``values`` are takes the persistent grid: work tiles of about
+    equal cost (:func:`even_work`) on dense batches, with no other option and no block mask, whose Q, output
+    and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
+    not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
+    head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
+    # Q's buffers and the output's staging buffer (CONSUMERS · WG_ROWS rows each, as the kernel allocates
+    # them: two Q and one output at D = 64; at D = 128 two Q, or one Q and one output), and the K and V
+    # rings, 2-byte.
+    row_tiles = 3 if head_dim <= 64 else 2
+    tiles_bytes = 2 * (row_tiles * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
+    few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
+    fits = tiles_bytes <= PERSISTENT_SMEM
+    return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
+
+
+def even_work(values: dict[str, object]) -> bool:
+    """Whether the persistent grid's programs get about as many keys each: plain attention, or a sliding
+    window whose span (left + right + a tile's rows) is at most half of N_k (every work tile visits about
+    as many keys), or causal (a window bounded on the right only), whose row blocks the kernel pairs
+    longest with shortest (:func:`paired`). A window bounded on the left only keeps one program a tile."""
+    if not values["HAS_WINDOW_LEFT"]:
+        return True
+    span = _window_span(values)
+    return span is not None and 2 * span <= values["seqlen_k"]
+
+
+def q_buffers(values: dict[str, object]) -> int:
+    """Q's buffers in a program: two on the persistent grid at D = 64, and at D = 128 up to N_k = 1024
+    (its output then staged in Q's buffer), else one. Kernel time against one buffer (docs/design/hopper.md,
+    "Two Q buffers"): D = 64 4-13 % faster below 2k-4k and within ±1.5 % above (H200); D = 128 3-15 %
+    faster up to 1k, 2-5 % slower at 2k-4k (H100)."""
+    if not values["PERSISTENT"]:
+        return 1
+    return 2 if values["HEAD_DIM"] <= 64 or values["seqlen_k"] <= Q_BUFS_MAX_KEYS_D128 else 1
+
+
+def paired(values: dict[str, object]) -> bool:
+    """Whether a persistent launch deals out pairs of row blocks (the kernel's PAIRED, ``_paired_tile``):
+    causal, or any window bounded on the right only, where a row block's keys grow with its rows."""
+    return bool(values["IS_LOCAL"]) and not values["HAS_WINDOW_LEFT"]
+
+
+def persistent_programs(values: dict[str, object], sms: int) -> int:
+    """The persistent grid's programs: one an SM, or fewer where there are fewer work tiles, or under
+    :func:`paired` fewer units (two row blocks). 0: too few paired units to fill every SM, where
+    one program a tile runs twice as many programs at once."""
+    if not paired(values):
+        return min(values["total_work"], sms)
+    m_blocks = values["num_m_blocks"]
+    batch_heads = values["total_work"] // m_blocks
+    units = batch_heads // 2 * m_blocks + batch_heads % 2 * ((m_blocks + 1) // 2)
+    return sms if units >= sms else 0
+
+
+def keys_per_tile(values: dict[str, object]) -> int:
+    """About how many keys one work tile visits: a sliding window's span, half of N_k on average where the
+    row blocks are :func:`paired` (causal), else N_k. At D = 128 causal on an H100 (docs/design/hopper.md),
+    paired against one program a tile: 6-11 % faster up to N = 4k, 2 % at 8k, 5 % slower at 16k."""
+    span = _window_span(values)
+    if span is not None:
+        return min(span, values["seqlen_k"])
+    return values["seqlen_k"] // 2 if paired(values) else values["seqlen_k"]
+
+
+def _window_span(values: dict[str, object]) -> int | None:
+    """The keys a work tile's rows reach in a window bounded on both sides (left + right + the tile's
+    rows), or None without such a window."""
+    if not (values["IS_LOCAL"] and values["HAS_WINDOW_LEFT"]):
+        return None
+    return values["window_left"] + values["window_right"] + values["CONSUMERS"] * WG_ROWS.value
+
+
+# A block mask as the launches take it: (query block, key block, (batch stride, head stride, row length) of
+# its lists, the mask_mod of its partial blocks or None, whether that takes aux_tensors, whether the kernels
+# read the mask's bits instead).
+Sparse = tuple[int, int, tuple[int, int, int], object, bool, bool]
+
+
+def sparse_key(km: KernelMods, side: str, bits: bool) -> Sparse | None:
+    """What the launches take from the kernels' view of the mods (None without a block mask): its ``side``
+    lists' layout ("kv" for the forward, "q" for the backward) and its mask function, or with ``bits``
+    (flashtile.kernels._mask_bits.reads_bits) the mask's bits in its place."""
+    if km.block_mask is None:
+        return None
+    if bits:
+        return (*km.block_mask.block_size, km.strides(side), None, False, True)
+    mod = km.switches["MASK_MOD"], km.switches["MASK_MOD_AUX"]
+    return (*km.block_mask.block_size, km.strides(side), *mod, False)
+
+
+def sparse_aux(km: KernelMods, sparse: Sparse | None) -> tuple[torch.Tensor, ...] | None:
+    """The kernels' ``aux``: the mask bits' tensors when they read them, else the call's aux_tensors."""
+    if sparse is not None and sparse[-1]:
+        bits = km.block_mask.bits
+        return bits.ids, bits.words, bits.meta
+    return km.aux
+
+
+def sparse_arguments(sparse: Sparse | None, tile: int, side: str = "kv") -> dict[str, object]:
+    """A kernel's block-mask arguments for ``sparse``, or for none (SPARSE_TILES = 0). ``side`` "kv": the
+    forward, walking listed key blocks in tiles of ``tile`` keys (its SPARSE_BLOCK_M the query block);
+    "q": the backward, walking listed query blocks in tiles of ``tile`` queries (SPARSE_BLOCK_N the key
+    block)."""
+    kept = "SPARSE_BLOCK_M" if side == "kv" else "SPARSE_BLOCK_N"
+    if sparse is None:
+        return {
+            "list_stride_b": 0, "list_stride_h": 0, "list_row_len": 0, kept: 1, "SPARSE_TILES": 0,
+            "MASK_MOD": None, "MASK_MOD_AUX": False, "MASK_BITS": False,
+        }  # fmt: skip
+    block_q, block_k, (stride_b, stride_h, row_len), mask_mod, takes_aux, bits = sparse
+    listed, other = (block_k, block_q) if side == "kv" else (block_q, block_k)
+    return {
+        "list_stride_b": stride_b, "list_stride_h": stride_h, "list_row_len": row_len, kept: other,
+        "SPARSE_TILES": listed // tile, "MASK_MOD": mask_mod, "MASK_MOD_AUX": takes_aux, "MASK_BITS": bits,
+    }  # fmt: skip
+
+
+# The tensors of a launch, in the kernel's parameter order.
+FWD_POINTERS = (
+    "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
+    "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr", "aux",
+    "rng_state_ptr",
+)  # fmt: skip
+
+
+# Everything but the tensors is a function of these arguments: one KernelLaunch per call signature.
+@functools.lru_cache(maxsize=512)
+def _fwd_launch(
+    device: torch.device,
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    heads: int,
+    heads_kv: int,
+    head_dim: int,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_stride: int | None,
+    block_n: int,
+    stages: int,
+    varlen: tuple[int, int, int, int] | None = None,
+    sparse: Sparse | None = None,
+    dropout_p: float = 0.0,
+    persistent: bool = True,
+    consumers: int = 2,
+) -> KernelLaunch:
+    """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
+    grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
+    longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
+    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: plain attention
+    at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
+    one program a work tile (PERSISTENT_ENV)."""
+    if varlen is None:
+        totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
+    else:
+        totals, longest = varlen[:2], varlen[2:]
+    num_m_blocks = cdiv(longest[0], consumers * WG_ROWS.value)
+    total_work = num_m_blocks * batch * heads
+    values = dict(
+        seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, total_work=total_work, H=heads,
+        GROUP=heads // heads_kv,
+        qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
+        IS_VARLEN=varlen is not None, CONSUMERS=consumers,
+        **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
+        **sparse_arguments(sparse, block_n),
+    )  # fmt: skip
+    # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
+    programs = persistent_programs(values, configs.multiprocessor_count(device))
+    persistent = persistent and runs_persistent(values) and programs > 0
+    values["PERSISTENT"] = persistent
+    values["Q_BUFS"] = q_buffers(values)
+    grid = (programs if persistent else total_work,)
+    return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
+
+
+def attn_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    *,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    rng_state: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    learnable_sink: torch.Tensor | None = None,
+    mods: Mods | None = None,
+    config: configs.HopperFwdConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
+    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no learnable_sink, no
+    score_mod, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1, or varlen
+    (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k) q (total_q, H, D), k/v (total_k, H_KV, D) giving out
+    (total_q, H, D) and lse (H, total_q);
+    ``window_size`` normalised (causal is (−1, 0), −1 unlimited), ``softcap`` ≥ 0 (0 off), ``alibi_slopes``
+    None or fp32 (H,) / (B, H) on q's device. Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
+    (B, H, N_q) float32, natural log: those of the portable forward, a row that sees no key giving out 0 and
+    lse −inf."""
+    heads, head_dim = q.shape[-2], q.shape[-1]
+    heads_kv = k.shape[-2]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if cu_seqlens_q is not None:
+        batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, 0, 0
+        total_q, total_k = q.shape[0], k.shape[0]
+        lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
+        if total_q == 0 or batch == 0 or max_seqlen_q == 0:
+            return out, lse
+        if total_k == 0:
+            # As the portable forward: no row sees a key (and a TMA map over zero rows is not valid).
+            return out.zero_(), lse.fill_(-math.inf)
+        varlen = (total_q, total_k, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k))
+    else:
+        batch, seqlen_q = q.shape[:2]
+        seqlen_k = k.shape[1]
+        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+        varlen = None
+    q, softmax_scale = positive_scale(q, softmax_scale)
+    cfg = config or configs.hopper_fwd_config(head_dim)
+    slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    km = NO_MODS if mods is None else kernel_mods(mods)
+    sparse = sparse_key(km, "kv", reads_bits(mods))
+    lists = (lse,) * 4
+    if sparse is not None:
+        lists = km.list_args("kv", False) + km.list_args("kv", True)
+    launch = _fwd_launch(
+        q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
+        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
+        dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
+        consumer_count(
+            head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
+            dropout_p, varlen is not None, sparse is not None,
+        ),
+    )  # fmt: skip
+    q_desc = _descriptor(q, WG_ROWS.value)
+    if varlen is None:
+        o_desc, o_ptr, cu_q, cu_k = _descriptor(out, WG_ROWS.value), lse, lse, lse
+    else:
+        # The output is stored through pointers (kernel docstring); any descriptor of its type will do.
+        o_desc, o_ptr, cu_q, cu_k = q_desc, out, cu_seqlens_q, cu_seqlens_k
+    launch(
+        q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
+        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists, sparse_aux(km, sparse),
+        lse if rng_state is None else rng_state,
+    )  # fmt: skip
+    return out, lse
