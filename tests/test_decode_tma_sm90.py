@@ -5,6 +5,8 @@ copies, without spilling, and with two programs' shared memory fitting one SM.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flashtile.kernels import configs
@@ -35,13 +37,27 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     stack_allowed = 8 if case[1] == "paged64+window+m64" else 0
     assert report.local_bytes == 0 and report.stack_bytes <= stack_allowed, f"{case}: spills ({report})"
     assert report.loop_spills == 0, f"{case}: {report.loop_spills} local accesses in a key loop"
-    # Two programs an SM: the split heuristic counts on it (hopper.decode.programs_per_sm).
+    # Two programs an SM: the split heuristic counts on it (hopper.decode.programs_per_sm); the deeper ring
+    # of one program an SM would fit two as well.
     cfg = configs.decode_tma_config(case[0])
+    if "deep" in case[1]:
+        cfg = dataclasses.replace(cfg, num_stages=decode.ring_stages(case[0], cfg, 1))
+        assert cfg.num_stages == decode.ONE_A_SM_STAGES
     # Batch 1, GQA 4 (8 programs a split) at a 4k cache: two programs an SM fill all 132 SMs, one only 128.
     assert decode.programs_per_sm(case[0], cfg, 4096, 8, 132) == 2
     assert decode.programs_per_sm(case[0], cfg, decode.LONG_CACHE_KEYS, 8, 132) == 1
     assert 2 * report.shared_bytes <= configs.HOPPER_SHARED_BYTES, f"{case}: {report.shared_bytes} B"
     assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
+
+
+def test_one_program_an_sm_deepens_the_ring_at_d128_only():
+    cfg = configs.decode_tma_config(128)
+    assert cfg.num_stages == 2
+    assert decode.ring_stages(128, cfg, 1) == decode.ONE_A_SM_STAGES == 3
+    assert decode.ring_stages(128, cfg, 2) == 2
+    for head_dim in (64, 256):
+        narrow = configs.decode_tma_config(head_dim)
+        assert decode.ring_stages(head_dim, narrow, 1) == narrow.num_stages
 
 
 def test_every_decode_word_is_compiled():

@@ -359,6 +359,8 @@ def decode_fwd(
     if tma:
         sms = configs.multiprocessor_count(q.device)
         per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms)
+        if config is None:
+            cfg = dataclasses.replace(cfg, num_stages=hopper_decode.ring_stages(head_dim, cfg, per_sm))
     else:
         per_sm = programs_per_sm(head_dim, q.device)
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)

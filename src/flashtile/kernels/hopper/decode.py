@@ -62,6 +62,11 @@ LONG_CACHE_KEYS = 32768
 # µs) or a split would hold 124 keys (GQA 8 at 4k), two stayed faster (H100; docs/design/decode.md, "TMA
 # decode").
 MIN_KEYS_ONE_A_SM = 256
+# Where one program an SM is planned at D = 128, its ring holds 3 tiles, not 2: on an H200 at batch 1, one
+# query token and 64k-128k caches, 3 tiles ran 3-8 % faster than 2 (1.02-1.05x cuDNN against 0.94-0.99x),
+# the copies in flight being all an SM has; with two programs an SM, 2 tiles were as fast or faster at
+# 4k-16k (docs/design/decode.md, "A deeper ring for one program an SM").
+ONE_A_SM_STAGES = 3
 
 
 def _warps_m(block_m: int) -> int:
@@ -409,6 +414,14 @@ def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int, pro
     if one >= 1 and programs * one == sms and capacity // one >= MIN_KEYS_ONE_A_SM:
         return 1
     return fit
+
+
+def ring_stages(head_dim: int, cfg: configs.DecodeConfig, per_sm: int) -> int:
+    """The depth of a program's ring: the tiling's, or ONE_A_SM_STAGES at D = 128 where
+    :func:`programs_per_sm` plans one program an SM."""
+    if per_sm == 1 and head_dim == 128:
+        return max(cfg.num_stages, ONE_A_SM_STAGES)
+    return cfg.num_stages
 
 
 def launch(

@@ -198,7 +198,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
 # the packed rows a program owns ("m16" by default: one token of a GQA group of up to 16).
 DECODE_WORDS = (
     "contiguous", "paged16", "paged64", "paged256", "window", "left", "softcap", "alibi", "leftpad",
-    "batchidx", "combine", "m16", "m32", "m64",
+    "batchidx", "combine", "m16", "m32", "m64", "deep",
 )  # fmt: skip
 DECODE_VARIANTS = (
     "contiguous+combine", "paged64", "paged256+combine", "contiguous+m64",
@@ -216,6 +216,9 @@ def decode_configurations() -> list[tuple[int, str, str]]:
     # Pages smaller than a key tile, in row slices of it (a column block at a time where a row passes the
     # swizzle).
     cases += [(d, "paged16+combine", "bf16") for d in HEAD_DIMS]
+    # The deeper ring of one program an SM (hopper.decode.ring_stages: D = 128).
+    deep = ("contiguous+deep+combine", "paged64+deep", "paged16+deep")
+    cases += [(128, v, t) for v in deep for t in DTYPES]
     return sorted(set(cases))
 
 
@@ -240,7 +243,8 @@ def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
     kernel = decode.attn_decode_tma_kernel
     constexprs = dict(
         GROUP=max(1, block_m // 4), HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.BLOCK_N,
-        STAGES=cfg.num_stages, SUB_ROWS=sub_rows, PAGE_SIZE=max(page, 1), WARPS_M=decode._warps_m(block_m),
+        STAGES=decode.ring_stages(head_dim, cfg, 1 if "deep" in words else 2), SUB_ROWS=sub_rows,
+        PAGE_SIZE=max(page, 1), WARPS_M=decode._warps_m(block_m),
         IS_PAGED=bool(page), HAS_BATCH_IDX="batchidx" in words, HAS_LEFTPAD="leftpad" in words,
         IS_LOCAL="window" in words or "left" in words, HAS_WINDOW_LEFT="left" in words,
         HAS_SOFTCAP="softcap" in words, HAS_ALIBI="alibi" in words, EARLY_COMBINE="combine" in words,
