@@ -1633,7 +1633,7 @@ case "$part" in
     # The same on an H100: the tilings at batch 1 and more (2 and 3 stages side by side, each forced), then
     # the whole bench --decode grid.
     begin
-    step tilings 200 python3 scripts/decode_tma_check.py --mode tilings --rounds 2 --quick
+    step tilings 200 python3 scripts/decode_tma_check.py --mode tilings --rounds 2
     step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
     cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
     finish
