@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from flashtile.kernels import configs
 from flashtile.kernels.hopper import decode
@@ -41,8 +42,7 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     # of one program an SM would fit two as well.
     cfg = configs.decode_tma_config(case[0])
     if "deep" in case[1]:
-        cfg = dataclasses.replace(cfg, num_stages=decode.ring_stages(case[0], cfg, 1))
-        assert cfg.num_stages == decode.ONE_A_SM_STAGES
+        cfg = dataclasses.replace(cfg, num_stages=decode.ONE_A_SM_STAGES)
     # Batch 1, GQA 4 (8 programs a split) at a 4k cache: two programs an SM fill all 132 SMs, one only 128.
     assert decode.programs_per_sm(case[0], cfg, 4096, 8, 132) == 2
     assert decode.programs_per_sm(case[0], cfg, decode.LONG_CACHE_KEYS, 8, 132) == 1
@@ -50,14 +50,20 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
 
 
-def test_one_program_an_sm_deepens_the_ring_at_d128_only():
+def test_one_program_an_sm_deepens_the_ring_at_d128_on_fast_memory_only():
     cfg = configs.decode_tma_config(128)
+    h100, h200 = 3.35e12, 4.8e12
     assert cfg.num_stages == 2
-    assert decode.ring_stages(128, cfg, 1) == decode.ONE_A_SM_STAGES == 3
-    assert decode.ring_stages(128, cfg, 2) == 2
+    assert decode.ring_stages(128, cfg, 1, h200) == decode.ONE_A_SM_STAGES == 3
+    assert decode.ring_stages(128, cfg, 2, h200) == 2
+    assert decode.ring_stages(128, cfg, 1, h100) == 2
     for head_dim in (64, 256):
         narrow = configs.decode_tma_config(head_dim)
-        assert decode.ring_stages(head_dim, narrow, 1) == narrow.num_stages
+        assert decode.ring_stages(head_dim, narrow, 1, h200) == narrow.num_stages
+
+
+def test_peak_memory_bandwidth_off_cuda_is_zero():
+    assert configs.peak_memory_bandwidth(torch.device("cpu")) == 0.0
 
 
 def test_every_decode_word_is_compiled():

@@ -209,6 +209,18 @@ def decode_config(head_dim: int, device: torch.device) -> DecodeConfig:
 
 
 @functools.cache
+def peak_memory_bandwidth(device: torch.device) -> float:
+    """Bytes a second a CUDA device's memory moves at its peak: two transfers a memory clock over the bus
+    (3.35e12 on an H100 SXM, 4.8e12 on an H200); 0 off CUDA or where torch does not report the clock."""
+    if is_interpreter() or device.type != "cuda":
+        return 0.0
+    props = torch.cuda.get_device_properties(device)
+    clock_khz = getattr(props, "memory_clock_rate", 0)
+    bus_bits = getattr(props, "memory_bus_width", 0)
+    return 2 * clock_khz * 1e3 * bus_bits / 8
+
+
+@functools.cache
 def multiprocessor_count(device: torch.device) -> int:
     """SMs of a CUDA device; the interpreter pretends to have four, so that the split heuristic splits the
     small problems of the CPU tests."""

@@ -360,7 +360,8 @@ def decode_fwd(
         sms = configs.multiprocessor_count(q.device)
         per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms)
         if config is None:
-            cfg = dataclasses.replace(cfg, num_stages=hopper_decode.ring_stages(head_dim, cfg, per_sm))
+            stages = hopper_decode.ring_stages(head_dim, cfg, per_sm, configs.peak_memory_bandwidth(q.device))
+            cfg = dataclasses.replace(cfg, num_stages=stages)
     else:
         per_sm = programs_per_sm(head_dim, q.device)
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)

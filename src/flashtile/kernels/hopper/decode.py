@@ -62,11 +62,13 @@ LONG_CACHE_KEYS = 32768
 # µs) or a split would hold 124 keys (GQA 8 at 4k), two stayed faster (H100; docs/design/decode.md, "TMA
 # decode").
 MIN_KEYS_ONE_A_SM = 256
-# Where one program an SM is planned at D = 128, its ring holds 3 tiles, not 2: on an H200 at batch 1, one
-# query token and 64k-128k caches, 3 tiles ran 3-8 % faster than 2 (1.02-1.05x cuDNN against 0.94-0.99x),
-# the copies in flight being all an SM has; with two programs an SM, 2 tiles were as fast or faster at
-# 4k-16k (docs/design/decode.md, "A deeper ring for one program an SM").
+# Where one program an SM is planned at D = 128 on a GPU whose memory peaks at DEEP_RING_BANDWIDTH bytes a
+# second or more, its ring holds 3 tiles, not 2: the copies one program keeps in flight are all its SM
+# has, and more bandwidth needs more bytes in flight. At batch 1, one query token and 64k-128k caches, 3
+# tiles ran 3-8 % faster than 2 on an H200 (4.8 TB/s) and 2-3 % slower on an H100 (3.35 TB/s)
+# (docs/design/decode.md, "A deeper ring for one program an SM").
 ONE_A_SM_STAGES = 3
+DEEP_RING_BANDWIDTH = 4e12
 
 
 def _warps_m(block_m: int) -> int:
@@ -416,10 +418,11 @@ def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int, pro
     return fit
 
 
-def ring_stages(head_dim: int, cfg: configs.DecodeConfig, per_sm: int) -> int:
+def ring_stages(head_dim: int, cfg: configs.DecodeConfig, per_sm: int, bandwidth: float) -> int:
     """The depth of a program's ring: the tiling's, or ONE_A_SM_STAGES at D = 128 where
-    :func:`programs_per_sm` plans one program an SM."""
-    if per_sm == 1 and head_dim == 128:
+    :func:`programs_per_sm` plans one program an SM on a GPU of ``bandwidth`` ≥ DEEP_RING_BANDWIDTH bytes a
+    second (:func:`flashtile.kernels.configs.peak_memory_bandwidth`)."""
+    if per_sm == 1 and head_dim == 128 and bandwidth >= DEEP_RING_BANDWIDTH:
         return max(cfg.num_stages, ONE_A_SM_STAGES)
     return cfg.num_stages
 

@@ -243,7 +243,7 @@ def compile_decode(head_dim: int, variant: str, dtype: str) -> CompileReport:
     kernel = decode.attn_decode_tma_kernel
     constexprs = dict(
         GROUP=max(1, block_m // 4), HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=cfg.BLOCK_N,
-        STAGES=decode.ring_stages(head_dim, cfg, 1 if "deep" in words else 2), SUB_ROWS=sub_rows,
+        STAGES=decode.ONE_A_SM_STAGES if "deep" in words else cfg.num_stages, SUB_ROWS=sub_rows,
         PAGE_SIZE=max(page, 1), WARPS_M=decode._warps_m(block_m),
         IS_PAGED=bool(page), HAS_BATCH_IDX="batchidx" in words, HAS_LEFTPAD="leftpad" in words,
         IS_LOCAL="window" in words or "left" in words, HAS_WINDOW_LEFT="left" in words,
