@@ -60,8 +60,9 @@ def split_variants(problem: Problem) -> dict[str, object]:
     timed 3/4 and 3/2 of it, and three programs an SM: never the fastest)."""
     cuda = torch.device("cuda")
     default = configs.decode_tma_config(problem.head_dim)
-    per_sm = programs_per_sm(problem.head_dim, default, problem.seqlen)
     programs = problem.batch * problem.heads_kv
+    sms = configs.multiprocessor_count(cuda)
+    per_sm = programs_per_sm(problem.head_dim, default, problem.seqlen, programs, sms)
     auto = num_splits_heuristic(programs, problem.seqlen, default.BLOCK_N, cuda, per_sm)
     calls = {f"tma splits {auto} (auto)": _ours(problem, "tma", None)}
     for factor in (0.5, 2.0):
