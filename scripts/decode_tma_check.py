@@ -136,6 +136,7 @@ def paged_variants(problem: Problem) -> dict[str, object]:
 
     calls = {"contiguous": call("contiguous"), "paged": call("random")}
     calls["paged in order"] = call("in order")
+    calls["paged 2 MB groups"] = call("2 MB groups")
     calls["paged one table"] = call("one table")
     return calls
 
