@@ -41,13 +41,13 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 
 class FlashAttnFunction(torch.autograd.Function):
-    """``(out, lse) = FlashAttnFunction.apply(q, k, v, softmax_scale, causal, backend, *options)`` on
-    validated inputs, ``options`` being the trailing arguments of :func:`flashtile.ops.run_attn_fwd` up to
-    ``max_seqlen_k``, then ``deterministic`` (for the backward), ``mods`` and ``learnable_sink``.
+    """``(out, lse) = FlashAttnFunction.apply(q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k,
+    learnable_sink, options)`` on validated inputs: the tensors one by one (autograd sees each), and
+    ``options`` = :data:`OPTIONS` as one tuple (each argument of ``apply`` costs it about 0.15 µs).
 
     The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
-    for the backward; nothing of size N_q × N_k is. ``learnable_sink``, the last option, is the one
-    differentiable option: its gradient comes back when it requires grad.
+    for the backward; nothing of size N_q × N_k is. ``learnable_sink`` is the one differentiable option: its
+    gradient comes back when it requires grad.
     """
 
     @staticmethod
@@ -56,30 +56,20 @@ class FlashAttnFunction(torch.autograd.Function):
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        softmax_scale: float,
-        causal: bool,
-        backend: str,
-        window_left: int,
-        window_right: int,
-        softcap: float,
         alibi_slopes: torch.Tensor | None,
-        dropout_p: float,
         rng_state: torch.Tensor | None,
         cu_seqlens_q: torch.Tensor | None,
         cu_seqlens_k: torch.Tensor | None,
-        max_seqlen_q: int,
-        max_seqlen_k: int,
-        deterministic: bool = False,
-        mods: Mods | None = None,
-        learnable_sink: torch.Tensor | None = None,
+        learnable_sink: torch.Tensor | None,
+        options: tuple[Any, ...],
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, _, mods = options
         run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
         # The custom ops have no mods (the interface refuses them under torch.compile).
         with_mods = {} if mods is None else {"mods": mods}
         out, lse = run(
-            q, k, v, softmax_scale, causal, backend, window_left, window_right, softcap, alibi_slopes,
-            dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-            **with_mods,
+            q, k, v, scale, causal, backend, left, right, softcap, alibi_slopes, dropout_p, rng_state,
+            cu_seqlens_q, cu_seqlens_k, max_q, max_k, learnable_sink, **with_mods,
         )  # fmt: skip
         ctx.save_for_backward(
             q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
@@ -87,27 +77,27 @@ class FlashAttnFunction(torch.autograd.Function):
         ctx.mark_non_differentiable(lse)
         # The LSE takes no gradient: without this autograd would allocate and zero one per backward.
         ctx.set_materialize_grads(False)
-        ctx.options = (softmax_scale, causal, backend, window_left, window_right, softcap)
-        ctx.dropout_p = dropout_p
-        ctx.max_seqlens = (max_seqlen_q, max_seqlen_k)
-        ctx.with_mods = with_mods
-        ctx.deterministic = deterministic
+        ctx.options = options
         return out, lse
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
         q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
+        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, deterministic, mods = (
+            ctx.options
+        )
         if dout is None:
             # Unmaterialised: when the loss reaches this node without out (gradcheck, a sink-only loss), None.
             dout = torch.zeros_like(out)
         run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
+        with_mods = {} if mods is None else {"mods": mods}
         # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
         create_graph = torch.is_grad_enabled()
         with torch.no_grad() if create_graph else contextlib.nullcontext():
             dq, dk, dv, dsink = run(
-                dout, q, k, v, out, lse, *ctx.options, alibi_slopes, ctx.dropout_p, rng_state,
-                cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlens, sink, deterministic=ctx.deterministic,
-            **ctx.with_mods,
+                dout, q, k, v, out, lse, scale, causal, backend, left, right, softcap, alibi_slopes,
+                dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_q, max_k, sink,
+                deterministic=deterministic, **with_mods,
             )  # fmt: skip
         if create_graph:
             graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
@@ -115,10 +105,16 @@ class FlashAttnFunction(torch.autograd.Function):
                 dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
         needs = ctx.needs_input_grad
         grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
-        # The other options (ALiBi slopes included, as in flash_attn) get no gradient.
-        options = (None,) * (len(needs) - len(grads) - 1)
-        dsink = dsink.to(sink.dtype) if needs[-1] else None
-        return grads + options + (dsink,)
+        # The slopes, RNG state and cu_seqlens get no gradient (the slopes none, as in flash_attn).
+        dsink = dsink.to(sink.dtype) if needs[7] else None
+        return (*grads, None, None, None, None, dsink, None)
+
+
+# FlashAttnFunction's ``options``, in order.
+OPTIONS = (
+    "softmax_scale", "causal", "backend", "window_left", "window_right", "softcap", "dropout_p",
+    "max_seqlen_q", "max_seqlen_k", "deterministic", "mods",
+)  # fmt: skip
 
 
 def attention(
@@ -149,14 +145,19 @@ def attention(
 
     With nothing to differentiate (grad mode off, or no input requiring grad) eager calls skip the
     autograd.Function, whose bookkeeping costs ~10 µs a call and would be thrown away."""
-    args = (
-        q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p, rng_state,
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, mods, learnable_sink,
-    )  # fmt: skip
     inputs_need_grad = q.requires_grad or k.requires_grad or v.requires_grad
     for option in (alibi_slopes, learnable_sink):
         inputs_need_grad = inputs_need_grad or (option is not None and option.requires_grad)
     if not (inputs_need_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling():
         # run_attn_fwd takes the sink before mods (the custom op's schema ends with its tensors).
-        return _ops.run_attn_fwd(*args[:-3], learnable_sink, mods)
-    return FlashAttnFunction.apply(*args)
+        return _ops.run_attn_fwd(
+            q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p,
+            rng_state, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, mods,
+        )  # fmt: skip
+    options = (
+        softmax_scale, causal, backend, *window_size, softcap, dropout_p, max_seqlen_q, max_seqlen_k,
+        deterministic, mods,
+    )  # fmt: skip
+    return FlashAttnFunction.apply(
+        q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink, options
+    )
