@@ -230,6 +230,17 @@ gpu_tests_step() {
   cp "$work/gpu_tests_$part.xml" "$OUT"/ 2>/dev/null
 }
 
+# The GPU tests named by the arguments under the experiment (build/exp_src), time-boxed, their JUnit XML
+# brought back as gpu_tests_exp.xml.
+#     gpu_tests_exp_step BOX_S [pytest arguments]
+gpu_tests_exp_step() {
+  local box=$1
+  shift
+  step gpu_tests_exp "$box" env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
+    --junitxml="$work/gpu_tests_exp.xml" "$@"
+  cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
+}
+
 # scripts/host_launchers_gpu.py alternating the previous code (build/old_src) and this commit's, ROUNDS
 # times each, into host_launchers.csv (brought back).
 #     host_launchers_old_new ROUNDS
@@ -1506,9 +1517,7 @@ case "$part" in
     # diagonal block comes last. Its GPU tests at D = 256 (and 192, padded to it), then the backward at
     # D = 256, causal and not, alternating this commit's code and the experiment, twice each.
     begin
-    step gpu_tests_exp 200 env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
-      --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper_bwd.py -k "d256 or 256 or 192"
-    cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_exp_step 200 tests/test_gpu_hopper_bwd.py -k "d256 or 256 or 192"
     bench_main_exp 100 --head-dim 256 --causal both --mode bwd --seqlen 1k 4k 16k \
       --peers flashtile sdpa-cudnn
     finish
@@ -1519,9 +1528,7 @@ case "$part" in
     # the experiment, then the backward at D = 64 and 128, causal and not, alternating with this commit's
     # code, twice each.
     begin
-    step gpu_tests_exp 300 env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
-      --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper_bwd.py
-    cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_exp_step 300 tests/test_gpu_hopper_bwd.py
     bench_main_exp 80 --head-dim 64 128 --causal both --mode bwd --seqlen 1k 4k 16k \
       --peers flashtile sdpa-cudnn
     finish
@@ -1585,9 +1592,7 @@ case "$part" in
     # overlaps this one's). The Gluon forward's GPU tests under it, then bench --options window at 4k, 8k,
     # 16k alternating this commit's code and the experiment, twice each.
     begin
-    step gpu_tests_exp 200 env PYTHONPATH=build/exp_src "${pytest_gpu[@]}" \
-      --junitxml="$work/gpu_tests_exp.xml" tests/test_gpu_hopper.py
-    cp "$work/gpu_tests_exp.xml" "$OUT"/ 2>/dev/null
+    gpu_tests_exp_step 200 tests/test_gpu_hopper.py
     bench_main_exp 100 --options window --seqlen 4096 8192 16384 --peers flashtile
     cp -r "$work/bench_main" "$work/bench_exp" "$OUT"/ 2>/dev/null
     finish

@@ -43,7 +43,9 @@ class _NoDoubleBackward(torch.autograd.Function):
 class FlashAttnFunction(torch.autograd.Function):
     """``(out, lse) = FlashAttnFunction.apply(q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k,
     learnable_sink, options)`` on validated inputs: the tensors one by one (autograd sees each), and
-    ``options`` = :data:`OPTIONS` as one tuple (each argument of ``apply`` costs it about 0.15 µs).
+    ``options`` = ``(softmax_scale, causal, backend, window_left, window_right, softcap, dropout_p,
+    max_seqlen_q, max_seqlen_k, deterministic, mods)`` as one tuple (each argument of ``apply`` costs it
+    about 0.2 µs: docs/design/host_path.md).
 
     The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
     for the backward; nothing of size N_q × N_k is. ``learnable_sink`` is the one differentiable option: its
@@ -108,13 +110,6 @@ class FlashAttnFunction(torch.autograd.Function):
         # The slopes, RNG state and cu_seqlens get no gradient (the slopes none, as in flash_attn).
         dsink = dsink.to(sink.dtype) if needs[7] else None
         return (*grads, None, None, None, None, dsink, None)
-
-
-# FlashAttnFunction's ``options``, in order.
-OPTIONS = (
-    "softmax_scale", "causal", "backend", "window_left", "window_right", "softcap", "dropout_p",
-    "max_seqlen_q", "max_seqlen_k", "deterministic", "mods",
-)  # fmt: skip
 
 
 def attention(

@@ -361,7 +361,9 @@ def decode_fwd(
         per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms)
         if config is None:
             stages = hopper_decode.ring_stages(head_dim, cfg, per_sm, configs.peak_memory_bandwidth(q.device))
-            cfg = dataclasses.replace(cfg, num_stages=stages)
+            # (A new config only where the ring deepens: most calls keep the tiling's.)
+            if stages != cfg.num_stages:
+                cfg = dataclasses.replace(cfg, num_stages=stages)
     else:
         per_sm = programs_per_sm(head_dim, q.device)
     splits = num_splits or num_splits_heuristic(programs, capacity, cfg.BLOCK_N, q.device, per_sm)
