@@ -5,8 +5,8 @@
 take about 0.5. This times, kernel by kernel (torch.profiler, no host time), the backward through
 ``ops.run_attn_bwd`` causal and not, with the dQ reduce-add in the fused kernel and with
 ``deterministic=True`` (dQ in a kernel of its own, so the fused kernel's own causal ratio shows without the
-reduce), and SDPA's cuDNN backward on the same inputs. bf16, B·N = 16k tokens, H·D = 2048; TFLOP/s count 2.5 · 4 · B · H · N² · D FLOPs,
-halved when causal, as the bench does. Rows go to --csv.
+reduce), and SDPA's cuDNN backward on the same inputs. bf16, B·N = 16k tokens, H·D = 2048; TFLOP/s count
+2.5 · 4 · B · H · N² · D FLOPs, halved when causal, as the bench does. Rows go to --csv.
 
     PYTHONPATH=src python scripts/bwd_causal_gap.py [--head-dims 256] [--seqlens 4096 16384] [--reps 10]
         [--csv bwd_causal_gap.csv] [--label new]
