@@ -872,3 +872,35 @@ def test_options_named_on_the_command_line_are_the_only_ones_run(tmp_path: Path)
     assert all(r["window_left"] == "-1" for r in ours)
     assert not any(r["alibi"] == "true" or r["dropout_p"] != "0" or r["sink"] == "true" for r in ours)
     assert main(["bench", "--options", "nonsense", "--device", "cpu"]) == 2
+
+
+def test_decode_summary_checks_each_target_on_its_cells() -> None:
+    from flashtile.bench.decode import PAIRED_CONTIGUOUS, summary
+
+    def row(impl: str, batch: int, cache: int, page: int, us: float, of_copy: float = 0.5) -> dict[str, str]:
+        shape = dict(batch=str(batch), heads_kv="8", seqlen_q="1", cache_len=str(cache))
+        page_size = str(page) if page else ""
+        return dict(
+            impl=impl, **shape, page_size=page_size, p50_us=str(us), of_copy=str(of_copy), status="ok"
+        )
+
+    rows = [
+        # batch 1: one cell faster than cuDNN, one slower; a 1k cache is below the target's range.
+        row("flashtile", 1, 4096, 0, 10.0), row("sdpa_cudnn", 1, 4096, 0, 11.0),
+        row("flashtile", 1, 16384, 0, 20.0), row("sdpa_cudnn", 1, 16384, 0, 19.0),
+        row("flashtile", 1, 1024, 0, 5.0), row("sdpa_cudnn", 1, 1024, 0, 4.0),
+        # paged: 4 % slower than the contiguous cell, 8 % slower than its paired contiguous timing; pages
+        # of 16 are outside the target.
+        row("flashtile", 1, 4096, 64, 10.4), row(PAIRED_CONTIGUOUS, 1, 4096, 64, 9.6),
+        row("flashtile", 1, 4096, 16, 30.0),
+        # batch 16 at 16k: one cell over 90 % of the copy bandwidth, one under; at 4k it is not counted.
+        row("flashtile", 16, 16384, 0, 100.0, 1.2), row("flashtile", 16, 16384, 256, 100.0, 0.8),
+        row("flashtile", 16, 4096, 0, 100.0, 0.1),
+        {**row("flashtile", 64, 16384, 0, 1.0), "status": "error"},
+    ]  # fmt: skip
+    copy, batch_one, across, paired = summary(rows)
+    assert copy.endswith("1 of 2 cells (worst 0.800, B=16 L=16k G=4 Nq=1 page 256)")
+    assert batch_one.endswith("1 of 2 cells (worst 0.950, B=1 L=16k G=4 Nq=1)")
+    assert across.endswith("2 of 2 cells (worst 0.962, B=1 L=4k G=4 Nq=1 page 64)")
+    assert paired.endswith("0 of 1 cells (worst 0.923, B=1 L=4k G=4 Nq=1 page 64)")
+    assert summary([])[0].endswith("no cells")

@@ -178,6 +178,20 @@ def _flashtile(p: Problem, i: int) -> torch.Tensor:
     return decode_fwd(p.q, k, v, p.seqlens, softmax_scale=scale, block_table=table, window_size=(-1, 0))[0]
 
 
+def _flashtile_contiguous(p: Problem, i: int) -> torch.Tensor:
+    """flashtile on the same keys as a paged cell's, laid out contiguously: timed in the paged cell's rounds,
+    so that paged against contiguous is a paired comparison (same q, keys, rounds and GPU state)."""
+    from flashtile.kernels.decode import decode_fwd
+
+    k, v = p.caches[i][3:]
+    scale = HEAD_DIM**-0.5
+    return decode_fwd(p.q, k, v, p.seqlens, softmax_scale=scale, window_size=(-1, 0))[0]
+
+
+# The implementation a paged cell adds beside the others (see _flashtile_contiguous).
+PAIRED_CONTIGUOUS = "flashtile_contiguous"
+
+
 def _sdpa(backend_name: str) -> Callable[[Problem, int], torch.Tensor]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
@@ -241,6 +255,8 @@ ROUNDS = 5
 def measure(cell: DecodeCell, impls: dict, env: results.Environment, copy_bw: float) -> list[dict]:
     """One row per implementation for ``cell``: checked, then timed in ROUNDS rounds (their medians)."""
     problem = Problem(cell)
+    if cell.page_size:
+        impls = {**impls, PAIRED_CONTIGUOUS: _flashtile_contiguous}
     out64 = problem.oracle(torch.float64)
     out_low = problem.oracle(DTYPE)
     rows: dict[str, dict] = {}
@@ -283,6 +299,73 @@ def measure(cell: DecodeCell, impls: dict, env: results.Environment, copy_bw: fl
             f"{problem.copies} cache copies; median of {ROUNDS} rounds (p50s {rounds} µs)",
         )  # fmt: skip
     return list(rows.values())
+
+
+# The targets the summary checks: batch ≥ TARGET_BATCH at caches ≥ TARGET_CACHE reach TARGET_OF_COPY of the
+# copy bandwidth; batch 1 at caches ≥ 4k is at least as fast as cuDNN; paged caches of pages ≥ 64 run within
+# 5 % of contiguous ones.
+TARGET_BATCH, TARGET_CACHE, TARGET_OF_COPY = 16, 16384, 0.90
+BATCH_ONE_MIN_CACHE = 4096
+PAGED_MIN_PAGE, PAGED_WITHIN = 64, 0.95
+
+
+def summary(rows: list[dict[str, str]]) -> list[str]:
+    """The grid's targets, one line each, from one run's rows: each as met cells / cells and the worst cell.
+
+    Paged against contiguous is given twice: against the contiguous cell of the same shape (timed minutes
+    apart, other keys) and against the same keys laid out contiguously, timed in the paged cell's rounds
+    (PAIRED_CONTIGUOUS; a paired comparison, free of the drift between cells).
+    """
+    ok = [r for r in rows if r["status"] == "ok"]
+
+    def key(r: dict[str, str]) -> tuple:
+        """(impl, batch, heads_kv, seqlen_q, cache_len, page size or 0)."""
+        shape = (r["batch"], r["heads_kv"], r["seqlen_q"], r["cache_len"], r["page_size"] or 0)
+        return (r["impl"], *map(int, shape))
+
+    p50 = {key(r): float(r["p50_us"]) for r in ok}
+
+    def line(name: str, ratios: list[tuple[float, str]], bound: float) -> str:
+        if not ratios:
+            return f"{name}: no cells"
+        worst, where = min(ratios)
+        met = sum(ratio >= bound for ratio, _ in ratios)
+        return f"{name}: {met} of {len(ratios)} cells (worst {worst:.3f}, {where})"
+
+    def label(batch: int, heads_kv: int, seqlen_q: int, cache: int, page: int = 0) -> str:
+        paged = f" page {page}" if page else ""
+        return f"B={batch} L={cache // 1024}k G={HEADS // heads_kv} Nq={seqlen_q}{paged}"
+
+    copy = [
+        (float(r["of_copy"]), label(*key(r)[1:]))
+        for r in ok
+        if r["impl"] == "flashtile" and key(r)[1] >= TARGET_BATCH and key(r)[4] >= TARGET_CACHE
+    ]
+    batch_one = [
+        (p50[("sdpa_cudnn", *k[1:])] / us, label(*k[1:]))
+        for k, us in p50.items()
+        if k[0] == "flashtile" and k[1] == 1 and k[4] >= BATCH_ONE_MIN_CACHE and k[5] == 0
+        and ("sdpa_cudnn", *k[1:]) in p50
+    ]  # fmt: skip
+    paged = [k for k in p50 if k[0] == "flashtile" and k[5] >= PAGED_MIN_PAGE]
+    across = [
+        (p50[("flashtile", *k[1:5], 0)] / p50[k], label(*k[1:]))
+        for k in paged
+        if ("flashtile", *k[1:5], 0) in p50
+    ]
+    paired = [
+        (p50[(PAIRED_CONTIGUOUS, *k[1:])] / p50[k], label(*k[1:]))
+        for k in paged
+        if (PAIRED_CONTIGUOUS, *k[1:]) in p50
+    ]
+    big = f"batch ≥ {TARGET_BATCH}, cache ≥ {TARGET_CACHE // 1024}k"
+    paged_name = f"paged (pages ≥ {PAGED_MIN_PAGE}) within {1 - PAGED_WITHIN:.0%} of"
+    return [
+        line(f"{big}: ≥ {TARGET_OF_COPY:.0%} of the copy bandwidth", copy, TARGET_OF_COPY),
+        line(f"batch 1, cache ≥ {BATCH_ONE_MIN_CACHE // 1024}k: ≥ 1.0× SDPA cuDNN", batch_one, 1.0),
+        line(f"{paged_name} the contiguous cell", across, PAGED_WITHIN),
+        line(f"{paged_name} the same keys contiguous, paired", paired, PAGED_WITHIN),
+    ]
 
 
 def plot(csv_path: Path, date: str) -> Path | None:
@@ -360,6 +443,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"{cell.label()}: {line}", flush=True)
         torch.cuda.empty_cache()
     print(f"{len(grid)} cells in {time.monotonic() - started:.0f} s", flush=True)
+    for target in summary([r for r in results.read_rows(csv_path) if r["date"] == env.date]):
+        print(target, flush=True)
     if not args.no_plot:
         path = plot(csv_path, env.date)
         if path:
