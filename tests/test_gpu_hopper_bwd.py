@@ -29,6 +29,10 @@ CASES = [
     pytest.param(2, 113, 203, 4, 2, 256, True, id="gqa-causal-113x203-d256"),
     pytest.param(2, 203, 113, 2, 1, 256, True, id="mqa-causal-203x113-d256"),
     pytest.param(1, 257, 255, 2, 2, 256, False, id="mha-257x255-d256"),
+    # Causal D = 256 pairs key blocks (n, last − n) in a program: odd block counts leave the middle one
+    # alone (3 and 5 blocks), with a query head group of 3 and N_q < N_k.
+    pytest.param(2, 129, 129, 6, 2, 256, True, id="gqa-causal-129x129-d256"),
+    pytest.param(1, 200, 300, 2, 2, 256, True, id="mha-causal-200x300-d256"),
     pytest.param(2, 97, 75, 4, 2, 96, True, id="gqa-causal-97x75-d96"),
     pytest.param(1, 130, 129, 2, 2, 192, False, id="mha-130x129-d192"),
 ]
