@@ -283,21 +283,12 @@ def _rows3(smem, ROWS: gl.constexpr, COLS: gl.constexpr, layout3: gl.constexpr):
 
 
 @gluon.jit
-def _dim_step(j, m_first, per_head, GROUP, BM: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """Step j of a "dim" split program: (the head within the KV head's group, the first query row). The
-    query blocks go from the last to m_first: the programs running at once then read the same Q/dO block,
-    and under causal the masked diagonal block comes last (H100, D = 256: +2-7 % causal, none without a
-    mask; docs/design/hopper_bwd.md). Without a mask the group's heads are inner (j % GROUP), under causal
-    outer (j // per_head): the same blocks for one head a group, but ptxas schedules the consumer's loop
-    differently, and each form was measured the faster one for its mask (H200: without a mask 3-8 % faster
-    than the outer form, causal 1-2 % slower; docs/design/hopper_bwd.md, "The causal backward at D = 256")."""
-    if IS_CAUSAL:
-        g = j // per_head
-        step = j % per_head
-    else:
-        g = j % GROUP
-        step = j // GROUP
-    return g, (m_first + per_head - 1 - step) * BM
+def _last_first_start(j, m_first, per_head, BM: gl.constexpr):
+    """The first query row of step j of a "dim" split program, whose blocks go from the last to m_first:
+    the programs running at once then read the same Q/dO block, and under causal the masked diagonal block
+    comes last (H100, D = 256: +2-7 % causal, none without a mask; docs/design/hopper_bwd.md). The
+    blocks are a range (no block mask in the "dim" split): :func:`_tile_start` of step per_head − 1 − j."""
+    return _tile_start(per_head - 1 - j, m_first, 0, BM, 0)
 
 
 @gluon.jit
@@ -404,87 +395,57 @@ def _in_sequence(rows, cols, seqlen_q, seqlen_k):
 
 
 @gluon.jit
-def _load_kv(descs, loads, kv_bar, b, row, h_kv, HEAD_DIM: gl.constexpr, BN: gl.constexpr):
-    """K and V rows [row, row + BN) of KV head h_kv into their tiles, completing kv_bar."""
-    k_desc, v_desc = descs[1:3]
-    k_smem, v_smem = loads[:2]
-    kv3: gl.constexpr = k_desc.layout
-    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(
-        k_desc, [b, row, h_kv * HEAD_DIM], kv_bar, _rows3(k_smem, BN, HEAD_DIM, kv3)
-    )
-    tma.async_copy_global_to_shared(
-        v_desc, [b, row, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
-    )
-
-
-@gluon.jit
-def _load_q_block(
-    descs, loads, bars, it, b, row, h, row_stats, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
-    NSTAGE: gl.constexpr,
-):  # fmt: skip
-    """Ring entry ``it``: (Q, LSE) and (dO, Δ) of query rows [row, row + BM) of head h, each pair on its own
-    barrier so Sᵀ can start before dO lands, once the consumers have freed the stage."""
-    q_desc, do_desc, lse_desc, delta_desc = descs[0], descs[3], descs[4], descs[5]
-    q_smem, do_smem, lse_smem, delta_smem = loads[2:]
-    q_ready, do_ready, qdo_empty = bars[-3:]
-    q3: gl.constexpr = q_desc.layout
-    s = it % NSTAGE
-    mbarrier.wait(qdo_empty.index(s), ((it // NSTAGE) & 1) ^ 1)
-    bar = q_ready.index(s)
-    mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(
-        q_desc, [b, row, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
-    )
-    tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
-    bar = do_ready.index(s)
-    mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(
-        do_desc, [b, row, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
-    )
-    tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
-
-
-@gluon.jit
 def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
 ):  # fmt: skip
-    """The TMA warp of the "keys" split: K and V once, then Q, dO and their row statistics for every query
-    block of every head of the group (:func:`_load_q_block`). The row statistics of query block m0 of head
-    h are at (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the sequence's aligned
-    offset, :func:`varlen_stats_offset`)."""
-    kv_bar = bars[0]
+    """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
+    group, each pair on its own barrier so Sᵀ can start before dO lands; LAST_FIRST: the blocks in the
+    "dim" split's order (:func:`_last_first_start`). The row statistics of query block m0 of head h are at
+    (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the sequence's aligned offset,
+    :func:`varlen_stats_offset`)."""
+    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
+    kv_bar, q_ready, do_ready, qdo_empty = bars
     b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[:10]
     q_off, k_off, stats_off = sizes[10:]
-    _load_kv(descs, loads, kv_bar, b, k_off + n0, h_kv, HEAD_DIM, BN)
+    kv3: gl.constexpr = k_desc.layout
+    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(
+        k_desc, [b, k_off + n0, h_kv * HEAD_DIM], kv_bar, _rows3(k_smem, BN, HEAD_DIM, kv3)
+    )
+    tma.async_copy_global_to_shared(
+        v_desc, [b, k_off + n0, h_kv * HEAD_DIM], kv_bar, _rows3(v_smem, BN, HEAD_DIM, kv3)
+    )
     m_first, per_head, tiles = _listed_q_blocks(
         n0, b, h_kv, seqlen_q, seqlen_k, GROUP, window_left, window_right, lists, IS_CAUSAL, IS_LOCAL,
         HAS_WINDOW_LEFT, BM, BN, SPARSE_BLOCK_N, SPARSE_TILES,
     )  # fmt: skip
-    for it in range(GROUP * per_head):
+    blocks = GROUP * per_head
+    q3: gl.constexpr = q_desc.layout
+    for it in range(blocks):
+        s = it % NSTAGE
+        phase = (it // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
-        m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
+        if LAST_FIRST:
+            m0 = _last_first_start(it % per_head, m_first, per_head, BM)
+        else:
+            m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
         row_stats = (b * H + h) * seqlen_pad + stats_off + m0
-        _load_q_block(descs, loads, bars, it, b, q_off + m0, h, row_stats, HEAD_DIM, BM, NSTAGE)
-
-
-@gluon.jit
-def _producer_dim(
-    descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-    NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr,
-):  # fmt: skip
-    """The TMA warp of the "dim" split: K and V once, then Q, dO and their row statistics in
-    :func:`_dim_step`'s order (:func:`_load_q_block`)."""
-    b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP = sizes
-    _load_kv(descs, loads, bars[0], b, n0, h_kv, HEAD_DIM, BN)
-    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
-    per_head = gl.maximum(m_end - m_first, 0)
-    for it in range(GROUP * per_head):
-        g, m0 = _dim_step(it, m_first, per_head, GROUP, BM, IS_CAUSAL)
-        h = h_kv * GROUP + g
-        _load_q_block(descs, loads, bars, it, b, m0, h, (b * H + h) * seqlen_pad + m0, HEAD_DIM, BM, NSTAGE)
+        mbarrier.wait(qdo_empty.index(s), phase ^ 1)
+        bar = q_ready.index(s)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(q_smem.index(s), BM, HEAD_DIM, q3)
+        )
+        tma.async_copy_global_to_shared(lse_desc, [row_stats], bar, lse_smem.index(s))
+        bar = do_ready.index(s)
+        mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
+        )
+        tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
 
 
 @gluon.jit
@@ -782,7 +743,7 @@ def _consumer_dim(
     """One warpgroup of a "dim" split: columns [D/2·which, +D/2) of dK, dV and dQ for all BN K/V rows.
     It computes Sᵀ and dPᵀ for query rows [BM/2·which, +BM/2) of each block and writes its half of P
     and dS ([query, key] tiles) to shared memory, where both warpgroups read all of them. The query blocks
-    come in :func:`_dim_step`'s order."""
+    go from the last to the first (:func:`_last_first_start`)."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
@@ -800,34 +761,28 @@ def _consumer_dim(
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
 
     k_cols = k_smem.slice(which * HALF_D, HALF_D, dim=1)
-    zero_s = gl.zeros([BN, HALF_M], gl.float32, s_layout)
-    zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
-    diag_offset = seqlen_k - seqlen_q
-    dq3: gl.constexpr = dq_desc.layout
-    out3: gl.constexpr = dk_desc.layout
-    out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HALF_D], dtype)
     dk = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
     dv = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
+    zero_s = gl.zeros([BN, HALF_M], gl.float32, s_layout)
+    zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
     rows = n0 + gl.arange(0, BN, layout=row_layout)
+    diag_offset = seqlen_k - seqlen_q
     m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
     per_head = gl.maximum(m_end - m_first, 0)
+    dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
         s = it % NSTAGE
         phase = (it // NSTAGE) & 1
-        g, m0 = _dim_step(it, m_first, per_head, GROUP, BM, IS_CAUSAL)
-        h = h_kv * GROUP + g
+        h = h_kv * GROUP + it // per_head
+        m0 = _last_first_start(it % per_head, m_first, per_head, BM)
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
         buf = it % 2
 
         mbarrier.wait(q_ready.index(s), phase)
         st = warpgroup_mma(
-            k_smem,
-            q_s.slice(which * HALF_M, HALF_M).permute((1, 0)),
-            zero_s,
-            use_acc=False,
-            is_async=True,
+            k_smem, q_s.slice(which * HALF_M, HALF_M).permute((1, 0)), zero_s, use_acc=False, is_async=True
         )
         mbarrier.wait(do_ready.index(s), phase)
         dpt = warpgroup_mma(
@@ -837,8 +792,8 @@ def _consumer_dim(
         lse = lse_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
         pt = gl.exp2(st * qk_scale - lse[None, :])
-        # Only the blocks across the diagonal: masking every block spilled less (47 against 56 loop
-        # spills) but ran 1-3 % slower on an H200 (docs/design/hopper_bwd.md, "Causal launch order").
+        # Only the blocks across the diagonal: masking every block spilled less (47 against 56 loop spills)
+        # but ran 1-3 % slower on an H200 (docs/design/hopper_bwd.md, "Causal launch order").
         if IS_CAUSAL and m0 < n0 + BN - diag_offset:
             cols = m0 + which * HALF_M + gl.arange(0, HALF_M, layout=col_layout)
             pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
@@ -852,16 +807,10 @@ def _consumer_dim(
         mbarrier.arrive(ds_ready.index(buf))
         mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
         dv = warpgroup_mma(
-            p_smem.index(buf).permute((1, 0)),
-            do_s.slice(which * HALF_D, HALF_D, dim=1),
-            dv,
-            is_async=True,
+            p_smem.index(buf).permute((1, 0)), do_s.slice(which * HALF_D, HALF_D, dim=1), dv, is_async=True
         )
         dk = warpgroup_mma(
-            ds_smem.index(buf).permute((1, 0)),
-            q_s.slice(which * HALF_D, HALF_D, dim=1),
-            dk,
-            is_async=True,
+            ds_smem.index(buf).permute((1, 0)), q_s.slice(which * HALF_D, HALF_D, dim=1), dk, is_async=True
         )
         if COMPUTE_DQ:
             dq = warpgroup_mma(ds_smem.index(buf), k_cols, zero_dq, use_acc=False, is_async=True)
@@ -880,15 +829,17 @@ def _consumer_dim(
     tma.store_wait(0)
 
     # dK and dV are staged in this warpgroup's dQ tile, free now that its last reduce has read it.
-    out_stage = dq_smem.index(which)._reinterpret(dtype, [BN, HALF_D], out_tile)
+    out3: gl.constexpr = dk_desc.layout
+    out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HALF_D], dtype)
+    stage = dq_smem.index(which)._reinterpret(dtype, [BN, HALF_D], out_tile)
     col0 = h_kv * HEAD_DIM + which * HALF_D
-    out_stage.store(dv.to(dtype))
+    stage.store(dv.to(dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(dv_desc, [b, n0, col0], _rows3(out_stage, BN, HALF_D, out3))
+    tma.async_copy_shared_to_global(dv_desc, [b, n0, col0], _rows3(stage, BN, HALF_D, out3))
     tma.store_wait(0)
-    out_stage.store((dk * softmax_scale).to(dtype))
+    stage.store((dk * softmax_scale).to(dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [b, n0, col0], _rows3(out_stage, BN, HALF_D, out3))
+    tma.async_copy_shared_to_global(dk_desc, [b, n0, col0], _rows3(stage, BN, HALF_D, out3))
     tma.store_wait(0)
 
 
@@ -983,6 +934,7 @@ def attn_bwd_kernel(
 
     descs = (dq_desc, dk_desc, dv_desc)
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
+    sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
     load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
@@ -1002,16 +954,14 @@ def attn_bwd_kernel(
         p_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], pds_tile)
         ds_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], pds_tile)
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem)
-        dim_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
-        dim_load_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP)
         gl.warp_specialize(
             [
-                (_consumer_dim, (descs, smem, bars, dim_sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN,
-                                 NSTAGE, IS_CAUSAL, COMPUTE_DQ, 0)),
-                (_consumer_dim, (descs, smem, bars, dim_sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN,
-                                 NSTAGE, IS_CAUSAL, COMPUTE_DQ, 1)),
-                (_producer_dim, (load_descs, loads, load_bars, dim_load_sizes, HEAD_DIM, BM, BN, NSTAGE,
-                                 IS_CAUSAL)),
+                (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
+                                 IS_CAUSAL, COMPUTE_DQ, 0)),
+                (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN, NSTAGE,
+                                 IS_CAUSAL, COMPUTE_DQ, 1)),
+                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
+                             False, False, lists, SPARSE_BLOCK_N, 0, True)),
             ],
             [4, 1],
             [240, 24],
@@ -1037,7 +987,7 @@ def attn_bwd_kernel(
                              SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
                              1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES)),
+                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False)),
             ],
             [4, 1],
             [240, 24],
