@@ -221,6 +221,20 @@ bench_main_exp() {
   done
 }
 
+# The whole flashtile bench --decode grid, its CSV and plot brought back.
+bench_decode_step() {
+  step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
+  cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+}
+
+# scripts/bwd_causal_gap.py at the head dims given (4k and 16k), its CSV and log brought back.
+#     bwd_gap_step HEAD_DIM...
+bwd_gap_step() {
+  step bwd_causal_gap 150 python3 scripts/bwd_causal_gap.py --head-dims "$@" --seqlens 4096 16384 \
+    --csv "$OUT/bwd_causal_gap.csv" --label "${FLASHTILE_COMMIT:-unknown}"
+  cp "$work/bwd_causal_gap.log" "$OUT/"
+}
+
 # The GPU tests named by the arguments, time-boxed, their JUnit XML brought back as gpu_tests_PART.xml.
 #     gpu_tests_step BOX_S [pytest arguments]
 gpu_tests_step() {
@@ -1665,22 +1679,16 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # The causal backward's gap at D = 256 (and 128) by kernel times, causal against not, the dQ reduce and
     # deterministic=True beside SDPA cuDNN; then the whole bench --decode grid at the decode code of s21i.
     begin
-    step bwd_causal_gap 150 python3 scripts/bwd_causal_gap.py --head-dims 256 128 --seqlens 4096 16384 \
-      --csv "$OUT/bwd_causal_gap.csv" --label "${FLASHTILE_COMMIT:-unknown}"
-    cp "$work/bwd_causal_gap.log" "$OUT/"
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    bwd_gap_step 256 128
+    bench_decode_step
     finish
     ;;
   s22b)
     # bench --decode with each paged cell's paired contiguous timing and the targets' summary, then the
     # causal backward's kernel times at D = 256 and 64 (s22a's script) on this machine.
     begin
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
-    step bwd_causal_gap 150 python3 scripts/bwd_causal_gap.py --head-dims 256 64 --seqlens 4096 16384 \
-      --csv "$OUT/bwd_causal_gap.csv" --label "${FLASHTILE_COMMIT:-unknown}"
-    cp "$work/bwd_causal_gap.log" "$OUT/"
+    bench_decode_step
+    bwd_gap_step 256 64
     finish
     ;;
   s22c)
