@@ -6,7 +6,9 @@ importable) read the same keys; each is first checked on sequence 0 against floa
 rule (the bf16 baseline's error), then timed. Times come from CUDA-graph replays (a serving engine's decode
 step is a graph; eager timing would measure Python's launch cost), each replay rotating over enough cache
 copies that the caches do not stay in L2. TB/s counts K and V read once; the copy bandwidth is a 2 GiB
-device-to-device copy (read + write) timed in the same run.
+device-to-device copy (read + write) timed in the same run. A paged cell also times flashtile on the same keys
+laid out contiguously, in its own rounds (a paired paged-against-contiguous comparison), and the run ends with
+the grid's targets (:func:`summary`).
 """
 
 from __future__ import annotations
