@@ -1763,6 +1763,21 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     cp "$work/tests_old.xml" "$OUT"/ 2>/dev/null
     finish
     ;;
+  s22h)
+    # The N = 512 forward cells: the paper grid read flashtile at 0.19-0.23 ms a call where its kernel takes
+    # 0.08-0.15. bench at D = 128, N = 512 and 1k, forward, causal and not, beside SDPA cuDNN (twice), then
+    # host_profile_dense.py's host, per-call and kernel times for the same cell, non-causal and causal.
+    begin
+    for round in 1 2; do
+      step "bench_$round" 100 python3 -m flashtile bench --head-dim 128 --seqlen 512 1k --mode fwd \
+        --causal both --peers flashtile sdpa-cudnn --out-dir "$work/bench"
+    done
+    cp "$work"/bench/bench.csv "$OUT"/ 2>/dev/null
+    step profile_full 90 python3 scripts/host_profile_dense.py --profile fwd
+    step profile_causal 90 python3 scripts/host_profile_dense.py --profile fwd --causal
+    cp "$work"/profile_*.log "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
     echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f [test files for a, c, e, f, h, i and k]" >&2
     exit 2
