@@ -318,14 +318,14 @@ def summary(rows: list[dict[str, str]]) -> list[str]:
     apart, other keys) and against the same keys laid out contiguously, timed in the paged cell's rounds
     (PAIRED_CONTIGUOUS; a paired comparison, free of the drift between cells).
     """
-    ok = [r for r in rows if r["status"] == "ok"]
 
     def key(r: dict[str, str]) -> tuple:
         """(impl, batch, heads_kv, seqlen_q, cache_len, page size or 0)."""
         shape = (r["batch"], r["heads_kv"], r["seqlen_q"], r["cache_len"], r["page_size"] or 0)
         return (r["impl"], *map(int, shape))
 
-    p50 = {key(r): float(r["p50_us"]) for r in ok}
+    ok = [(key(r), r) for r in rows if r["status"] == "ok"]
+    p50 = {k: float(r["p50_us"]) for k, r in ok}
 
     def line(name: str, ratios: list[tuple[float, str]], bound: float) -> str:
         if not ratios:
@@ -339,9 +339,9 @@ def summary(rows: list[dict[str, str]]) -> list[str]:
         return f"B={batch} L={cache // 1024}k G={HEADS // heads_kv} Nq={seqlen_q}{paged}"
 
     copy = [
-        (float(r["of_copy"]), label(*key(r)[1:]))
-        for r in ok
-        if r["impl"] == "flashtile" and key(r)[1] >= TARGET_BATCH and key(r)[4] >= TARGET_CACHE
+        (float(r["of_copy"]), label(*k[1:]))
+        for k, r in ok
+        if k[0] == "flashtile" and k[1] >= TARGET_BATCH and k[4] >= TARGET_CACHE
     ]
     batch_one = [
         (p50[("sdpa_cudnn", *k[1:])] / us, label(*k[1:]))
