@@ -36,8 +36,8 @@ def _inputs(seqlen: int, head_dim: int):
 
 def _flashtile(q, k, v, dout, causal: bool, deterministic: bool):
     scale = q.shape[-1] ** -0.5
-    out, lse = ops.run_attn_fwd(q, k, v, scale, causal, "hopper", -1, 0 if causal else -1)
     right = 0 if causal else -1
+    out, lse = ops.run_attn_fwd(q, k, v, scale, causal, "hopper", -1, right)
     return lambda: ops.run_attn_bwd(
         dout, q, k, v, out, lse, scale, causal, "hopper", -1, right, deterministic=deterministic
     )

@@ -1145,8 +1145,7 @@ case "$part" in
   s16i)
     # The whole bench --decode grid with five rounds a cell (bench.decode.ROUNDS, was three).
     begin
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    bench_decode_step
     finish
     ;;
   s16j)
@@ -1521,8 +1520,7 @@ case "$part" in
   s20c)
     # The whole bench --decode grid at the current code (the last at 82d37af, the sixteenth session).
     begin
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    bench_decode_step
     finish
     ;;
   s20d)
@@ -1627,8 +1625,7 @@ case "$part" in
     # s20c's), then decode_tma_check.py --mode paged (the batch-1 4k cell's paged-against-contiguous ratio,
     # three rounds).
     begin
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    bench_decode_step
     step paged 150 python3 scripts/decode_tma_check.py --mode paged --rounds 3
     finish
     ;;
@@ -1644,8 +1641,7 @@ case "$part" in
     # decode and KV-cache GPU tests, then the whole bench --decode grid.
     begin
     gpu_tests_step 200 tests/test_decode_kernel.py tests/test_gpu_kvcache.py "$@"
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    bench_decode_step
     finish
     ;;
   s21h)
@@ -1653,8 +1649,7 @@ case "$part" in
     # the whole bench --decode grid.
     begin
     step tilings 200 python3 scripts/decode_tma_check.py --mode tilings --rounds 2
-    step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    bench_decode_step
     finish
     ;;
   s21i)
