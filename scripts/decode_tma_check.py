@@ -7,6 +7,8 @@ portable decode kernel and SDPA's cuDNN backend, contiguous and paged, batch 1 t
 ``tilings`` (the default): every tiling of TMA_TILINGS on D = 128 shapes, contiguous and paged;
 ``splits``: the default tiling at the heuristic's split count, half and twice it, at batch 1;
 ``head-dims``: D = 64 and 256 at the default tiling and a deeper ring;
+``margins``: the cells nearest issue 11's lines (batch 1, GQA 1 at 16k against cuDNN; paged against the same
+keys contiguous) at the default configuration and at other split counts and ring depths;
 ``paged``: where paged caches trail contiguous ones, the same keys contiguous, paged in a random page order
 (the bench's), paged in order (the contiguous cache seen as pages: the kernel's paged path without the
 scattered placement), and in a random order of 2 MB groups.
@@ -141,6 +143,35 @@ def paged_variants(problem: Problem) -> dict[str, object]:
     return calls
 
 
+def margin_variants(problem: Problem) -> dict[str, object]:
+    """The default call, and the TMA kernel at 64-row tiles with rings of 2, 3 and 4 (one program an SM
+    fits 4) at the default split count; at batch 1 without pages also half and twice the splits (two rings
+    each) and cuDNN; with pages the same keys contiguous first."""
+    cuda = torch.device("cuda")
+    default = configs.decode_tma_config(problem.head_dim)
+    programs = problem.batch * problem.heads_kv
+    sms = configs.multiprocessor_count(cuda)
+    per_sm = programs_per_sm(problem.head_dim, default, problem.seqlen, programs, sms)
+    auto = num_splits_heuristic(programs, problem.seqlen, default.BLOCK_N, cuda, per_sm)
+    calls = {}
+    if problem.page_size:
+        calls["contiguous"] = lambda i: decode_fwd(
+            problem.q, *problem.caches[i][3:], problem.seqlens, softmax_scale=problem.head_dim**-0.5,
+            window_size=(-1, 0),
+        )[0]  # fmt: skip
+    calls[f"default (splits {auto})"] = _ours(problem, "tma", None)
+    ring = (default.MAX_BLOCK_M, default.BLOCK_N, default.num_warps)
+    split_counts = [auto] if problem.page_size or problem.batch > 1 else [auto, max(1, auto // 2), 2 * auto]
+    for splits in split_counts:
+        for stages in (2, 3, 4):
+            calls[f"splits {splits} ring {stages}"] = _ours(
+                problem, "tma", configs.DecodeConfig(*ring, stages), splits
+            )
+    if not problem.page_size:
+        calls["sdpa cudnn"] = lambda i: problem.sdpa(i, SDPBackend.CUDNN_ATTENTION)
+    return calls
+
+
 def variants(problem: Problem, quick: bool) -> dict[str, object]:
     def ours(kernel: str, config: configs.DecodeConfig | None):
         return _ours(problem, kernel, config)
@@ -158,7 +189,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="the default tiling only")
-    parser.add_argument("--mode", choices=("tilings", "splits", "head-dims", "paged"), default="tilings")
+    modes = ("tilings", "splits", "head-dims", "paged", "margins")
+    parser.add_argument("--mode", choices=modes, default="tilings")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
@@ -175,6 +207,9 @@ def main() -> int:
     elif args.mode == "paged":
         shapes = [(1, 4096, 4, p, 128) for p in (64, 256)] + [(1, 131072, 4, 64, 128)]
         shapes += [(16, n, 4, 64, 128) for n in (4096, 16384, 131072)] + [(16, 131072, 4, 256, 128)]
+    elif args.mode == "margins":
+        shapes = [(1, n, 1, None, 128) for n in (4096, 16384)] + [(1, 4096, 4, 64, 128)]
+        shapes += [(16, 131072, 4, p, 128) for p in (64, 256)] + [(64, 16384, 4, 256, 128)]
     else:
         shapes = [(b, n, 4, None, d) for d in (64, 256) for b, n in ((1, 4096), (1, 65536), (16, 16384))]
     print("shape,variant,round,p20_us,p50_us,p80_us", flush=True)
@@ -186,16 +221,23 @@ def main() -> int:
             calls = head_dim_variants(problem)
         elif args.mode == "paged":
             calls = paged_variants(problem)
+        elif args.mode == "margins":
+            calls = margin_variants(problem)
         else:
             calls = variants(problem, args.quick)
-        for name, call in calls.items():
+        for name, call in list(calls.items()):
             if name.startswith("sdpa"):
                 continue
-            err, base = problem.check(call(0))
+            try:
+                err, base = problem.check(call(0))
+            except Exception as error:  # a variant that does not compile or launch is reported, not timed
+                print(f"# {problem.label()} {name}: {type(error).__name__}: {error}"[:400], flush=True)
+                del calls[name]
+                continue
             verdict = "ok" if err <= 2 * base + 1e-5 else "FAIL"
             print(f"# {problem.label()} {name}: max|err| {err:.2e} (bf16 {base:.2e}) {verdict}", flush=True)
         p50s = problem.time_rounds(calls, args.rounds, args.reps)
-        base_name = next(n for n in ("sdpa cudnn", "portable", "contiguous") if n in p50s)
+        base_name = next(n for n in ("sdpa cudnn", "contiguous", "portable") if n in p50s)
         base_ms = statistics.median(p50s[base_name])
         for name, times in p50s.items():
             ms = statistics.median(times)
