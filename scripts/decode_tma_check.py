@@ -191,6 +191,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the default tiling only")
     modes = ("tilings", "splits", "head-dims", "paged", "margins")
     parser.add_argument("--mode", choices=modes, default="tilings")
+    parser.add_argument(
+        "--shape", nargs=4, type=int, action="append", metavar=("B", "L", "G", "PAGE"),
+        help="margins: time this shape (PAGE 0: contiguous) instead of the default ones; repeatable",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
@@ -210,6 +214,8 @@ def main() -> int:
     elif args.mode == "margins":
         shapes = [(1, n, 1, None, 128) for n in (4096, 16384)] + [(1, 4096, 4, 64, 128)]
         shapes += [(16, 131072, 4, p, 128) for p in (64, 256)] + [(64, 16384, 4, 256, 128)]
+        if args.shape:
+            shapes = [(b, n, g, p or None, 128) for b, n, g, p in args.shape]
     else:
         shapes = [(b, n, 4, None, d) for d in (64, 256) for b, n in ((1, 4096), (1, 65536), (16, 16384))]
     print("shape,variant,round,p20_us,p50_us,p80_us", flush=True)
