@@ -43,8 +43,8 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     cfg = configs.decode_tma_config(case[0])
     if "deep" in case[1]:
         cfg = dataclasses.replace(cfg, num_stages=decode.ONE_A_SM_STAGES)
-    # Batch 1, GQA 4 (8 programs a split) at a 4k cache: two programs an SM fill all 132 SMs, one only 128.
-    assert decode.programs_per_sm(case[0], cfg, 4096, 8, 132) == 2
+    # 48 programs a split (batch 6, GQA 4) at a 4k cache: one an SM would fill only 96 of 132 SMs.
+    assert decode.programs_per_sm(case[0], cfg, 4096, 48, 132) == 2
     assert decode.programs_per_sm(case[0], cfg, decode.LONG_CACHE_KEYS, 8, 132) == 1
     assert 2 * report.shared_bytes <= configs.HOPPER_SHARED_BYTES, f"{case}: {report.shared_bytes} B"
     assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
@@ -57,6 +57,9 @@ def test_one_program_an_sm_deepens_the_ring_at_d128_on_fast_memory_only():
     assert decode.ring_stages(128, cfg, 1, h200) == decode.ONE_A_SM_STAGES == 3
     assert decode.ring_stages(128, cfg, 2, h200) == 2
     assert decode.ring_stages(128, cfg, 1, h100) == 2
+    # More programs than SMs (waves of two an SM) take the deeper ring on either GPU; one wave does not.
+    assert decode.ring_stages(128, cfg, 2, h100, programs=512, sms=132) == 3
+    assert decode.ring_stages(128, cfg, 1, h100, programs=128, sms=132) == 2
     for head_dim in (64, 256):
         narrow = configs.decode_tma_config(head_dim)
         assert decode.ring_stages(head_dim, narrow, 1, h200) == narrow.num_stages
@@ -71,13 +74,17 @@ def test_every_decode_word_is_compiled():
     assert words == set(DECODE_WORDS) - {"m16"}, "each word reaches a compiled case (m16 is the default)"
 
 
-def test_one_program_an_sm_where_it_fills_every_sm_exactly():
+def test_one_program_an_sm_where_it_fills_the_sms():
     cfg = configs.decode_tma_config(128)
     # GQA 8 at batch 1 (4 programs a split): 33 splits fill 132 SMs once, 66 twice; 16k keys give the 33
     # splits 496 keys each, 4k only 124.
     assert decode.programs_per_sm(128, cfg, 16384, 4, 132) == 1
     assert decode.programs_per_sm(128, cfg, 4096, 4, 132) == 2
-    # GQA 1 (32 programs): one an SM leaves 4 SMs idle: two.
-    assert decode.programs_per_sm(128, cfg, 16384, 32, 132) == 2
+    # GQA 1 (32 programs) and GQA 4 (8): one an SM fills 128 of 132 SMs (≥ ONE_A_SM_FILL): one.
+    assert decode.programs_per_sm(128, cfg, 16384, 32, 132) == 1
+    assert decode.programs_per_sm(128, cfg, 4096, 8, 132) == 1
+    # 48 programs (batch 6, GQA 4): one an SM fills 96: two. 80 (one wave of one an SM, not split): two.
+    assert decode.programs_per_sm(128, cfg, 16384, 48, 132) == 2
+    assert decode.programs_per_sm(128, cfg, 16384, 80, 132) == 2
     # Long caches: one an SM whatever the fill.
     assert decode.programs_per_sm(128, cfg, 131072, 32, 132) == 1

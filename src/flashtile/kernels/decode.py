@@ -360,7 +360,8 @@ def decode_fwd(
         sms = configs.multiprocessor_count(q.device)
         per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms)
         if config is None:
-            stages = hopper_decode.ring_stages(head_dim, cfg, per_sm, configs.peak_memory_bandwidth(q.device))
+            bandwidth = configs.peak_memory_bandwidth(q.device)
+            stages = hopper_decode.ring_stages(head_dim, cfg, per_sm, bandwidth, programs, sms)
             # (A new config only where the ring deepens: most calls keep the tiling's.)
             if stages != cfg.num_stages:
                 cfg = dataclasses.replace(cfg, num_stages=stages)

@@ -56,18 +56,23 @@ SWIZZLE_BYTES = 128
 # of docs/design/decode.md); below 32k two programs an SM were as fast or faster (docs/design/decode.md,
 # "TMA decode").
 LONG_CACHE_KEYS = 32768
-# Below that, one program an SM where the splits fill every SM exactly once with this many keys a split:
-# at batch 1, GQA 8 (4 KV heads) and a 16k cache, 33 splits of 496 keys ran 18.3 µs against 66 splits'
-# 21.1 (cuDNN 21.1); where one an SM leaves SMs idle (GQA 4: 128 of 132; GQA 1 at 4k: 35.5 against 32.9
-# µs) or a split would hold 124 keys (GQA 8 at 4k), two stayed faster (H100; docs/design/decode.md, "TMA
-# decode").
+# Below that, one program an SM where its splits fill ONE_A_SM_FILL of the SMs or more with this many keys
+# a split. At batch 1 on an H100 (the twenty-third session, s23a/s23b: TMA kernel, CUDA graphs, 3 rounds),
+# one an SM with 4 of 132 SMs idle ran faster than two an SM on every SM: GQA 1 (32 programs a split) 28.9
+# against 30.2 µs at 4k and 95.4 against 98.9 at 16k; GQA 4 (8) 11.5 against 12.3 at 4k and 29.6 against
+# 30.6 at 16k; GQA 8 at 16k (33 splits of 496 keys fill every SM) as before. A split of 124 keys (GQA 8
+# at 4k) keeps two an SM. (The portable kernel's measurements, sixth session, had gone the other way.)
 MIN_KEYS_ONE_A_SM = 256
+ONE_A_SM_FILL = 0.95
 # Where one program an SM is planned at D = 128 on a GPU whose memory peaks at DEEP_RING_BANDWIDTH bytes a
 # second or more, its ring holds 3 tiles, not 2: the copies one program keeps in flight are all its SM
 # has, and more bandwidth needs more bytes in flight. At batch 1, one query token and 64k-128k caches, 3
 # tiles ran 3-8 % faster than 2 on an H200 (4.8 TB/s) and 2-3 % slower on an H100 (3.35 TB/s)
 # (docs/design/decode.md, "A deeper ring for one program an SM").
 ONE_A_SM_STAGES = 3
+# More programs than SMs (two resident on each, waves of them) also take 3 tiles at D = 128, on any GPU:
+# batch 64, GQA 4 (512 programs) on an H100 ran 362 against 376 µs at a 4k cache and 1403 against 1505 at
+# 16k (cuDNN 358 / 1392), where one wave of 128 programs (batch 16) ran 1-2 % slower with 3 (s23b).
 DEEP_RING_BANDWIDTH = 4e12
 
 
@@ -406,23 +411,29 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, element_size: int = 2
 
 def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int, programs: int, sms: int) -> int:
     """Programs an SM the split heuristic plans for, with ``programs`` programs a split on ``sms`` SMs: one
-    when the cache has LONG_CACHE_KEYS slots or more, or when one a SM fills every SM exactly and gives each
-    split at least MIN_KEYS_ONE_A_SM keys; else as many as fit one Hopper SM's 227 KB of shared memory (at
-    most 2)."""
+    when the cache has LONG_CACHE_KEYS slots or more, or when one an SM fills every SM exactly, or (where
+    the heuristic splits for a wave: half the SMs or more idle without) ONE_A_SM_FILL of them, and gives
+    each split at least MIN_KEYS_ONE_A_SM keys; else as many as fit one Hopper SM's 227 KB of shared memory
+    (at most 2)."""
     fit = max(1, min(2, configs.HOPPER_SHARED_BYTES // shared_bytes(head_dim, cfg.BLOCK_N, cfg.num_stages)))
     if capacity >= LONG_CACHE_KEYS or fit == 1:
         return 1
     one = sms // max(programs, 1)
-    if one >= 1 and programs * one == sms and capacity // one >= MIN_KEYS_ONE_A_SM:
+    fills = programs * one == sms or (one >= 2 and programs * one >= ONE_A_SM_FILL * sms)
+    if one >= 1 and fills and capacity // one >= MIN_KEYS_ONE_A_SM:
         return 1
     return fit
 
 
-def ring_stages(head_dim: int, cfg: configs.DecodeConfig, per_sm: int, bandwidth: float) -> int:
+def ring_stages(
+    head_dim: int, cfg: configs.DecodeConfig, per_sm: int, bandwidth: float, programs: int = 0, sms: int = 1
+) -> int:
     """The depth of a program's ring: the tiling's, or ONE_A_SM_STAGES at D = 128 where
     :func:`programs_per_sm` plans one program an SM on a GPU of ``bandwidth`` ≥ DEEP_RING_BANDWIDTH bytes a
-    second (:func:`flashtile.kernels.configs.peak_memory_bandwidth`)."""
-    if per_sm == 1 and head_dim == 128 and bandwidth >= DEEP_RING_BANDWIDTH:
+    second (:func:`flashtile.kernels.configs.peak_memory_bandwidth`), or where the launch has more
+    ``programs`` than ``sms``."""
+    deep = (per_sm == 1 and bandwidth >= DEEP_RING_BANDWIDTH) or programs > sms
+    if head_dim == 128 and deep:
         return max(cfg.num_stages, ONE_A_SM_STAGES)
     return cfg.num_stages
 
