@@ -1799,7 +1799,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
   s23c|s23d)
     # The split rule of s23b (one program an SM where it fills 95 % of the SMs; a ring of 3 where a launch
     # has more programs than SMs): s23c on an H200 its margins at the new defaults, then the decode grid;
-    # s23d the grid alone (an H100).
+    # s23d the grid at the final rule (pages smaller than a tile keep two an SM; the deeper ring for one to
+    # two waves of two an SM only), then the decode and KV-cache GPU tests.
     begin
     if [ "$part" = s23c ]; then
       step margins 200 python3 scripts/decode_tma_check.py --mode margins --rounds 3 --reps 50 \
@@ -1808,6 +1809,10 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
         --shape 1 4096 4 64
     fi
     bench_decode_step
+    if [ "$part" = s23d ]; then
+      gpu_tests_step 200 tests/test_decode_kernel.py tests/test_gpu_kvcache.py tests/test_kvcache.py \
+        tests/test_paged_varlen.py tests/test_rotary.py
+    fi
     finish
     ;;
   s23e)

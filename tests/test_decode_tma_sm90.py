@@ -57,8 +57,10 @@ def test_one_program_an_sm_deepens_the_ring_at_d128_on_fast_memory_only():
     assert decode.ring_stages(128, cfg, 1, h200) == decode.ONE_A_SM_STAGES == 3
     assert decode.ring_stages(128, cfg, 2, h200) == 2
     assert decode.ring_stages(128, cfg, 1, h100) == 2
-    # More programs than SMs (waves of two an SM) take the deeper ring on either GPU; one wave does not.
+    # One to two waves of two programs an SM take the deeper ring on either GPU; one wave or four do not.
     assert decode.ring_stages(128, cfg, 2, h100, programs=512, sms=132) == 3
+    assert decode.ring_stages(128, cfg, 2, h100, programs=256, sms=132) == 2
+    assert decode.ring_stages(128, cfg, 2, h100, programs=1024, sms=132) == 2
     assert decode.ring_stages(128, cfg, 1, h100, programs=128, sms=132) == 2
     for head_dim in (64, 256):
         narrow = configs.decode_tma_config(head_dim)
@@ -83,6 +85,9 @@ def test_one_program_an_sm_where_it_fills_the_sms():
     # GQA 1 (32 programs) and GQA 4 (8): one an SM fills 128 of 132 SMs (≥ ONE_A_SM_FILL): one.
     assert decode.programs_per_sm(128, cfg, 16384, 32, 132) == 1
     assert decode.programs_per_sm(128, cfg, 4096, 8, 132) == 1
+    # Pages smaller than a tile keep two an SM there; an exact fill still takes one.
+    assert decode.programs_per_sm(128, cfg, 16384, 8, 132, small_pages=True) == 2
+    assert decode.programs_per_sm(128, cfg, 16384, 4, 132, small_pages=True) == 1
     # 48 programs (batch 6, GQA 4): one an SM fills 96: two. 80 (one wave of one an SM, not split): two.
     assert decode.programs_per_sm(128, cfg, 16384, 48, 132) == 2
     assert decode.programs_per_sm(128, cfg, 16384, 80, 132) == 2

@@ -358,7 +358,8 @@ def decode_fwd(
     programs = batch * heads_kv * num_m_blocks
     if tma:
         sms = configs.multiprocessor_count(q.device)
-        per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms)
+        small_pages = paged and page_size < cfg.BLOCK_N
+        per_sm = hopper_decode.programs_per_sm(head_dim, cfg, capacity, programs, sms, small_pages)
         if config is None:
             bandwidth = configs.peak_memory_bandwidth(q.device)
             stages = hopper_decode.ring_stages(head_dim, cfg, per_sm, bandwidth, programs, sms)

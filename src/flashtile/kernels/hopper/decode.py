@@ -60,8 +60,10 @@ LONG_CACHE_KEYS = 32768
 # a split. At batch 1 on an H100 (the twenty-third session, s23a/s23b: TMA kernel, CUDA graphs, 3 rounds),
 # one an SM with 4 of 132 SMs idle ran faster than two an SM on every SM: GQA 1 (32 programs a split) 28.9
 # against 30.2 µs at 4k and 95.4 against 98.9 at 16k; GQA 4 (8) 11.5 against 12.3 at 4k and 29.6 against
-# 30.6 at 16k; GQA 8 at 16k (33 splits of 496 keys fill every SM) as before. A split of 124 keys (GQA 8
-# at 4k) keeps two an SM. (The portable kernel's measurements, sixth session, had gone the other way.)
+# 30.6 at 16k; on an H200 (s23c, where one an SM takes 3 tiles) as fast or 1 % faster. GQA 8 at 16k (33
+# splits of 496 keys fill every SM) as before; a split of 124 keys (GQA 8 at 4k) keeps two an SM, and so
+# do pages smaller than a tile (pages of 16 at batch 1, GQA 4, 16k ran 32.5 against 25.1 µs on the H200
+# one an SM). (The portable kernel's measurements, sixth session, had gone the other way.)
 MIN_KEYS_ONE_A_SM = 256
 ONE_A_SM_FILL = 0.95
 # Where one program an SM is planned at D = 128 on a GPU whose memory peaks at DEEP_RING_BANDWIDTH bytes a
@@ -70,10 +72,12 @@ ONE_A_SM_FILL = 0.95
 # tiles ran 3-8 % faster than 2 on an H200 (4.8 TB/s) and 2-3 % slower on an H100 (3.35 TB/s)
 # (docs/design/decode.md, "A deeper ring for one program an SM").
 ONE_A_SM_STAGES = 3
-# More programs than SMs (two resident on each, waves of them) also take 3 tiles at D = 128, on any GPU:
-# batch 64, GQA 4 (512 programs) on an H100 ran 362 against 376 µs at a 4k cache and 1403 against 1505 at
-# 16k (cuDNN 358 / 1392), where one wave of 128 programs (batch 16) ran 1-2 % slower with 3 (s23b).
 DEEP_RING_BANDWIDTH = 4e12
+# Launches of more than one and at most two waves of two programs an SM take 3 tiles too, on any GPU: 512
+# programs on 132 SMs (batch 64 at GQA 4, batch 16 at GQA 1) ran 7 % faster on an H100 and 7-13 % on an
+# H200 (0.88-0.93x cuDNN before, 0.99-1.01x after), where one wave (256 programs) and four to eight
+# (1024-2048) ran 0-3 % slower against cuDNN on the H200 and as fast on the H100 (s23b, s23c).
+DEEP_RING_WAVES = (1.0, 2.0)
 
 
 def _warps_m(block_m: int) -> int:
@@ -409,17 +413,24 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, element_size: int = 2
     return 2 * stages * block_n * head_dim * element_size + block_n * head_dim * element_size
 
 
-def programs_per_sm(head_dim: int, cfg: configs.DecodeConfig, capacity: int, programs: int, sms: int) -> int:
+def programs_per_sm(
+    head_dim: int,
+    cfg: configs.DecodeConfig,
+    capacity: int,
+    programs: int,
+    sms: int,
+    small_pages: bool = False,
+) -> int:
     """Programs an SM the split heuristic plans for, with ``programs`` programs a split on ``sms`` SMs: one
     when the cache has LONG_CACHE_KEYS slots or more, or when one an SM fills every SM exactly, or (where
-    the heuristic splits for a wave: half the SMs or more idle without) ONE_A_SM_FILL of them, and gives
-    each split at least MIN_KEYS_ONE_A_SM keys; else as many as fit one Hopper SM's 227 KB of shared memory
-    (at most 2)."""
+    the heuristic splits for a wave: half the SMs or more idle without, and unless ``small_pages``: pages
+    smaller than a key tile) ONE_A_SM_FILL of them, and gives each split at least MIN_KEYS_ONE_A_SM keys;
+    else as many as fit one Hopper SM's 227 KB of shared memory (at most 2)."""
     fit = max(1, min(2, configs.HOPPER_SHARED_BYTES // shared_bytes(head_dim, cfg.BLOCK_N, cfg.num_stages)))
     if capacity >= LONG_CACHE_KEYS or fit == 1:
         return 1
     one = sms // max(programs, 1)
-    fills = programs * one == sms or (one >= 2 and programs * one >= ONE_A_SM_FILL * sms)
+    fills = programs * one == sms or (not small_pages and one >= 2 and programs * one >= ONE_A_SM_FILL * sms)
     if one >= 1 and fills and capacity // one >= MIN_KEYS_ONE_A_SM:
         return 1
     return fit
@@ -430,9 +441,10 @@ def ring_stages(
 ) -> int:
     """The depth of a program's ring: the tiling's, or ONE_A_SM_STAGES at D = 128 where
     :func:`programs_per_sm` plans one program an SM on a GPU of ``bandwidth`` ≥ DEEP_RING_BANDWIDTH bytes a
-    second (:func:`flashtile.kernels.configs.peak_memory_bandwidth`), or where the launch has more
-    ``programs`` than ``sms``."""
-    deep = (per_sm == 1 and bandwidth >= DEEP_RING_BANDWIDTH) or programs > sms
+    second (:func:`flashtile.kernels.configs.peak_memory_bandwidth`), or where the launch's ``programs`` make
+    DEEP_RING_WAVES of two an SM on ``sms`` SMs."""
+    low, high = DEEP_RING_WAVES
+    deep = (per_sm == 1 and bandwidth >= DEEP_RING_BANDWIDTH) or low * 2 * sms < programs <= high * 2 * sms
     if head_dim == 128 and deep:
         return max(cfg.num_stages, ONE_A_SM_STAGES)
     return cfg.num_stages
