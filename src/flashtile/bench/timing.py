@@ -81,14 +81,15 @@ def _rep_counts(estimate_ms: float, budget: TimingBudget) -> tuple[int, int]:
 def _time_cuda(fn: Callable[[int], object], copies: int, budget: TimingBudget) -> Timing:
     fn(0)
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     probe = min(3, budget.max_reps)
-    start.record()
-    for i in range(probe):
+    events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) for _ in range(probe)]
+    for i, (start, end) in enumerate(events):
+        start.record()
         fn(i % copies)
-    end.record()
+        end.record()
     torch.cuda.synchronize()
-    warmup, reps = _rep_counts(start.elapsed_time(end) / probe, budget)
+    # The fastest probe call sizes the counts: one stalled call must not cut the timed calls to a few.
+    warmup, reps = _rep_counts(min(start.elapsed_time(end) for start, end in events), budget)
     for i in range(warmup):
         fn(i % copies)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -104,10 +105,12 @@ def _time_cuda(fn: Callable[[int], object], copies: int, budget: TimingBudget) -
 def _time_cpu(fn: Callable[[int], object], copies: int, budget: TimingBudget) -> Timing:
     fn(0)
     probe = min(3, budget.max_reps)
-    begin = time.perf_counter()
+    probe_ms = []
     for i in range(probe):
+        begin = time.perf_counter()
         fn(i % copies)
-    warmup, reps = _rep_counts(1e3 * (time.perf_counter() - begin) / probe, budget)
+        probe_ms.append(1e3 * (time.perf_counter() - begin))
+    warmup, reps = _rep_counts(min(probe_ms), budget)
     for i in range(warmup):
         fn(i % copies)
     times = []
@@ -121,8 +124,9 @@ def _time_cpu(fn: Callable[[int], object], copies: int, budget: TimingBudget) ->
 def time_calls(
     fn: Callable[[int], object], copies: int, device: torch.device, budget: TimingBudget
 ) -> Timing:
-    """Time ``fn(i % copies)``: one untimed first call (compilation, autotuning), a short probe that sizes the
-    warm-up and the repeat count from ``budget``, then one timing per call; p20/p50/p80 over the calls."""
+    """Time ``fn(i % copies)``: one untimed first call (compilation, autotuning), a short probe whose fastest
+    call sizes the warm-up and the repeat count from ``budget``, then one timing per call; p20/p50/p80 over
+    the calls."""
     if device.type == "cuda":
         return _time_cuda(fn, copies, budget)
     return _time_cpu(fn, copies, budget)
