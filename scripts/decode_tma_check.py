@@ -57,15 +57,21 @@ def _ours(problem: Problem, kernel: str, config: configs.DecodeConfig | None, sp
     return call
 
 
-def split_variants(problem: Problem) -> dict[str, object]:
-    """The default tiling at the heuristic's split count and at half and twice it (the first run also
-    timed 3/4 and 3/2 of it, and three programs an SM: never the fastest)."""
+def _auto_splits(problem: Problem) -> int:
+    """The split count decode_fwd's heuristic gives the TMA kernel's default tiling on this problem."""
     cuda = torch.device("cuda")
     default = configs.decode_tma_config(problem.head_dim)
     programs = problem.batch * problem.heads_kv
     sms = configs.multiprocessor_count(cuda)
-    per_sm = programs_per_sm(problem.head_dim, default, problem.seqlen, programs, sms)
-    auto = num_splits_heuristic(programs, problem.seqlen, default.BLOCK_N, cuda, per_sm)
+    small_pages = bool(problem.page_size) and problem.page_size < default.BLOCK_N
+    per_sm = programs_per_sm(problem.head_dim, default, problem.seqlen, programs, sms, small_pages)
+    return num_splits_heuristic(programs, problem.seqlen, default.BLOCK_N, cuda, per_sm)
+
+
+def split_variants(problem: Problem) -> dict[str, object]:
+    """The default tiling at the heuristic's split count and at half and twice it (the first run also
+    timed 3/4 and 3/2 of it, and three programs an SM: never the fastest)."""
+    auto = _auto_splits(problem)
     calls = {f"tma splits {auto} (auto)": _ours(problem, "tma", None)}
     for factor in (0.5, 2.0):
         splits = max(1, round(auto * factor))
@@ -147,12 +153,8 @@ def margin_variants(problem: Problem) -> dict[str, object]:
     """The default call, and the TMA kernel at 64-row tiles with rings of 2, 3 and 4 (one program an SM
     fits 4) at the default split count; at batch 1 without pages also half and twice the splits (two rings
     each) and cuDNN; with pages the same keys contiguous first."""
-    cuda = torch.device("cuda")
+    auto = _auto_splits(problem)
     default = configs.decode_tma_config(problem.head_dim)
-    programs = problem.batch * problem.heads_kv
-    sms = configs.multiprocessor_count(cuda)
-    per_sm = programs_per_sm(problem.head_dim, default, problem.seqlen, programs, sms)
-    auto = num_splits_heuristic(programs, problem.seqlen, default.BLOCK_N, cuda, per_sm)
     calls = {}
     if problem.page_size:
         calls["contiguous"] = lambda i: decode_fwd(

@@ -50,7 +50,7 @@ def test_tma_decode_compiles_for_sm90(decode_reports, case):
     assert report.shared_bytes <= decode.shared_bytes(case[0], cfg.BLOCK_N, cfg.num_stages)
 
 
-def test_one_program_an_sm_deepens_the_ring_at_d128_on_fast_memory_only():
+def test_the_ring_deepens_at_d128_for_one_program_an_sm_on_fast_memory_or_two_waves():
     cfg = configs.decode_tma_config(128)
     h100, h200 = 3.35e12, 4.8e12
     assert cfg.num_stages == 2

@@ -57,13 +57,13 @@ SWIZZLE_BYTES = 128
 # "TMA decode").
 LONG_CACHE_KEYS = 32768
 # Below that, one program an SM where its splits fill ONE_A_SM_FILL of the SMs or more with this many keys
-# a split. At batch 1 on an H100 (the twenty-third session, s23a/s23b: TMA kernel, CUDA graphs, 3 rounds),
-# one an SM with 4 of 132 SMs idle ran faster than two an SM on every SM: GQA 1 (32 programs a split) 28.9
-# against 30.2 µs at 4k and 95.4 against 98.9 at 16k; GQA 4 (8) 11.5 against 12.3 at 4k and 29.6 against
-# 30.6 at 16k; on an H200 (s23c, where one an SM takes 3 tiles) as fast or 1 % faster. GQA 8 at 16k (33
-# splits of 496 keys fill every SM) as before; a split of 124 keys (GQA 8 at 4k) keeps two an SM, and so
-# do pages smaller than a tile (pages of 16 at batch 1, GQA 4, 16k ran 32.5 against 25.1 µs on the H200
-# one an SM). (The portable kernel's measurements, sixth session, had gone the other way.)
+# a split. At batch 1 on an H100, one an SM with 4 of 132 SMs idle ran faster than two an SM on every SM:
+# GQA 1 (32 programs a split) 28.9 against 30.2 µs at 4k and 95.4 against 98.9 at 16k; GQA 4 (8) 11.5
+# against 12.3 at 4k and 29.6 against 30.6 at 16k; on an H200 (where one an SM takes 3 tiles) as fast or
+# 1 % faster. GQA 8 at 16k (33 splits of 496 keys fill every SM) as before; a split of 124 keys (GQA 8 at
+# 4k) keeps two an SM, and so do pages smaller than a tile (pages of 16 at batch 1, GQA 4, 16k ran 32.5
+# against 25.1 µs on the H200 one an SM). The fifteenth session's measurements, on the kernel of the time,
+# had chosen two (docs/design/decode.md, "One program an SM at batch 1").
 MIN_KEYS_ONE_A_SM = 256
 ONE_A_SM_FILL = 0.95
 # Where one program an SM is planned at D = 128 on a GPU whose memory peaks at DEEP_RING_BANDWIDTH bytes a
@@ -75,8 +75,9 @@ ONE_A_SM_STAGES = 3
 DEEP_RING_BANDWIDTH = 4e12
 # Launches of more than one and at most two waves of two programs an SM take 3 tiles too, on any GPU: 512
 # programs on 132 SMs (batch 64 at GQA 4, batch 16 at GQA 1) ran 7 % faster on an H100 and 7-13 % on an
-# H200 (0.88-0.93x cuDNN before, 0.99-1.01x after), where one wave (256 programs) and four to eight
-# (1024-2048) ran 0-3 % slower against cuDNN on the H200 and as fast on the H100 (s23b, s23c).
+# H200 (0.92-0.98x and 0.88-1.00x cuDNN before, 0.97-0.99x and 1.00-1.01x after), where one wave (256
+# programs) and four to eight (1024-2048) ran 0-3 % slower against cuDNN on the H200 and as fast on the
+# H100 (docs/design/decode.md, "One program an SM at batch 1").
 DEEP_RING_WAVES = (1.0, 2.0)
 
 
