@@ -151,7 +151,7 @@ def paged_variants(problem: Problem) -> dict[str, object]:
 
 def margin_variants(problem: Problem) -> dict[str, object]:
     """The default call, and the TMA kernel at 64-row tiles with rings of 2, 3 and 4 (one program an SM
-    fits 4) at the default split count; at batch 1 without pages also half and twice the splits (two rings
+    fits 4) at the default split count; at batch 1 without pages also half and twice the splits (three rings
     each) and cuDNN; with pages the same keys contiguous first."""
     auto = _auto_splits(problem)
     default = configs.decode_tma_config(problem.head_dim)
