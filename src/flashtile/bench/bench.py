@@ -49,6 +49,10 @@ _TOKEN_BUDGET = 2**19
 # Naive float64 attention with its backward keeps about this many score-sized tensors alive at once.
 _LIVE_SCORE_TENSORS = 8
 _DETAIL_CHARS = 400
+# A call whose host time is this share of its per-call GPU time or more is marked host-bound: the GPU's
+# queue runs dry between calls (an H100 at D = 128, N = 512 in the twenty-third session: host 105 µs, the
+# forward's kernel 120-140 µs, per-call time flipping between 0.12-0.15 and 0.20-0.23 ms).
+HOST_BOUND = 0.8
 _DROPOUT_UNCHECKED = (
     "not checked: dropout's mask comes from each implementation's own random generator, which the oracle "
     "cannot reproduce"
@@ -663,9 +667,19 @@ class _Runner:
         detail = f"{check.detail}; {timing.reps} calls over {len(inputs)} input copies"
         # The peer's place in the configuration's timing order (_timing_order): to read a position bias.
         detail += f"; timed {position[0] + 1} of {position[1]}"
+        if self.device.type == "cuda" and timing.host_ms is not None:
+            detail += host_note(timing.host_ms, timing.p50_ms)
         if peer.note:
             detail = f"{peer.note}; {detail}"
         return Result(config, peer.name, "ok", detail, timing=timing)
+
+
+def host_note(host_ms: float, call_ms: float) -> str:
+    """The detail's host part: the median host time of a call, and "host-bound" where it is HOST_BOUND of
+    the per-call time or more (the GPU then waits for the host, and per-call timing reads host and kernels
+    together)."""
+    note = f"; host {1e3 * host_ms:.0f} µs a call"
+    return note + " (host-bound)" if host_ms >= HOST_BOUND * call_ms else note
 
 
 def _configurations(configs: list[Config]) -> list[list[Config]]:

@@ -38,6 +38,9 @@ class Timing:
     p50_ms: float
     p80_ms: float
     reps: int
+    # The median host time of a timed call (the Python side of ``fn``, on the CPU's clock); on a GPU a
+    # call whose host time nears its per-call time is bound by the host, not the kernels.
+    host_ms: float | None = None
 
 
 def cache_bytes(device: torch.device) -> int:
@@ -94,12 +97,16 @@ def _time_cuda(fn: Callable[[int], object], copies: int, budget: TimingBudget) -
         fn(i % copies)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    host_ms = []
     for i in range(reps):
         starts[i].record()
+        begin = time.perf_counter()
         fn(i % copies)
+        host_ms.append(1e3 * (time.perf_counter() - begin))
         ends[i].record()
     torch.cuda.synchronize()
-    return Timing(*_quantiles([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]), reps=reps)
+    gpu_ms = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return Timing(*_quantiles(gpu_ms), reps=reps, host_ms=_quantiles(host_ms)[1])
 
 
 def _time_cpu(fn: Callable[[int], object], copies: int, budget: TimingBudget) -> Timing:
@@ -118,7 +125,8 @@ def _time_cpu(fn: Callable[[int], object], copies: int, budget: TimingBudget) ->
         begin = time.perf_counter()
         fn(i % copies)
         times.append(1e3 * (time.perf_counter() - begin))
-    return Timing(*_quantiles(times), reps=reps)
+    quantiles = _quantiles(times)
+    return Timing(*quantiles, reps=reps, host_ms=quantiles[1])
 
 
 def time_calls(
