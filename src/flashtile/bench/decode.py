@@ -172,22 +172,21 @@ class Problem:
         return attention(self.q[:1].to(dtype), k[:1].to(dtype), v[:1].to(dtype), causal=True)[0]
 
 
-def _flashtile(p: Problem, i: int) -> torch.Tensor:
+def _decode(p: Problem, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
     from flashtile.kernels.decode import decode_fwd
 
-    k, v, table = p.caches[i][:3]
     scale = HEAD_DIM**-0.5
     return decode_fwd(p.q, k, v, p.seqlens, softmax_scale=scale, block_table=table, window_size=(-1, 0))[0]
+
+
+def _flashtile(p: Problem, i: int) -> torch.Tensor:
+    return _decode(p, *p.caches[i][:3])
 
 
 def _flashtile_contiguous(p: Problem, i: int) -> torch.Tensor:
     """flashtile on the same keys as a paged cell's, laid out contiguously: timed in the paged cell's rounds,
     so that paged against contiguous is a paired comparison (same q, keys, rounds and GPU state)."""
-    from flashtile.kernels.decode import decode_fwd
-
-    k, v = p.caches[i][3:]
-    scale = HEAD_DIM**-0.5
-    return decode_fwd(p.q, k, v, p.seqlens, softmax_scale=scale, window_size=(-1, 0))[0]
+    return _decode(p, *p.caches[i][3:], None)
 
 
 # The implementation a paged cell adds beside the others (see _flashtile_contiguous).

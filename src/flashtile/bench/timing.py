@@ -7,6 +7,7 @@ copies so that inputs read in one call are not still in L2 for the next (``rotat
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,7 +107,7 @@ def _time_cuda(fn: Callable[[int], object], copies: int, budget: TimingBudget) -
         ends[i].record()
     torch.cuda.synchronize()
     gpu_ms = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
-    return Timing(*_quantiles(gpu_ms), reps=reps, host_ms=_quantiles(host_ms)[1])
+    return Timing(*_quantiles(gpu_ms), reps=reps, host_ms=statistics.median(host_ms))
 
 
 def _time_cpu(fn: Callable[[int], object], copies: int, budget: TimingBudget) -> Timing:
