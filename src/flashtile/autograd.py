@@ -44,7 +44,7 @@ class FlashAttnFunction(torch.autograd.Function):
     """``(out, lse) = FlashAttnFunction.apply(q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k,
     learnable_sink, options)`` on validated inputs: the tensors one by one (autograd sees each), and
     ``options`` = ``(softmax_scale, causal, backend, window_left, window_right, softcap, dropout_p,
-    max_seqlen_q, max_seqlen_k, deterministic, mods)`` as one tuple (each argument of ``apply`` costs it
+    max_seqlen_q, max_seqlen_k, deterministic, mods, plan)`` as one tuple (each argument of ``apply`` costs it
     about 0.2 µs: docs/design/host_path.md).
 
     The options (``rng_state`` included, so the backward regenerates the forward's dropout mask) are kept
@@ -65,14 +65,17 @@ class FlashAttnFunction(torch.autograd.Function):
         learnable_sink: torch.Tensor | None,
         options: tuple[Any, ...],
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, _, mods = options
-        run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
-        # The custom ops have no mods (the interface refuses them under torch.compile).
-        with_mods = {} if mods is None else {"mods": mods}
-        out, lse = run(
-            q, k, v, scale, causal, backend, left, right, softcap, alibi_slopes, dropout_p, rng_state,
-            cu_seqlens_q, cu_seqlens_k, max_q, max_k, learnable_sink, **with_mods,
-        )  # fmt: skip
+        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, _, mods, plan = options
+        result = None if plan is None else plan.forward(q, k, v)
+        if result is None:
+            run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
+            # The custom ops have no mods (the interface refuses them under torch.compile).
+            with_mods = {} if mods is None else {"mods": mods}
+            result = run(
+                q, k, v, scale, causal, backend, left, right, softcap, alibi_slopes, dropout_p, rng_state,
+                cu_seqlens_q, cu_seqlens_k, max_q, max_k, learnable_sink, **with_mods,
+            )  # fmt: skip
+        out, lse = result
         ctx.save_for_backward(
             q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
         )
@@ -85,22 +88,25 @@ class FlashAttnFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
         q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
-        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, deterministic, mods = (
+        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, deterministic, mods, plan = (
             ctx.options
         )
         if dout is None:
             # Unmaterialised: when the loss reaches this node without out (gradcheck, a sink-only loss), None.
             dout = torch.zeros_like(out)
-        run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
-        with_mods = {} if mods is None else {"mods": mods}
         # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
         create_graph = torch.is_grad_enabled()
         with torch.no_grad() if create_graph else contextlib.nullcontext():
-            dq, dk, dv, dsink = run(
-                dout, q, k, v, out, lse, scale, causal, backend, left, right, softcap, alibi_slopes,
-                dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_q, max_k, sink,
-                deterministic=deterministic, **with_mods,
-            )  # fmt: skip
+            grads = None if plan is None else plan.backward(dout, q, k, v, out, lse)
+            if grads is None:
+                run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
+                with_mods = {} if mods is None else {"mods": mods}
+                grads = run(
+                    dout, q, k, v, out, lse, scale, causal, backend, left, right, softcap, alibi_slopes,
+                    dropout_p, rng_state, cu_seqlens_q, cu_seqlens_k, max_q, max_k, sink,
+                    deterministic=deterministic, **with_mods,
+                )  # fmt: skip
+        dq, dk, dv = grads[:3]
         if create_graph:
             graph_inputs = [t for t in (dout, q, k, v) if t.requires_grad]
             if graph_inputs:
@@ -108,7 +114,7 @@ class FlashAttnFunction(torch.autograd.Function):
         needs = ctx.needs_input_grad
         grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
         # The slopes, RNG state and cu_seqlens get no gradient (the slopes none, as in flash_attn).
-        dsink = dsink.to(sink.dtype) if needs[7] else None
+        dsink = grads[3].to(sink.dtype) if needs[7] else None
         return (*grads, None, None, None, None, dsink, None)
 
 
@@ -132,11 +138,13 @@ def attention(
     deterministic: bool = False,
     mods: Mods | None = None,
     learnable_sink: torch.Tensor | None = None,
+    plan: object | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable ``(out, lse)`` of validated inputs and normalised options (``lse`` carries no
     gradient); ``rng_state`` is required when ``dropout_p > 0`` (:func:`flashtile.ops.draw_rng_state`);
     ``mods`` (block mask, mask_mod, score_mod, aux_tensors) is kept for the backward as it is;
-    ``learnable_sink`` (H,) in the LSE's dtype is differentiable.
+    ``learnable_sink`` (H,) in the LSE's dtype is differentiable; ``plan``: the backend's prepared plain
+    call (:func:`flashtile.backend.prepare`), which runs the kernels where it takes the call.
 
     With nothing to differentiate (grad mode off, or no input requiring grad) eager calls skip the
     autograd.Function, whose bookkeeping costs ~10 µs a call and would be thrown away."""
@@ -144,6 +152,9 @@ def attention(
     for option in (alibi_slopes, learnable_sink):
         inputs_need_grad = inputs_need_grad or (option is not None and option.requires_grad)
     if not (inputs_need_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling():
+        result = None if plan is None else plan.forward(q, k, v)
+        if result is not None:
+            return result
         # run_attn_fwd takes the sink before mods (the custom op's schema ends with its tensors).
         return _ops.run_attn_fwd(
             q, k, v, softmax_scale, causal, backend, *window_size, softcap, alibi_slopes, dropout_p,
@@ -151,7 +162,7 @@ def attention(
         )  # fmt: skip
     options = (
         softmax_scale, causal, backend, *window_size, softcap, dropout_p, max_seqlen_q, max_seqlen_k,
-        deterministic, mods,
+        deterministic, mods, plan,
     )  # fmt: skip
     return FlashAttnFunction.apply(
         q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink, options

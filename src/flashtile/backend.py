@@ -147,3 +147,23 @@ def launcher(
                 raise FlashtileValueError(f"{ENV_VAR}=hopper was asked for but {reason}")
             implementation = module("triton")
     return getattr(implementation, entry)
+
+
+def prepare(
+    backend: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    deterministic: bool,
+) -> object | None:
+    """``backend``'s plain call prepared for its call signature, or None where it has none for it: an object
+    whose ``forward(q, k, v)`` and ``backward(dout, q, k, v, out, lse)`` return what ``attn_fwd`` and
+    ``attn_bwd`` would, or None to send a call down the general path (flashtile.plain_calls)."""
+    prepare_call = getattr(module(backend), "prepare", None)
+    if prepare_call is None:
+        return None
+    return prepare_call(q, k, v, softmax_scale, causal, window_size, softcap, deterministic)

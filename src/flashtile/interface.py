@@ -228,11 +228,11 @@ def _attention(
     seen = None if call_key is None else plain_calls.verdict(call_key)
     if seen is not None:
         # A plain call whose metadata passed validation before: the same verdict.
-        scale, options, backend, checked_mods = seen
+        scale, options, backend, checked_mods, plan = seen
         q, k, v = tensors["q"], tensors["k"], tensors["v"]
         return _autograd.attention(
             q, k, v, scale, options.causal, backend, window_size=options.window_size, softcap=options.softcap,
-            deterministic=options.deterministic, mods=checked_mods,
+            deterministic=options.deterministic, mods=checked_mods, plan=plan,
         )[0]  # fmt: skip
     q, k, v = validation.unpack_qkv(varlen is not None, **tensors)
     validation.check_same_device(**tensors)
@@ -264,7 +264,11 @@ def _attention(
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
     if call_key is not None:
-        plain_calls.remember(call_key, (scale, options, backend, checked_mods))
+        plan = _backend.prepare(
+            backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
+            options.deterministic,
+        )  # fmt: skip
+        plain_calls.remember(call_key, (scale, options, backend, checked_mods, plan))
     rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = boundaries or (None, None, 0, 0)
     out, lse = _autograd.attention(

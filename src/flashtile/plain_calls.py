@@ -4,22 +4,35 @@ A plain call is ``flash_attn_func``'s q, k, v as plain 4-D tensors with unit las
 batch, block mask, mask or score mod, sink, ALiBi slopes, dropout or attention probabilities. Validating it
 reads only the tensors' shapes, strides, dtypes and devices, the option values and the backend's environment
 variables. So once one such call has passed validation, a later call with the same key reuses the verdict:
-the softmax scale, the normalised options, the backend and the (empty) mods. Any other call, and any call
-not seen before, takes the full path, which raises its errors as before and records the verdict only when it
-passes. docs/design/host_path.md, "Plain calls", has what this saves.
+the softmax scale, the normalised options, the backend, the (empty) mods and the backend's prepared call
+(flashtile.backend.prepare: the kernels' launches with every decision the key fixes made once). Any other
+call, and any call not seen before, takes the full path, which raises its errors as before and records the
+verdict only when it passes. docs/design/host_path.md, "Plain calls" and "Prepared plain calls", has what
+this saves.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from flashtile._environ import Knob
 from flashtile.backend import ENV_VAR as BACKEND_ENV
 
 # Verdicts kept (a training run sees a handful of shapes; the cache is emptied when full).
 MAX_VERDICTS = 256
 _verdicts: dict[tuple, tuple] = {}
+
+# The environment a verdict depends on: the backend's choice, and the knobs a prepared call
+# (flashtile.backend.prepare) fixes when it is made — the Hopper forward's persistent grid and consumer count
+# (kernels/hopper/fwd.py's PERSISTENT_ENV, CONSUMERS_ENV) and the Hopper backward's variant (bwd.py's
+# VARIANT_ENV). tests/test_plain_calls.py checks the names against those modules.
+KNOBS = tuple(
+    Knob(name)
+    for name in (
+        BACKEND_ENV, "TRITON_INTERPRET", "FLASHTILE_HOPPER_FWD_PERSISTENT", "FLASHTILE_HOPPER_FWD_CONSUMERS",
+        "FLASHTILE_HOPPER_BWD_VARIANT",
+    )
+)  # fmt: skip
 
 
 def _plain_tensor(t: object) -> bool:
@@ -64,7 +77,7 @@ def key(
     return (
         q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
         v.dtype, v.device, softmax_scale, causal, window_size, softcap, deterministic,
-        os.environ.get(BACKEND_ENV), os.environ.get("TRITON_INTERPRET"),
+        *[knob.get() for knob in KNOBS],
     )  # fmt: skip
 
 

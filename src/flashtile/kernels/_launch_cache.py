@@ -27,7 +27,6 @@ jit function, whose globals Triton checks at each launch), and for a kernel with
 
 from __future__ import annotations
 
-import os
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ import triton
 from packaging.version import Version
 from triton import knobs
 
+from flashtile._environ import Knob
 from flashtile.kernels._layout import run_on_device
 from flashtile.kernels._tensor_maps import tensor_map_launcher
 
@@ -45,9 +45,12 @@ ENABLED = Version(triton.__version__).release[:2] == (3, 6)
 _SCALARS = (int, float, bool, str, type(None))
 
 
+_KNOB = Knob(ENV_VAR)
+
+
 def direct_launch_requested() -> bool:
     """Whether the direct relaunch is on: unless ``FLASHTILE_CACHED_LAUNCH=0`` (read at each launch)."""
-    return os.environ.get(ENV_VAR) != "0"
+    return _KNOB.get() != "0"
 
 
 def current_stream(device_index: int | None) -> int:
@@ -155,12 +158,19 @@ class KernelLaunch:
         return args + tail
 
     def __call__(self, *pointers: torch.Tensor | tuple | None) -> None:
+        self.launch(pointers)
+
+    def launch(self, pointers: tuple, pointer_signatures: tuple | None = None) -> None:
+        """Launch with these pointers; ``pointer_signatures``: :meth:`pointer_signatures` of them, where the
+        caller knows it without looking (a prepared call: kernels/hopper/prepared.py)."""
         cache = self._compiled
         if cache is None or not direct_launch_requested():
             run_on_device(self.device, self._launch, pointers, None, None)
             return
         # Looked up once a call: the launch below takes the entry (or, without one, the signature to keep it).
-        signature = self._signature(pointers)
+        if pointer_signatures is None:
+            pointer_signatures = self.pointer_signatures(pointers)
+        signature = pointer_signatures, knobs.runtime.debug, knobs.compilation.instrumentation_mode
         entry = cache.get(signature)
         if self.kernel.pre_run_hooks:
             entry = None
@@ -174,16 +184,16 @@ class KernelLaunch:
         run_on_device(self.device, self._launch, pointers, signature, entry)
 
     @staticmethod
-    def _signature(pointers: tuple) -> Hashable:
-        """What picks the compiled kernel: the pointers' signatures and Triton's two knobs that key it."""
+    def pointer_signatures(pointers: tuple) -> tuple:
+        """What Triton specialises on in the pointers (with Triton's two knobs that key a compiled kernel,
+        what picks one)."""
         # A plain tensor's signature inline: the common case, ~25 pointers a backward.
-        signatures = tuple(
+        return tuple(
             [
                 (p.dtype, p.data_ptr() % 16 == 0) if type(p) is torch.Tensor else _pointer_signature(p)
                 for p in pointers
             ]
         )
-        return signatures, knobs.runtime.debug, knobs.compilation.instrumentation_mode
 
     def _launch(self, pointers: tuple, signature: Hashable | None, entry: _Compiled | None) -> None:
         """Inside run_on_device: ``entry``'s launcher, or Triton's launch, whose compiled kernel is kept

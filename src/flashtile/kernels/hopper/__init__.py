@@ -17,7 +17,9 @@ from flashtile.kernels.hopper.support import (
     fwd_unsupported_reason,
 )
 
-__all__ = ["attn_bwd", "attn_fwd", "bwd_window", "device_unsupported_reason", "unsupported_reason"]
+__all__ = [
+    "attn_bwd", "attn_fwd", "bwd_window", "device_unsupported_reason", "prepare", "unsupported_reason",
+]  # fmt: skip
 
 _CHECKS = {"attn_fwd": fwd_unsupported_reason, "attn_bwd": bwd_unsupported_reason}
 
@@ -34,6 +36,28 @@ def attn_fwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     from flashtile.kernels.hopper.fwd import attn_fwd as launch
 
     return launch(*args, **kwargs)
+
+
+def prepare(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    deterministic: bool,
+):
+    """A plain call's forward and backward prepared for its call signature
+    (:class:`flashtile.kernels.hopper.prepared.PlainAttention`), or None where the Gluon forward does not
+    run it (or its problem is empty, or its scale not positive): the backend's general path takes those."""
+    if softmax_scale <= 0 or 0 in q.shape or k.shape[1] == 0:
+        return None
+    if fwd_unsupported_reason(q, k, v, {"window_size": window_size, "softcap": softcap}) is not None:
+        return None
+    from flashtile.kernels.hopper.prepared import PlainAttention
+
+    return PlainAttention(q, k, v, softmax_scale, causal, window_size, softcap, deterministic)
 
 
 def bwd_window(causal: bool, window_size: tuple[int, int]) -> tuple[int, int]:

@@ -1227,6 +1227,36 @@ def _fwd_launch(
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
 
+def launch_for(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    slopes: torch.Tensor | None,
+    dropout_p: float,
+    varlen: tuple[int, int, int, int] | None,
+    sparse: Sparse | None,
+    cfg: configs.HopperFwdConfig,
+) -> KernelLaunch:
+    """The prepared launch of a call :func:`attn_fwd` runs (its arguments as there, the scale positive;
+    dense ``seqlen_q/k`` N_q and N_k, 0 for a packed batch, whose ``varlen`` is :func:`_fwd_launch`'s)."""
+    head_dim = q.shape[-1]
+    return _fwd_launch(
+        q.device, batch, seqlen_q, seqlen_k, q.shape[-2], k.shape[-2], head_dim, softmax_scale, causal,
+        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
+        dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
+        consumer_count(
+            head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
+            dropout_p, varlen is not None, sparse is not None,
+        ),
+    )  # fmt: skip
+
+
 def attn_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -1257,7 +1287,6 @@ def attn_fwd(
     (B, H, N_q) float32, natural log: those of the portable forward, a row that sees no key giving out 0 and
     lse −inf."""
     heads, head_dim = q.shape[-2], q.shape[-1]
-    heads_kv = k.shape[-2]
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if cu_seqlens_q is not None:
         batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, 0, 0
@@ -1282,14 +1311,9 @@ def attn_fwd(
     lists = (lse,) * 4
     if sparse is not None:
         lists = km.list_args("kv", False) + km.list_args("kv", True)
-    launch = _fwd_launch(
-        q.device, batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, softmax_scale, causal,
-        tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
-        dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
-        consumer_count(
-            head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
-            dropout_p, varlen is not None, sparse is not None,
-        ),
+    launch = launch_for(
+        q, k, batch, seqlen_q, seqlen_k, softmax_scale, causal, window_size, softcap, slopes, dropout_p,
+        varlen, sparse, cfg,
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
     if varlen is None:

@@ -1,0 +1,278 @@
+"""Plain calls on the Hopper backend, prepared once per call signature.
+
+flashtile.plain_calls remembers validation's verdict on a plain call (q, k, v plain 4-D tensors; causal, a
+sliding window or softcap at most) under a key of the tensors' shapes, strides, dtypes and devices, the
+options and the knobs the launches read. Everything between that verdict and the kernels is then a function
+of the key: the backend's routing and support checks, the launcher's configuration and prepared launch, the
+descriptors' shapes, strides and boxes, and what Triton specialises on in the pointers. A
+:class:`PlainAttention` works them out at a key's first call; a later call allocates its outputs, wraps its
+tensors in descriptors and launches.
+
+What the key leaves open is checked at each call: TMA reads q, k and v only from 16-byte aligned addresses,
+and a call whose tensors are not is handed back (None) to the general path, which routes it to the portable
+kernels. docs/design/host_path.md, "Prepared plain calls", has what this saves.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashtile.kernels import configs
+from flashtile.kernels._block_sparse import NO_MODS
+from flashtile.kernels._launch_cache import KernelLaunch
+from flashtile.kernels.hopper import bwd as gluon_bwd
+from flashtile.kernels.hopper.descriptors import CheckedDescriptor, box_layout
+from flashtile.kernels.hopper.fwd import WG_ROWS, launch_for, sparse_aux
+
+__all__ = ["PlainAttention"]
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+class _DescriptorFields:
+    """A TMA descriptor's fields but its tensor (:func:`flashtile.kernels.hopper.descriptors.descriptor`'s
+    shape, strides, box and layout), fixed by the call signature."""
+
+    __slots__ = ("box", "layout", "shape", "strides")
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...], dtype) -> None:
+        self.shape, self.strides, self.box = list(shape), list(strides), list(box)
+        self.layout = box_layout(dtype, box)
+
+    def over(self, t: torch.Tensor) -> CheckedDescriptor:
+        return CheckedDescriptor(t, self.shape, self.strides, self.box, self.layout)
+
+
+class PlainAttention:
+    """The Hopper forward and backward of one plain call signature (module docstring): ``forward(q, k,
+    v)`` gives ``(out, lse)`` and ``backward(dout, q, k, v, out, lse)`` gives ``(dq, dk, dv)`` as the
+    backend's launchers do for these tensors, or None where the call must take the general path."""
+
+    __slots__ = (
+        "_aux", "_backward", "_device", "_dtype", "_fwd", "_k", "_lse_shape", "_o", "_out_shape", "_q",
+        "_signatures", "_v",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        softmax_scale: float,
+        causal: bool,
+        window_size: tuple[int, int],
+        softcap: float,
+        deterministic: bool,
+    ) -> None:
+        """For a call the Hopper forward runs (``kernels.hopper.prepare`` checks), softmax_scale > 0."""
+        batch, seqlen_q, heads, head_dim = q.shape
+        cfg = configs.hopper_fwd_config(head_dim)
+        self._fwd = launch_for(
+            q, k, batch, seqlen_q, k.shape[1], softmax_scale, causal, window_size, softcap, None, 0.0, None,
+            None, cfg,
+        )  # fmt: skip
+        self._dtype, self._device = q.dtype, q.device
+        self._out_shape, self._lse_shape = tuple(q.shape), (batch, heads, seqlen_q)
+        rows_box, keys_box = (1, WG_ROWS.value, 1, head_dim), (1, cfg.BLOCK_N, 1, head_dim)
+        self._q = _DescriptorFields(q.shape, q.stride(), rows_box, q.dtype)
+        self._o = _DescriptorFields(q.shape, _contiguous_strides(q.shape), rows_box, q.dtype)
+        self._k = _DescriptorFields(k.shape, k.stride(), keys_box, k.dtype)
+        self._v = _DescriptorFields(v.shape, v.stride(), keys_box, v.dtype)
+        self._aux = sparse_aux(NO_MODS, None)
+        # Triton specialises a descriptor on its dtype and box, the LSE on its alignment, which the
+        # caching allocator's blocks always have (each call checks it all the same).
+        lse = torch.empty((1,), dtype=torch.float32, device=q.device)
+        self._signatures = self._fwd.pointer_signatures(self._pointers(q, k, v, q, lse))
+        self._backward = None
+        window = (window_size[0], 0) if causal else tuple(window_size)
+        options = {"window_size": window, "deterministic": deterministic, "softcap": softcap}
+        supported = gluon_bwd.bwd_unsupported_reason(q, k, v, q, options) is None
+        if supported and gluon_bwd.routed_by_default(head_dim):
+            self._backward = _GluonBackward(q, k, v, softmax_scale, window, deterministic, softcap)
+
+    def _pointers(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
+    ) -> tuple:
+        """The forward kernel's pointer arguments (kernels/hopper/fwd.py's FWD_POINTERS) for a dense call
+        without slopes, packed batch, block mask or dropout: the LSE stands in for each absent tensor."""
+        return (
+            self._q.over(q), self._k.over(k), self._v.over(v), self._o.over(out), lse, lse, lse, lse, lse,
+            lse, lse, lse, lse, self._aux, lse,
+        )  # fmt: skip
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(out, lse)`` of the call, or None where TMA cannot read q, k or v in place."""
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
+            return None
+        out = torch.empty(self._out_shape, dtype=self._dtype, device=self._device)
+        lse = torch.empty(self._lse_shape, dtype=torch.float32, device=self._device)
+        signatures = self._signatures if lse.data_ptr() % 16 == 0 else None
+        self._fwd.launch(self._pointers(q, k, v, out, lse), signatures)
+        return out, lse
+
+    def backward(
+        self,
+        dout: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(dq, dk, dv)`` from the Gluon backward, or None where the backend would run the portable one."""
+        if self._backward is None:
+            return None
+        return self._backward(dout, q, k, v, out, lse)
+
+
+class _GluonBackward:
+    """The Gluon backward's three launches for one plain call signature (kernels/hopper/bwd.py's
+    ``_launch`` for a dense call without slopes, block mask or dropout, at a head dim with a kernel of its
+    own), for dO, out and the LSE laid out as the forward and a loss's gradient usually leave them:
+    contiguous. A call with other strides or an unaligned address takes ``launch_supported``, which copies
+    what TMA cannot read."""
+
+    __slots__ = (
+        "_aux", "_device", "_direct", "_dk", "_dq", "_dq_target", "_dv", "_finish", "_finish_fields",
+        "_fused", "_general", "_k", "_layouts", "_preprocess", "_q", "_signatures", "_stats", "_stats_rows",
+        "_v", "deterministic",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        softmax_scale: float,
+        window: tuple[int, int],
+        deterministic: bool,
+        softcap: float,
+    ) -> None:
+        batch, seqlen_q, heads, head_dim = q.shape
+        seqlen_k, heads_kv = k.shape[1], k.shape[2]
+        is_causal = window == (-1, 0)
+        plain = not (is_causal or deterministic or softcap) and window == (-1, -1)
+        _, cfg = gluon_bwd.select_variant(head_dim, plain)
+        q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
+        self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
+            q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
+            deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap,
+        )  # fmt: skip
+        self._general = (softmax_scale, window, deterministic, softcap)
+        self.deterministic = deterministic
+        self._device = q.device
+        # dO, out and the LSE as this launch reads them (contiguous), the LSE's (B, H, N_q) included.
+        self._layouts = (q_strides, q_strides, _contiguous_strides((batch, heads, seqlen_q)))
+        self._stats_rows = batch * heads * gluon_bwd._stats_rows(seqlen_q, cfg.block_m, None)
+        bm, bn = cfg.block_m, cfg.block_n
+        dq_rows, dq_cols = cfg.dq_box(head_dim)
+        out_rows, out_cols = cfg.out_box(head_dim)
+        # q's, and dO's (contiguous).
+        self._q = (
+            _rank3(q.shape, q.stride(), bm, head_dim, q.dtype),
+            _rank3(q.shape, q_strides, bm, head_dim, q.dtype),
+        )
+        self._k = _rank3(k.shape, k.stride(), bn, head_dim, k.dtype)
+        self._v = _rank3(v.shape, v.stride(), bn, head_dim, v.dtype)
+        self._stats = _DescriptorFields((self._stats_rows,), (1,), (bm,), torch.float32)
+        self._dk = _rank3(k.shape, kv_strides, out_rows, out_cols, k.dtype)
+        self._dv = _rank3(v.shape, kv_strides, out_rows, out_cols, v.dtype)
+        self._dq = _rank3(q.shape, q_strides, dq_rows, dq_cols, torch.float32)
+        self._aux = sparse_aux(NO_MODS, None)
+        # TMA reads q, k and v in place where their heads are packed and their strides 16-byte aligned
+        # (kernels/hopper/bwd.py's _tma_ready, which otherwise copies them: the general launch does that).
+        self._direct = all(_heads_packed(t) for t in (q, k, v))
+        # The deterministic dQ kernel writes dQ itself: the fused kernel's dQ descriptor is unused and any
+        # fp32 tensor of its box serves (kernels/hopper/bwd.py's _launch allocates one a call).
+        self._dq_target = None
+        self._finish_fields = None
+        if deterministic:
+            self._dq_target = torch.empty((1, dq_rows, 1, dq_cols), dtype=torch.float32, device=q.device)
+            target = self._dq_target
+            self._dq = _rank3(target.shape, target.stride(), dq_rows, dq_cols, torch.float32)
+            self._finish_fields = (
+                _rank3(q.shape, q.stride(), gluon_bwd.DQ_BLOCK_M, head_dim, q.dtype),
+                _rank3(k.shape, k.stride(), gluon_bwd.DQ_BLOCK_N, head_dim, k.dtype),
+                _rank3(v.shape, v.stride(), gluon_bwd.DQ_BLOCK_N, head_dim, v.dtype),
+                _rank3(q.shape, q_strides, gluon_bwd.DQ_BLOCK_M, head_dim, q.dtype),
+                _rank3(q.shape, q_strides, gluon_bwd.DQ_BLOCK_M, head_dim, q.dtype),
+            )
+        self._signatures = None
+
+    def __call__(
+        self,
+        dout: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        laid_out = self._direct and (dout.stride(), out.stride(), lse.stride()) == self._layouts
+        if not laid_out or (dout.data_ptr() | q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
+            return gluon_bwd.launch_supported(dout, q, k, v, out, lse, *self._general, None, {})
+        device = self._device
+        lse2, delta = torch.empty((2, self._stats_rows), dtype=torch.float32, device=device).unbind(0)
+        dk = torch.empty(k.shape, dtype=k.dtype, device=device)
+        dv = torch.empty(v.shape, dtype=v.dtype, device=device)
+        dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+        if self.deterministic:
+            dq_sum, dq_target = lse2, self._dq_target
+        else:
+            dq_sum = dq_target = torch.empty(q.shape, dtype=torch.float32, device=device)
+        pointers = (
+            (out, dout, lse, lse2, delta, dq_sum, lse2),
+            (
+                self._q[0].over(q), self._k.over(k), self._v.over(v), self._q[1].over(dout),
+                self._stats.over(lse2), self._stats.over(delta), self._dq.over(dq_target), self._dk.over(dk),
+                self._dv.over(dv), None, lse2, lse2, dk, dv, lse, lse, lse, lse, self._aux, lse2,
+            ),
+            self._finish_pointers(q, k, v, dout, dq, lse2, delta, dq_sum),
+        )  # fmt: skip
+        # Every tensor is 16-byte aligned (checked above, or a fresh block of the caching allocator, checked
+        # here): the launches' pointer signatures are those of the first call.
+        fresh = lse2.data_ptr() | delta.data_ptr() | dk.data_ptr() | dv.data_ptr() | dq.data_ptr()
+        aligned = (fresh | dq_sum.data_ptr() | out.data_ptr() | lse.data_ptr()) % 16 == 0
+        signatures = self._signatures if aligned else None
+        if signatures is None:
+            signatures = tuple(map(KernelLaunch.pointer_signatures, pointers))
+            if aligned:
+                self._signatures = signatures
+        for launch, p, signature in zip(self._launches(), pointers, signatures, strict=True):
+            launch.launch(p, signature)
+        return dq, dk, dv
+
+    def _launches(self) -> tuple:
+        return self._preprocess, self._fused, self._finish
+
+    def _finish_pointers(self, q, k, v, dout, dq, lse2, delta, dq_sum) -> tuple:
+        """The dQ kernel's pointers (deterministic), or the postprocess's: the fp32 sum into dQ."""
+        if not self.deterministic:
+            return (dq_sum, dq, dq_sum)
+        fq, fk, fv, fdo, fdq = self._finish_fields
+        return (fq.over(q), fk.over(k), fv.over(v), fdo.over(dout), fdq.over(dq), lse2, delta)
+
+
+def _heads_packed(t: torch.Tensor) -> bool:
+    """Whether a (B, N, H, D) tensor's strides let a rank-3 descriptor read it (its address aside)."""
+    strides, es = t.stride(), t.element_size()
+    return strides[3] == 1 and strides[2] == t.shape[3] and all(s * es % 16 == 0 for s in strides[:2])
+
+
+def _rank3(
+    shape: tuple[int, ...], strides: tuple[int, ...], rows: int, cols: int, dtype: torch.dtype
+) -> _DescriptorFields:
+    """kernels/hopper/bwd.py's ``_descriptor`` fields for a (B, N, H, D) tensor of these strides: seen as
+    [B, N, H·D] (heads packed), boxes [1, rows, cols]."""
+    batch, seqlen, heads, head_dim = shape
+    return _DescriptorFields(
+        (batch, seqlen, heads * head_dim), (strides[0], strides[1], 1), (1, rows, cols), dtype
+    )

@@ -1,0 +1,184 @@
+"""Prepared plain calls (flashtile.kernels.hopper.prepared): a repeated plain call on the Hopper backend
+launches exactly what the general path launches — the same kernels, arguments, descriptors and tensors in
+the same places — and hands back to the general path what it cannot take (unaligned inputs, an unusual dO)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from flashtile import flash_attn_func, plain_calls
+from tests.test_launch_cache import _FAKE_SM90, _run_sm90_check
+
+# The fake sm_90 machine of test_launch_cache (compiled kernels recorded, Triton's binder for real), with
+# the Hopper backend taking CPU tensors: its device checks answer as on a Hopper GPU.
+_PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
+    """
+    import flashtile.backend as backend
+    from flashtile import flash_attn_func, plain_calls
+    from flashtile.kernels.hopper import prepared, support
+
+    os.environ["FLASHTILE_BACKEND"] = "auto"
+    backend.hopper_unavailable_reason = lambda device: None
+    support.device_unsupported_reason = lambda device: None
+    gluon_check = hopper_bwd.bwd_unsupported_reason
+    on_cuda = lambda t: type("OnCuda", (), {"device": torch.device("cuda"), "dtype": t.dtype, "shape": t.shape,
+        "dim": t.dim, "numel": t.numel})()
+    capability = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    hopper_bwd.bwd_unsupported_reason = lambda q, k, v, dout, options: gluon_check(on_cuda(q), k, v, dout, options)
+    TAKEN = []
+    for name in ("forward", "backward"):
+        method = getattr(prepared.PlainAttention, name)
+
+        def counted(self, *args, _method=method, _name=name):
+            result = _method(self, *args)
+            TAKEN.append((_name, result is not None))
+            return result
+
+        setattr(prepared.PlainAttention, name, counted)
+
+
+    def normalised(launches):
+        # Each tensor by dtype, shape, strides and which of the call's tensors it is (first seen first).
+        seen = {}
+
+        def one(value):
+            if isinstance(value, torch.Tensor):
+                key = (value.data_ptr(), value.dtype, tuple(value.shape))
+                return ("tensor", value.dtype, tuple(value.shape), value.stride(), seen.setdefault(key, len(seen)))
+            if isinstance(value, CheckedDescriptor):
+                return ("descriptor", one(value.base), value.shape, value.strides, value.block_shape, value.layout)
+            if isinstance(value, tuple):
+                return tuple(one(v) for v in value)
+            return value
+
+        return [(name, one(args)) for name, args in launches]
+
+
+    def tensors(shape_q, shape_kv, dtype=torch.float16, offset=0):
+        made = []
+        for shape in (shape_q, shape_kv, shape_kv):
+            count = torch.Size(shape).numel()
+            raw = torch.randn(count + 8, dtype=dtype)
+            made.append(raw[offset : offset + count].view(shape).requires_grad_())
+        return made
+
+
+    def one_call(shape_q, shape_kv, options, offset=0, dout_of=torch.randn_like):
+        LAUNCHES.clear(), TRITON_RUNS.clear(), TAKEN.clear()
+        q, k, v = tensors(shape_q, shape_kv, offset=offset)
+        out = flash_attn_func(q, k, v, **options)
+        torch.autograd.grad(out, (q, k, v), dout_of(out))
+        return normalised(LAUNCHES), list(TRITON_RUNS), list(TAKEN)
+
+
+    B, H = 2, 4
+    cases = {
+        "dense-d64": ((B, 77, H, 64), (B, 77, H, 64), {}),
+        "causal-gqa-d128": ((B, 77, H, 128), (B, 130, 2, 128), {"causal": True}),
+        "window-softcap-d128": ((B, 100, H, 128), (B, 90, H, 128), {"window_size": (17, 5), "softcap": 9.0}),
+        "causal-deterministic-d128": ((B, 64, H, 128), (B, 64, 1, 128), {"causal": True, "deterministic": True}),
+        "dense-d256": ((1, 33, 2, 256), (1, 47, 2, 256), {}),
+    }
+    for name, (shape_q, shape_kv, options) in cases.items():
+        plain_calls._verdicts.clear()
+        general, _, taken = one_call(shape_q, shape_kv, options)
+        assert taken == [], (name, taken)
+        # The first direct launch of each kernel goes through Triton (a new pointer signature there).
+        one_call(shape_q, shape_kv, options)
+        again, runs, taken = one_call(shape_q, shape_kv, options)
+        assert taken == [("forward", True), ("backward", True)], (name, taken)
+        assert runs == [], (name, runs)
+        assert again == general, name
+        # q, k, v 2 bytes off a 16-byte boundary: the forward hands the call back (TMA cannot read them) and
+        # the backward copies them, as a first call with such inputs does.
+        unaligned, _, taken = one_call(shape_q, shape_kv, options, offset=1)
+        assert taken == [("forward", False), ("backward", True)], (name, taken)
+        plain_calls._verdicts.clear()
+        general, _, taken = one_call(shape_q, shape_kv, options, offset=1)
+        assert taken == [] and unaligned == general, name
+        assert not any(isinstance(a, tuple) and a[:1] == ("descriptor",) for _, args in general[:1] for a in args)
+        # dO with a stride of 0 (a sum's gradient): the Gluon backward's general launch, which copies it.
+        expanded = lambda out: torch.ones(()).to(out.dtype).expand_as(out)
+        plain_calls._verdicts.clear()
+        general, _, _ = one_call(shape_q, shape_kv, options, dout_of=expanded)
+        again, _, taken = one_call(shape_q, shape_kv, options, dout_of=expanded)
+        assert taken == [("forward", True), ("backward", True)], (name, taken)
+        assert again == general, name
+    print("ok")
+    """
+)
+
+
+def test_prepared_calls_launch_what_the_general_path_launches() -> None:
+    """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256: a plain call's
+    third run (prepared, every launch direct) passes each compiled kernel the arguments its first run
+    (validated, routed, through Triton) passed; unaligned inputs and a stride-0 dO take the general path."""
+    _run_sm90_check(_PREPARED_CHECK)
+
+
+@pytest.fixture
+def fresh_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plain_calls, "_verdicts", {})
+
+
+def test_knob_names_are_those_the_hopper_launchers_read() -> None:
+    from flashtile.backend import ENV_VAR
+    from flashtile.kernels.hopper.bwd import VARIANT_ENV
+    from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV
+
+    names = {knob.name for knob in plain_calls.KNOBS}
+    assert names == {ENV_VAR, "TRITON_INTERPRET", PERSISTENT_ENV, CONSUMERS_ENV, VARIANT_ENV}
+
+
+def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    q, k, v = (torch.randn(1, 9, 2, 16) for _ in range(3))
+    flash_attn_func(q, k, v)
+    monkeypatch.setenv("FLASHTILE_HOPPER_FWD_PERSISTENT", "0")
+    flash_attn_func(q, k, v)
+    monkeypatch.delenv("FLASHTILE_HOPPER_FWD_PERSISTENT")
+    flash_attn_func(q, k, v)
+    assert len(plain_calls._verdicts) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape_q, shape_kv, options",
+    [
+        ((2, 203, 4, 64), (2, 203, 4, 64), {}),
+        ((2, 203, 4, 128), (2, 150, 2, 128), {"causal": True}),
+        ((2, 129, 4, 128), (2, 300, 4, 128), {"window_size": (40, 3), "softcap": 15.0}),
+        ((2, 203, 4, 128), (2, 203, 1, 128), {"causal": True, "deterministic": True}),
+        ((1, 97, 2, 256), (1, 97, 2, 256), {}),
+    ],
+    ids=["dense-d64", "causal-gqa-d128", "window-softcap-d128", "deterministic-mqa-d128", "dense-d256"],
+)
+def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, shape_kv, options) -> None:
+    """The first call (validated, routed, launched through Triton) and the prepared repeats give the same
+    forward bits and the same dK, dV (and dQ, which the fused kernel adds by atomics unless deterministic:
+    there within fp32 summation order)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the prepared calls are the Hopper backend's")
+    q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(shape_kv, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    dout = torch.randn_like(q)
+
+    def run() -> tuple[torch.Tensor, ...]:
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = flash_attn_func(*leaves, **options)
+        return (out, *torch.autograd.grad(out, leaves, dout))
+
+    first = run()
+    entry = next(iter(plain_calls._verdicts.values()))
+    assert entry[-1] is not None, "a plain Hopper call is prepared"
+    for _ in range(2):
+        again = run()
+        for name, a, b in zip(("out", "dq", "dk", "dv"), first, again, strict=True):
+            if name == "dq" and not options.get("deterministic"):
+                torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * b.abs().max().item())
+            else:
+                assert torch.equal(a, b), name
