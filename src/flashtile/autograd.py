@@ -112,9 +112,9 @@ class FlashAttnFunction(torch.autograd.Function):
             if graph_inputs:
                 dq, dk, dv = _NoDoubleBackward.apply(dq, dk, dv, *graph_inputs)
         needs = ctx.needs_input_grad
-        grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
         # The slopes, RNG state and cu_seqlens get no gradient (the slopes none, as in flash_attn).
         dsink = grads[3].to(sink.dtype) if needs[7] else None
+        grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
         return (*grads, None, None, None, None, dsink, None)
 
 
