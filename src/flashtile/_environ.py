@@ -15,7 +15,7 @@ _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 
 
 class Knob:
-    """One environment variable: :meth:`get` is ``os.environ.get(name)``."""
+    """One environment variable: :meth:`get` is ``os.environ.get(name, default)``."""
 
     __slots__ = ("_key", "name")
 
@@ -23,9 +23,9 @@ class Knob:
         self.name = name
         self._key = os.fsencode(name)
 
-    def get(self) -> str | None:
-        """The variable's value, or None when it is not set."""
+    def get(self, default: str | None = None) -> str | None:
+        """The variable's value, or ``default`` when it is not set."""
         if _DATA is None:
-            return os.environ.get(self.name)
+            return os.environ.get(self.name, default)
         value = _DATA.get(self._key)
-        return None if value is None else os.fsdecode(value)
+        return default if value is None else os.fsdecode(value)

@@ -30,6 +30,7 @@ from types import ModuleType
 
 import torch
 
+from flashtile._environ import Knob
 from flashtile.errors import FlashtileValueError
 
 ENV_VAR = "FLASHTILE_BACKEND"
@@ -42,8 +43,12 @@ MODULES = {
 }
 
 
+_INTERPRET = Knob("TRITON_INTERPRET")
+_REQUESTED = Knob(ENV_VAR)
+
+
 def _interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return _INTERPRET.get("0") == "1"
 
 
 # Looked up once at import: torch.compile cannot trace importlib inside a compiled region.
@@ -56,7 +61,7 @@ def _triton_installed() -> bool:
 
 def requested() -> str:
     """The normalised value of ``FLASHTILE_BACKEND`` (``auto`` when unset); raises on an unknown value."""
-    value = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    value = _REQUESTED.get("auto").strip().lower() or "auto"
     if value not in CHOICES:
         raise FlashtileValueError(
             f"{ENV_VAR}={os.environ.get(ENV_VAR)!r} is not a backend; accepted values: {', '.join(CHOICES)}"

@@ -17,13 +17,13 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-import os
 import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
+from flashtile._environ import Knob
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 
 # Q/K head dims up to 576 (DeepSeek's MLA with the latent absorbed: 512 + 64 rotary) and V head dims up to
@@ -31,6 +31,7 @@ from flashtile.errors import FlashtileTypeError, FlashtileValueError
 MAX_HEAD_DIM = 576
 MAX_HEAD_DIM_V = 512
 DEBUG_ENV_VAR = "FLASHTILE_DEBUG"
+_DEBUG = Knob(DEBUG_ENV_VAR)
 
 _REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TRITON_CUDA_DTYPES = (torch.float16, torch.bfloat16)
@@ -379,7 +380,7 @@ def check_options(
 
 
 def _debug() -> bool:
-    return os.environ.get(DEBUG_ENV_VAR, "0") == "1"
+    return _DEBUG.get("0") == "1"
 
 
 def check_max_seqlen(name: str, value: object) -> int:

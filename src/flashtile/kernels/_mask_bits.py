@@ -8,17 +8,18 @@ compiles nothing (docs/design/block_sparse.md, "Mask bits"). The portable kernel
 
 from __future__ import annotations
 
-import os
+from flashtile._environ import Knob
 
 # FLASHTILE_MASK_BITS=0: the Hopper kernels compile and run a block mask's mask_mod instead.
 ENV_VAR = "FLASHTILE_MASK_BITS"
+_KNOB = Knob(ENV_VAR)
 
 
 def reads_bits(mods) -> bool:
     """Whether the Hopper kernels read the bits of ``mods.block_mask``: the mask has them, the call gives no
     mask_mod of its own (or the mask's), its aux tensors are those the bits came from, unmodified, and
     ``FLASHTILE_MASK_BITS`` is not 0 (read per call)."""
-    if mods is None or os.environ.get(ENV_VAR, "").strip() == "0":
+    if mods is None or _KNOB.get("").strip() == "0":
         return False
     bm = mods.block_mask
     if bm is None or bm.bits is None or mods.mask_mod not in (None, bm.mask_mod):

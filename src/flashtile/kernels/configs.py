@@ -8,10 +8,11 @@ interpreter gets small tiles so that odd sequence lengths cross several blocks i
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
+
+from flashtile._environ import Knob
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,11 @@ class BwdConfig:
     num_stages2: int
 
 
+_INTERPRET = Knob("TRITON_INTERPRET")
+
+
 def is_interpreter() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return _INTERPRET.get() == "1"
 
 
 def block_d(head_dim: int) -> int:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
+from flashtile._environ import Knob
 from flashtile.kernels import configs
 from flashtile.kernels._decode_program import program_coordinates, sequence_keys
 from flashtile.kernels._layout import cdiv, launch
@@ -54,6 +54,7 @@ PDL_ENV = "FLASHTILE_DECODE_PDL"
 # On Hopper the TMA decode kernel (kernels/hopper/decode.py) takes the calls it supports;
 # FLASHTILE_DECODE_KERNEL=portable sends every call to this module's kernel, =tma requires the TMA one.
 KERNEL_ENV = "FLASHTILE_DECODE_KERNEL"
+_KERNEL, _PDL = Knob(KERNEL_ENV), Knob(PDL_ENV)
 # A split of this many key tiles or fewer runs at 2 pipeline stages, not 3: a third stage has no tile to
 # fetch (H200, batch 1, 4k cache, 33 splits of 2 tiles: 13.0 µs against 14.1; at 16k and more, 8 tiles a
 # split and up, 3 stages stay 6-9 % faster; docs/test-runs/2026-11-25-session9/r/).
@@ -433,7 +434,7 @@ def _runs_tma(
 ) -> bool:
     """Whether the Hopper TMA decode kernel (kernels/hopper/decode.py) runs this call: where it takes the
     call, unless ``FLASHTILE_DECODE_KERNEL=portable``; ``=tma`` makes a call it does not take an error."""
-    choice = os.environ.get(KERNEL_ENV, "").strip()
+    choice = _KERNEL.get("").strip()
     if choice not in ("", "tma", "portable"):
         raise ValueError(f"{KERNEL_ENV} must be 'tma' or 'portable', not {choice!r}")
     if choice == "portable":
@@ -453,7 +454,7 @@ def _early_combine(device: torch.device, tma: bool) -> bool:
     """Whether the combine launches while the split kernel runs (programmatic dependent launch, compute
     capability 9.0 or later): after the portable kernel unless ``FLASHTILE_DECODE_PDL=0``, after the TMA
     kernel only with ``FLASHTILE_DECODE_PDL=1`` (PDL_ENV's comment)."""
-    choice = os.environ.get(PDL_ENV, "")
+    choice = _PDL.get("")
     if choice == "0" or (tma and choice != "1") or device.type != "cuda" or configs.is_interpreter():
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9

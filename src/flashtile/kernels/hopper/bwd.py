@@ -40,6 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from flashtile._environ import Knob
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels._block_sparse import NO_MODS, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
@@ -79,6 +80,7 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
+_VARIANT, _VARLEN_TMA_STORE = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -157,7 +159,7 @@ def routed_by_default(head_dim: int) -> bool:
     """Whether the hopper backend sends a supported call of this head dim here: its kernel's default
     variant passed the GPU checks, or ``FLASHTILE_HOPPER_BWD_VARIANT`` names one of its variants."""
     kernel_dim = PADDED_HEAD_DIM.get(head_dim, head_dim)
-    knob = os.environ.get(VARIANT_ENV, "").strip()
+    knob = _VARIANT.get("").strip()
     return kernel_dim in GPU_CHECKED_HEAD_DIMS or knob in VARIANTS[kernel_dim]
 
 
@@ -165,7 +167,7 @@ def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]
     """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
     head dim has a variant of that name, else for a ``plain`` call (dense, not causal, no window or
     option, not deterministic) ``PLAIN_VARIANT``'s if it has one, else ``DEFAULT_VARIANT``."""
-    name = os.environ.get(VARIANT_ENV, "").strip()
+    name = _VARIANT.get("").strip()
     if name and name not in variant_names():
         raise FlashtileValueError(
             f"{VARIANT_ENV}={name!r} names no variant of the Hopper backward; accepted: {variant_names()}"
@@ -1455,7 +1457,7 @@ def _launch(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
-        varlen is not None and os.environ.get(VARLEN_TMA_STORE_ENV, "").strip() != "0", sparse, dropout_p,
+        varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p,
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import torch
 from triton.experimental import gluon
@@ -43,6 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from flashtile._environ import Knob
 from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS, KernelMods, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
@@ -77,6 +77,7 @@ PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
 # FLASHTILE_HOPPER_FWD_CONSUMERS = 2 or 3 overrides the lengths (read at each launch).
 CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
+_PERSISTENT, _CONSUMERS = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
 THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
@@ -1039,7 +1040,7 @@ def consumer_count(
     consumers at D = 64"). CONSUMERS_ENV = 2 or 3 overrides the length rule (3 only where D = 64 allows)."""
     if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse:
         return 2
-    forced = os.environ.get(CONSUMERS_ENV, "").strip()
+    forced = _CONSUMERS.get("").strip()
     if forced in ("2", "3"):
         return int(forced)
     if window_size == (-1, -1):
@@ -1249,7 +1250,7 @@ def launch_for(
     return _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, q.shape[-2], k.shape[-2], head_dim, softmax_scale, causal,
         tuple(window_size), softcap, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, varlen, sparse,
-        dropout_p, os.environ.get(PERSISTENT_ENV, "1") != "0",
+        dropout_p, _PERSISTENT.get("1") != "0",
         consumer_count(
             head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
             dropout_p, varlen is not None, sparse is not None,
