@@ -141,6 +141,47 @@ def measure_hopper(reps: int) -> None:
         print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
 
 
+def measure_hopper_api(reps: int) -> None:
+    """The API on the Hopper route (the backend's device checks answered as on a Hopper GPU): a repeated
+    plain call takes its prepared launches (kernels/hopper/prepared.py), the first call the general path."""
+    import flashtile.backend
+    import flashtile.kernels.hopper
+    from flashtile.kernels.hopper import support
+
+    on_hopper = (
+        (flashtile.backend, "hopper_unavailable_reason", lambda device: None),
+        (support, "device_unsupported_reason", lambda device: None),
+        (flashtile.kernels.hopper, "device_unsupported_reason", lambda device: None),
+        (hopper_bwd, "bwd_unsupported_reason", lambda q, k, v, dout, options: None),
+    )
+    saved = [(module, name, getattr(module, name)) for module, name, _ in on_hopper]
+    for module, name, stand_in in on_hopper:
+        setattr(module, name, stand_in)
+    os.environ["FLASHTILE_BACKEND"] = "auto"
+    try:
+        batch, seqlen, heads, head_dim = 2, 128, 4, 128
+        q, k, v, dout = (torch.randn(batch, seqlen, heads, head_dim, dtype=torch.float16) for _ in range(4))
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        flash_attn_func(qg, kg, vg)
+        graph_out = flash_attn_func(qg, kg, vg)
+        rows = {
+            "flash_attn_func, inputs requiring grad": lambda: flash_attn_func(qg, kg, vg),
+            "flash_attn_func, no grad": lambda: flash_attn_func(q, k, v),
+            "backward (torch.autograd.grad)": lambda: torch.autograd.grad(
+                graph_out, (qg, kg, vg), dout, retain_graph=True
+            ),
+        }
+        shape = f"B={batch} N={seqlen} H={heads} D={head_dim}"
+        print(f"\nthe API on the Hopper route, prepared calls ({shape} fp16;")
+        print("the backward's CPU tensors are real: its allocations are in the figure)")
+        for name, fn in rows.items():
+            print(f"  {name:40s} {per_call_us(fn, reps):7.1f}")
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+        os.environ["FLASHTILE_BACKEND"] = "triton"
+
+
 def measure_packed(reps: int) -> None:
     """The training example's attention: one packed row (4 documents, 1024 tokens here), GQA 8/2, D = 64,
     causal; the portable launchers through the API, and the Gluon varlen launchers."""
@@ -185,6 +226,7 @@ def main() -> None:
     for causal in (False, True):
         measure(causal, args.reps)
     measure_hopper(args.reps)
+    measure_hopper_api(args.reps)
     measure_packed(args.reps)
 
 
