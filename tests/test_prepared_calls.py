@@ -117,6 +117,13 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
         again, _, taken = one_call(shape_q, shape_kv, options, dout_of=expanded)
         assert taken == [("forward", True), ("backward", True)], (name, taken)
         assert again == general, name
+    # FLASHTILE_CACHED_LAUNCH=0: the prepared launches go through Triton's launch, with the same arguments.
+    os.environ[ENV_VAR] = "0"
+    shape_q, shape_kv, options = cases["causal-gqa-d128"]
+    plain_calls._verdicts.clear()
+    general, _, _ = one_call(shape_q, shape_kv, options)
+    again, runs, taken = one_call(shape_q, shape_kv, options)
+    assert taken == [("forward", True), ("backward", True)] and len(runs) == 4 and again == general
     print("ok")
     """
 )
@@ -125,7 +132,8 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
 def test_prepared_calls_launch_what_the_general_path_launches() -> None:
     """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256: a plain call's
     third run (prepared, every launch direct) passes each compiled kernel the arguments its first run
-    (validated, routed, through Triton) passed; unaligned inputs and a stride-0 dO take the general path."""
+    (validated, routed, through Triton) passed; unaligned inputs and a stride-0 dO take the general path;
+    with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go through Triton with the same arguments."""
     _run_sm90_check(_PREPARED_CHECK)
 
 
