@@ -47,7 +47,7 @@ def prepare(
     window_size: tuple[int, int],
     softcap: float,
     deterministic: bool,
-):
+) -> object | None:
     """A plain call's forward and backward prepared for its call signature
     (:class:`flashtile.kernels.hopper.prepared.PlainAttention`), or None where the Gluon forward does not
     run it (or its problem is empty, or its scale not positive): the backend's general path takes those."""

@@ -41,11 +41,14 @@ class _DescriptorFields:
 
     __slots__ = ("box", "layout", "shape", "strides")
 
-    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...], dtype) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...], dtype: torch.dtype
+    ) -> None:
         self.shape, self.strides, self.box = list(shape), list(strides), list(box)
-        self.layout = box_layout(dtype, box)
+        self.layout = box_layout(dtype, tuple(box))
 
     def over(self, t: torch.Tensor) -> CheckedDescriptor:
+        """The descriptor over ``t``, which has the signature's shape and strides."""
         return CheckedDescriptor(t, self.shape, self.strides, self.box, self.layout)
 
 
