@@ -117,6 +117,19 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
         again, _, taken = one_call(shape_q, shape_kv, options, dout_of=expanded)
         assert taken == [("forward", True), ("backward", True)], (name, taken)
         assert again == general, name
+    # q, k, v as views of one (B, N, 3, H, D) tensor: rows 3·H·D apart, read in place either way.
+    def packed_views_call():
+        LAUNCHES.clear(), TRITON_RUNS.clear(), TAKEN.clear()
+        qkv = torch.randn(2, 50, 3, 4, 64, dtype=torch.float16, requires_grad=True)
+        out = flash_attn_func(*qkv.unbind(2), causal=True)
+        torch.autograd.grad(out, (qkv,), torch.randn_like(out))
+        return normalised(LAUNCHES), list(TRITON_RUNS), list(TAKEN)
+
+    plain_calls._verdicts.clear()
+    general, _, _ = packed_views_call()
+    packed_views_call()
+    again, runs, taken = packed_views_call()
+    assert taken == [("forward", True), ("backward", True)] and runs == [] and again == general
     # FLASHTILE_CACHED_LAUNCH=0: the prepared launches go through Triton's launch, with the same arguments.
     os.environ[ENV_VAR] = "0"
     shape_q, shape_kv, options = cases["causal-gqa-d128"]
@@ -132,8 +145,9 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
 def test_prepared_calls_launch_what_the_general_path_launches() -> None:
     """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256: a plain call's
     third run (prepared, every launch direct) passes each compiled kernel the arguments its first run
-    (validated, routed, through Triton) passed; unaligned inputs and a stride-0 dO take the general path;
-    with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go through Triton with the same arguments."""
+    (validated, routed, through Triton) passed, q, k and v as views of one packed tensor too; unaligned
+    inputs and a stride-0 dO take the general path; with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go
+    through Triton with the same arguments."""
     _run_sm90_check(_PREPARED_CHECK)
 
 
