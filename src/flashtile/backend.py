@@ -1,7 +1,8 @@
 """Which implementation runs attention: the Hopper fast path, the portable Triton kernels or the reference.
 
 Each backend is a module offering ``attn_fwd`` and ``attn_bwd`` with the launchers' contract
-(docs/design/options.md), listed in :data:`MODULES`:
+(docs/design/options.md), and optionally ``prepare`` (a plain call's launches worked out once for its call
+signature: :func:`prepare`), listed in :data:`MODULES`:
 
 - ``hopper``: the Gluon kernels for compute capability 9.x (``flashtile.kernels.hopper``);
 - ``triton``: the portable Triton kernels (``flashtile.kernels.portable``);
