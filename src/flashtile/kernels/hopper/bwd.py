@@ -1104,31 +1104,39 @@ def _dims4(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(t.shape), t.stride()
 
 
+def rank3_fields(
+    shape: tuple[int, ...], strides: tuple[int, ...], rows: int, cols: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The rank-3 descriptor (shape, strides, box) of a (B, N, H, D) tensor of these strides, seen as
+    [B, N, H·D] (heads packed), moving [1, rows, cols] blocks: the sequence is a dimension of its own, so a
+    block never reaches into the next batch."""
+    batch, seqlen, heads, head_dim = shape
+    return (batch, seqlen, heads * head_dim), (strides[0], strides[1], 1), (1, rows, cols)
+
+
 def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> CheckedDescriptor:
-    """A rank-3 descriptor over t (B, N, H, D), or packed (total, H, D), seen as [B, N, H·D], block
-    [1, rows, cols] (cols = D by default): the sequence is a dimension of its own, so a block never reaches
-    into the next batch."""
-    (batch, seqlen, heads, head_dim), strides = _dims4(t)
-    box = (1, rows, head_dim if cols is None else cols)
-    return descriptor(t, (batch, seqlen, heads * head_dim), (strides[0], strides[1], 1), box)
+    """:func:`rank3_fields`' descriptor over t (B, N, H, D), or packed (total, H, D) (one batch), blocks
+    [1, rows, cols] (cols = D by default)."""
+    shape, strides = _dims4(t)
+    return descriptor(t, *rank3_fields(shape, strides, rows, shape[3] if cols is None else cols))
 
 
 def _row_stats_descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
     return descriptor(t, (t.numel(),), (1,), (rows,))
 
 
-def _tma_ready(t: torch.Tensor) -> torch.Tensor:
-    """``t`` if a rank-3 descriptor can read it (heads packed, last dim contiguous, 16-byte aligned), else a
-    contiguous copy."""
+def heads_packed(t: torch.Tensor) -> bool:
+    """Whether a rank-3 descriptor can read ``t``'s layout (heads packed, the last dim contiguous, the
+    other strides 16-byte aligned), its address aside."""
     es = t.element_size()
     shape, strides = _dims4(t)
-    fits = (
-        strides[3] == 1
-        and strides[2] == shape[3]
-        and t.data_ptr() % 16 == 0
-        and all((s * es) % 16 == 0 for s in strides[:2])
-    )
-    return t if fits else t.contiguous()
+    return strides[3] == 1 and strides[2] == shape[3] and all((s * es) % 16 == 0 for s in strides[:2])
+
+
+def _tma_ready(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if a rank-3 descriptor can read it (:func:`heads_packed`, a 16-byte aligned address), else a
+    contiguous copy."""
+    return t if heads_packed(t) and t.data_ptr() % 16 == 0 else t.contiguous()
 
 
 def varlen_enabled() -> bool:

@@ -192,7 +192,7 @@ class _GluonBackward:
         self._aux = sparse_aux(NO_MODS, None)
         # TMA reads q, k and v in place where their heads are packed and their strides 16-byte aligned
         # (kernels/hopper/bwd.py's _tma_ready, which otherwise copies them: the general launch does that).
-        self._direct = all(_heads_packed(t) for t in (q, k, v))
+        self._direct = all(gluon_bwd.heads_packed(t) for t in (q, k, v))
         # The deterministic dQ kernel writes dQ itself: the fused kernel's dQ descriptor is unused and any
         # fp32 tensor of its box serves (kernels/hopper/bwd.py's _launch allocates one a call).
         self._dq_target = None
@@ -264,18 +264,9 @@ class _GluonBackward:
         return (fq.over(q), fk.over(k), fv.over(v), fdo.over(dout), fdq.over(dq), lse2, delta)
 
 
-def _heads_packed(t: torch.Tensor) -> bool:
-    """Whether a (B, N, H, D) tensor's strides let a rank-3 descriptor read it (its address aside)."""
-    strides, es = t.stride(), t.element_size()
-    return strides[3] == 1 and strides[2] == t.shape[3] and all(s * es % 16 == 0 for s in strides[:2])
-
-
 def _rank3(
     shape: tuple[int, ...], strides: tuple[int, ...], rows: int, cols: int, dtype: torch.dtype
 ) -> _DescriptorFields:
-    """kernels/hopper/bwd.py's ``_descriptor`` fields for a (B, N, H, D) tensor of these strides: seen as
-    [B, N, H·D] (heads packed), boxes [1, rows, cols]."""
-    batch, seqlen, heads, head_dim = shape
-    return _DescriptorFields(
-        (batch, seqlen, heads * head_dim), (strides[0], strides[1], 1), (1, rows, cols), dtype
-    )
+    """kernels/hopper/bwd.py's rank-3 descriptor fields (:func:`~flashtile.kernels.hopper.bwd.rank3_fields`)
+    for a (B, N, H, D) tensor of these strides."""
+    return _DescriptorFields(*gluon_bwd.rank3_fields(shape, strides, rows, cols), dtype)
