@@ -21,6 +21,7 @@ from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels.hopper import bwd as gluon_bwd
+from flashtile.kernels.hopper import bwd_window
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, box_layout
 from flashtile.kernels.hopper.fwd import WG_ROWS, launch_for, sparse_aux
 
@@ -93,7 +94,7 @@ class PlainAttention:
         lse = torch.empty((1,), dtype=torch.float32, device=q.device)
         self._signatures = self._fwd.pointer_signatures(self._pointers(q, k, v, q, lse))
         self._backward = None
-        window = (window_size[0], 0) if causal else tuple(window_size)
+        window = bwd_window(causal, window_size)
         options = {"window_size": window, "deterministic": deterministic, "softcap": softcap}
         supported = gluon_bwd.bwd_unsupported_reason(q, k, v, q, options) is None
         if supported and gluon_bwd.routed_by_default(head_dim):
