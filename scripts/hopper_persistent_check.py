@@ -9,7 +9,9 @@ looping over work tiles) and =0 (one program a work tile), and cuDNN (dense and 
 output is compared with the per-tile one first (max |difference|). ``--consumers`` adds the D = 64 forward
 with three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent where the grid rule allows).
 ``--causal-only`` times the grid's causal cells alone (the persistent grid pairs their row blocks);
-``--any-keys`` adds the persistent grid past its key bound at D > 64.
+``--any-keys`` adds the persistent grid past its key bound at D > 64; ``--stages 3 4`` adds the forward with
+K/V rings of those depths (with ``--consumers`` at D = 64 also with three consumers); ``--only-grid`` leaves
+out the window and 8k cells.
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
         [--baseline path/to/an/earlier/hopper/fwd.py]
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import importlib.util
 import os
 import statistics
@@ -32,6 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 from flashtile.bench.decode import graph_time_ms
+from flashtile.kernels import configs
 from flashtile.kernels.hopper import fwd as fwd_module
 from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV
 from flashtile.kernels.hopper.fwd import attn_fwd as hopper_fwd
@@ -45,16 +49,19 @@ def graph_ms(fn) -> float:
     return graph_time_ms([fn] * CALLS, reps=REPLAYS)[1]
 
 
-def launcher(attn_fwd, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2, persistent=True):
+def launcher(
+    attn_fwd, q, k, v, causal: bool, window: tuple[int, int], consumers: int = 2, persistent=True, config=None
+):
     """A version's launcher with the persistent grid where its rule allows (or never) and ``consumers``
-    warpgroups. The knobs are read at each launch (the graph captures the launch it picked), and every
-    implementation sets them."""
+    warpgroups (and its tiling ``config``, a HopperFwdConfig, if given). The knobs are read at each launch
+    (the graph captures the launch it picked), and every implementation sets them."""
     scale = q.shape[-1] ** -0.5
+    tiling = {} if config is None else {"config": config}
 
     def run():
         os.environ[PERSISTENT_ENV] = "1" if persistent else "0"
         os.environ[CONSUMERS_ENV] = str(consumers)
-        return attn_fwd(q, k, v, scale, causal, window_size=window)[0]
+        return attn_fwd(q, k, v, scale, causal, window_size=window, **tiling)[0]
 
     return run
 
@@ -117,6 +124,13 @@ def main() -> None:
     parser.add_argument("--csv", help="append one row per cell and implementation to this CSV")
     parser.add_argument("--baseline", help="another version of kernels/hopper/fwd.py to time beside")
     parser.add_argument(
+        "--stages", type=int, nargs="*", default=[],
+        help="also time the forward with K/V rings of these depths (persistent where the rule allows)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--only-grid", action="store_true", help="leave out the window and causal cells at 8k"
+    )  # fmt: skip
+    parser.add_argument(
         "--consumers", action="store_true",
         help="also time three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3; D = 64 only)",
     )  # fmt: skip
@@ -140,7 +154,7 @@ def main() -> None:
         for n in args.seqlens
         for causal in ((True,) if args.causal_only else (False, True))
     ]
-    if not args.causal_only:
+    if not (args.causal_only or args.only_grid):
         cells += [(128, 8192, True, (-1, 0)), (128, 8192, False, (256, 0))]
         # Sliding windows: every work tile visits about the same keys, so they take the persistent grid.
         cells += [(d, n, False, (256, 0)) for d in (64, 128) for n in (2048, 4096, 16384)]
@@ -159,6 +173,13 @@ def main() -> None:
         }
         if baseline is not None:
             impls["baseline"] = launcher(baseline.attn_fwd, q, k, v, causal, window)
+        for depth in args.stages:
+            tiling = dataclasses.replace(configs.hopper_fwd_config(head_dim), STAGES=depth)
+            impls[f"stages-{depth}"] = launcher(hopper_fwd, q, k, v, causal, window, config=tiling)
+            if args.consumers and head_dim == 64:
+                impls[f"stages-{depth}-3"] = launcher(
+                    hopper_fwd, q, k, v, causal, window, consumers=3, config=tiling
+                )
         if args.any_keys and head_dim > 64:
             impls["persistent-any-keys"] = any_keys(q, k, v, causal, window)
         if args.consumers and head_dim == 64:
