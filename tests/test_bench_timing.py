@@ -8,7 +8,7 @@ import time
 import torch
 
 from flashtile.bench.bench import HOST_BOUND, host_note
-from flashtile.bench.timing import TimingBudget, time_calls
+from flashtile.bench.timing import TimingBudget, time_calls, time_in_rounds
 
 
 def test_one_stalled_probe_call_does_not_cut_the_timed_calls():
@@ -35,3 +35,34 @@ def test_the_host_time_of_a_call_is_kept_and_marks_host_bound_cells():
     assert host_note(0.105, 0.140) == "; host 105 µs a call"
     assert host_note(0.115, 0.140) == "; host 115 µs a call (host-bound)"
     assert HOST_BOUND == 0.8
+
+
+def test_rounds_time_the_implementations_in_a_rotating_turn_and_keep_the_median_round():
+    budget = TimingBudget(warmup_ms=0.0, rep_ms=3.0, min_reps=9, max_reps=9)
+    turns: list[int] = []
+    sleeps = {0: [0.001, 0.006, 0.001], 1: [0.002, 0.002, 0.002], 3: [0.001, 0.001, 0.001]}
+    rounds_seen = {0: -1, 1: -1, 3: -1}
+
+    def timed(k: int):
+        def fn(i: int) -> None:
+            if not turns or turns[-1] != k:
+                turns.append(k)
+                rounds_seen[k] += 1
+            time.sleep(sleeps[k][rounds_seen[k]])
+
+        return fn
+
+    def broken(i: int) -> None:
+        turns.append(2)
+        raise RuntimeError("no kernel")
+
+    found = time_in_rounds([timed(0), timed(1), broken, timed(3)], 1, torch.device("cpu"), budget, rounds=3)
+    # Round 1 starts at 0, round 2 at 1, round 3 at 2; the failing one leaves after its first try.
+    assert turns == [0, 1, 2, 3, 1, 3, 0, 3, 0, 1]
+    assert isinstance(found[2], RuntimeError)
+    first, second = found[0], found[1]
+    # One slow round (6 ms) does not move the median of three.
+    assert len(first.p50s_ms) == 3 and max(first.p50s_ms) >= 5.0
+    assert first.timing.p50_ms < 3.0 <= max(first.p50s_ms)
+    assert second.timing.p50_ms >= 1.5 and second.timing.reps == 9
+    assert (first.first, second.first) == (0, 1)

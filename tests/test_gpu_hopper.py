@@ -208,8 +208,7 @@ OPTION_CASES = [
     # Windows on the persistent grid at D = 128 past 1k keys (a work tile still visits a few hundred).
     (2100, 2300, 128, "gqa", torch.bfloat16, False, (300, 40), 0.0, None),
     (3000, 3000, 128, "mha", torch.float16, True, (256, 0), 0.0, None),
-    # ALiBi alone takes a key tile's side of the diagonal (hopper/fwd.py, _alibi_scores): N_q > N_k, where
-    # the first rows' diagonal lies before key 0, at D = 64 and under a window.
+    # ALiBi alone, N_q > N_k (the first rows' diagonal lies before key 0), at D = 64 and under a window.
     (1300, 700, 64, "gqa", torch.bfloat16, False, (-1, -1), 0.0, "h"),
     (1300, 700, 64, "mha", torch.float16, True, (-1, 0), 0.0, "bh"),
     (900, 2500, 128, "mqa", torch.bfloat16, False, (300, 200), 0.0, "h"),
@@ -257,8 +256,7 @@ def test_rows_outside_the_window_give_zero_output_and_minus_inf_lse(
     seed, head_dim, softcap, nan_poisoned_allocations
 ):
     # Window (0, 0) with N_q − N_k = 200: query i sees key i − 200 alone, the first 200 rows see nothing
-    # (the first 128-row block wholly: its program loads no tile). Softcap and ALiBi change neither (ALiBi
-    # without softcap takes the key tiles' side of the diagonal).
+    # (the first 128-row block wholly: its program loads no tile). Softcap and ALiBi change neither.
     q = torch.randn(2, 300, 4, head_dim, dtype=torch.bfloat16, device="cuda")
     k, v = (torch.randn(2, 100, 2, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     out, lse = _check_options(q, k, v, 0.1, False, seed, (0, 0), softcap, _slopes("h", 2, 4))

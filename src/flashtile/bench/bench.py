@@ -39,7 +39,7 @@ from flashtile.bench import grid, results
 from flashtile.bench.grid import DTYPES, MODES, Config, Preset
 from flashtile.bench.peers import Peer
 from flashtile.bench.results import Environment, Result
-from flashtile.bench.timing import rotation_copies, time_calls
+from flashtile.bench.timing import rotation_copies, time_in_rounds
 from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, Comparison, compare
 
 # Largest float64 score tensor (B·H·N_q·N_k elements, 1 GiB) and largest q-shaped tensor (B·N·H·D elements)
@@ -58,6 +58,10 @@ _DROPOUT_UNCHECKED = (
     "cannot reproduce"
 )
 _LOG_WIDTH = 132
+# Each cell times its peers in turn this many rounds and reports the median round (timing.time_in_rounds):
+# timed one after another, the first-timed kernel of a cell read up to 11 % faster than the same kernel timed
+# second (README, "Measured").
+TIMING_ROUNDS = 3
 _FATAL_CUDA = (
     "illegal memory access",
     "device-side assert",
@@ -106,7 +110,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="check and time flashtile against its peers on the FlashAttention papers' grid",
         description=(
             "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s, "
-            "in an order that rotates by one implementation per shape (each row records its place). "
+            "in turn over three rounds, the turn rotating by one implementation per shape (each row records "
+            "its place and the rounds' medians). "
             "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
             "Without a GPU the defaults are tiny CPU shapes."
         ),
@@ -552,32 +557,36 @@ class _Runner:
             return done
         options = call_options(configs[0], self.device)
         verdicts = self._check(configs[0], todo, options)
-        inputs: list[tuple[torch.Tensor, ...]] | None = None
-        no_inputs = ""
-        order = self._timing_order(todo)
-        for position, peer in enumerate(order):
+        # Per mode, the peers to time in _timing_order's turn, timed together in rounds (_time_together).
+        pending: dict[Config, list[tuple[Peer, _Verdict]]] = {}
+        for peer in self._timing_order(todo):
             for config in todo[peer.name]:
-                self.progress.update(self.task, description=f"{config.label()} · {peer.name}")
                 verdict = verdicts[(peer.name, config.mode)]
                 if verdict.status != "ok":
                     done.append(
                         Result(config, peer.name, verdict.status, verdict.detail, error=verdict.error)
                     )
-                elif self._out_of_time():
-                    done.append(Result(config, peer.name, "skipped", self._budget_reason()))
+                    self.progress.advance(self.task)
                 else:
-                    if inputs is None:
-                        try:
-                            inputs = _make_inputs(config, self.device)
-                        except torch.OutOfMemoryError as exc:
-                            inputs, no_inputs = [], f"allocating the inputs: {_short(exc)}"
-                        self._free()
-                    if inputs:
-                        place = (position, len(order))
-                        done.append(self._time(peer, config, inputs, verdict, options, place))
-                    else:
-                        done.append(Result(config, peer.name, "oom", no_inputs))
-                self.progress.advance(self.task)
+                    pending.setdefault(config, []).append((peer, verdict))
+        inputs: list[tuple[torch.Tensor, ...]] | None = None
+        no_inputs = ""
+        for config, peers in pending.items():
+            self.progress.update(self.task, description=f"{config.label()} · timing {len(peers)} in turn")
+            if self._out_of_time():
+                done.extend(Result(config, peer.name, "skipped", self._budget_reason()) for peer, _ in peers)
+            else:
+                if inputs is None:
+                    try:
+                        inputs = _make_inputs(config, self.device)
+                    except torch.OutOfMemoryError as exc:
+                        inputs, no_inputs = [], f"allocating the inputs: {_short(exc)}"
+                    self._free()
+                if inputs:
+                    done.extend(self._time_together(peers, config, inputs, options))
+                else:
+                    done.extend(Result(config, peer.name, "oom", no_inputs) for peer, _ in peers)
+            self.progress.advance(self.task, len(peers))
         del inputs
         self._free()
         return done
@@ -642,36 +651,52 @@ class _Runner:
         self._free()
         return verdicts
 
-    def _time(
+    def _time_together(
         self,
-        peer: Peer,
+        peers: list[tuple[Peer, _Verdict]],
         config: Config,
         inputs: list[tuple[torch.Tensor, ...]],
-        check: _Verdict,
         options: dict[str, object],
-        position: tuple[int, int],
-    ) -> Result:
+    ) -> list[Result]:
+        """Time ``peers`` (checked, in their turn) on one cell in TIMING_ROUNDS rounds, in turn
+        (``timing.time_in_rounds``): a drift of the GPU's clocks or heat within the cell then reaches every
+        peer, not whichever came last."""
+        done: list[Result] = []
+        ready: list[tuple[Peer, _Verdict, Callable[[int], object]]] = []
+        for peer, check in peers:
+            start = time.monotonic()
+            try:
+                ready.append((peer, check, _measured_fn(peer, config, inputs, options)))
+            except Exception as exc:
+                failed = _failure(exc)
+                self._free()
+                done.append(Result(config, peer.name, failed.status, failed.detail))
+            self.peer_seconds[peer.name] += time.monotonic() - start
         start = time.monotonic()
-        failed = None
-        try:
-            timing = time_calls(
-                _measured_fn(peer, config, inputs, options), len(inputs), self.device, self.preset.timing
-            )
-        except Exception as exc:
-            failed = _failure(exc)
-        self.peer_seconds[peer.name] += time.monotonic() - start
-        if failed is not None:
-            # Only now, with the traceback and the autograd graphs it held gone, can the memory go back.
-            self._free()
-            return Result(config, peer.name, failed.status, failed.detail)
-        detail = f"{check.detail}; {timing.reps} calls over {len(inputs)} input copies"
-        # The peer's place in the configuration's timing order (_timing_order): to read a position bias.
-        detail += f"; timed {position[0] + 1} of {position[1]}"
-        if self.device.type == "cuda" and timing.host_ms is not None:
-            detail += host_note(timing.host_ms, timing.p50_ms)
-        if peer.note:
-            detail = f"{peer.note}; {detail}"
-        return Result(config, peer.name, "ok", detail, timing=timing)
+        timings = time_in_rounds(
+            [fn for _, _, fn in ready], len(inputs), self.device, self.preset.timing, TIMING_ROUNDS
+        )
+        # The rounds interleave the peers: their time is shared out evenly.
+        for peer, _, _ in ready:
+            self.peer_seconds[peer.name] += (time.monotonic() - start) / max(len(ready), 1)
+        for (peer, check, _), timed in zip(ready, timings, strict=True):
+            if isinstance(timed, Exception):
+                failed = _failure(timed)
+                done.append(Result(config, peer.name, failed.status, failed.detail))
+                continue
+            timing = timed.timing
+            detail = f"{check.detail}; {timing.reps} calls over {len(inputs)} input copies"
+            # The place in the first round's turn (_timing_order), and each round's median: to read a bias.
+            rounds = ", ".join(f"{ms:.4g}" for ms in timed.p50s_ms)
+            detail += f"; timed {timed.first + 1} of {len(ready)}, median of rounds {rounds} ms"
+            if self.device.type == "cuda" and timing.host_ms is not None:
+                detail += host_note(timing.host_ms, timing.p50_ms)
+            if peer.note:
+                detail = f"{peer.note}; {detail}"
+            done.append(Result(config, peer.name, "ok", detail, timing=timing))
+        del ready
+        self._free()
+        return done
 
 
 def host_note(host_ms: float, call_ms: float) -> str:

@@ -2,6 +2,8 @@
 
 The caller passes ``fn(i)``, which runs the measured operation on input copy ``i``; calls rotate over the
 copies so that inputs read in one call are not still in L2 for the next (``rotation_copies`` picks how many).
+``time_in_rounds`` times the implementations of one cell in turn, several rounds, so that a drift of the
+GPU's state (clocks, heat) within the cell falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -139,3 +141,61 @@ def time_calls(
     if device.type == "cuda":
         return _time_cuda(fn, copies, budget)
     return _time_cpu(fn, copies, budget)
+
+
+@dataclass(frozen=True)
+class RoundsTiming:
+    """One implementation's timing over the rounds of ``time_in_rounds``: ``timing`` has the median of the
+    rounds' quantiles and host times and the sum of their calls; ``p50s_ms`` each round's median; ``first``
+    its place in the first round's turn (0-based)."""
+
+    timing: Timing
+    p50s_ms: tuple[float, ...]
+    first: int
+
+
+def _round_budget(budget: TimingBudget, rounds: int, first_round: bool) -> TimingBudget:
+    """A round's share of ``budget``: the whole warm-up in the first round (caches, clocks), a share of it
+    after another implementation ran; a share of the timed calls in each."""
+    return TimingBudget(
+        warmup_ms=budget.warmup_ms if first_round else budget.warmup_ms / rounds,
+        rep_ms=budget.rep_ms / rounds,
+        min_reps=max(1, math.ceil(budget.min_reps / rounds)),
+        max_reps=max(1, math.ceil(budget.max_reps / rounds)),
+    )
+
+
+def time_in_rounds(
+    fns: list[Callable[[int], object]],
+    copies: int,
+    device: torch.device,
+    budget: TimingBudget,
+    rounds: int = 3,
+) -> list[RoundsTiming | Exception]:
+    """Time each of ``fns`` (one cell's implementations, in the given turn) with ``time_calls`` in ``rounds``
+    rounds, the turn starting one implementation further along each round, each round with its share of
+    ``budget``; per implementation the median of its rounds. An implementation that raises gets the
+    exception in its place and leaves the later rounds."""
+    per_fn: list[list[Timing]] = [[] for _ in fns]
+    failed: dict[int, Exception] = {}
+    for r in range(rounds):
+        start = r % max(len(fns), 1)
+        for k in [*range(start, len(fns)), *range(start)]:
+            if k in failed:
+                continue
+            try:
+                per_fn[k].append(time_calls(fns[k], copies, device, _round_budget(budget, rounds, r == 0)))
+            except Exception as exc:  # the caller reports it; the other implementations go on
+                failed[k] = exc
+    found: list[RoundsTiming | Exception] = []
+    for k, timings in enumerate(per_fn):
+        if k in failed:
+            found.append(failed[k])
+            continue
+        median = [statistics.median(getattr(t, q) for t in timings) for q in ("p20_ms", "p50_ms", "p80_ms")]
+        hosts = [t.host_ms for t in timings if t.host_ms is not None]
+        timing = Timing(
+            *median, reps=sum(t.reps for t in timings), host_ms=statistics.median(hosts) if hosts else None
+        )
+        found.append(RoundsTiming(timing, tuple(t.p50_ms for t in timings), k))
+    return found

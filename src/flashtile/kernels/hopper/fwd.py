@@ -447,38 +447,6 @@ def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BL
 
 
 @gluon.jit
-def _alibi_scores(s, s_scale, n0, alibi_rows, alibi, BLOCK_N: gl.constexpr):
-    """ALiBi's scores of the key tile at n0, base 2: (x, row_term) with x + row_term = s · s_scale −
-    slope·|i + N_k − N_q − j| (the slope times log2(e)). ``alibi`` = (slope, the consumer's first row's
-    i + N_k − N_q[, the float column offsets 0 … BLOCK_N − 1, converted once a work tile]).
-
-    Distances count from the tile's first key, R_i − C_j with R_i = i + N_k − N_q − n0 and C_j = j − n0
-    (small, exact in fp32, no cancellation against the max). A tile whose keys all lie on one side of every
-    row's diagonal key has |R_i − C_j| = ±(R_i − C_j): the bias is a column term, added by the scaling's
-    FMA, plus a row term the caller adds once a row; only the tiles the diagonal crosses take the
-    distance's absolute value (one subtraction and one FMA more a score)."""
-    slope = alibi[0]
-    first = alibi[1]
-    if len(alibi) == 3:
-        offs = alibi[2]
-    else:
-        offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout)).to(gl.float32)
-    rows_f = (alibi_rows - n0).to(gl.float32)
-    # Every key at or before every row's diagonal key (i ≥ first), or at or after it (i ≤ first + 63).
-    before = n0 + (BLOCK_N - 1) <= first
-    after = n0 >= first + (WG_ROWS - 1)
-    row_term = rows_f * 0.0
-    if before | after:
-        # −slope·(R_i − C_j) before, −slope·(C_j − R_i) after.
-        signed = slope * (2.0 * before.to(gl.float32) - 1.0)
-        x = s * s_scale + gl.expand_dims(offs * signed, 0)
-        row_term = rows_f * -signed
-    else:
-        x = s * s_scale - slope * gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(offs, 0))
-    return x, row_term
-
-
-@gluon.jit
 def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -492,7 +460,8 @@ def _softmax_step(
     partial tile) also hides the pairs where ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False, or under
     MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
     aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
-    every entry (the softmax before dropout); its ALiBi entry is :func:`_alibi_scores`' ``alibi``."""
+    every entry (the softmax before dropout); its ALiBi entry is (slope,) or (slope, the float column
+    offsets 0 … BLOCK_N − 1)."""
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
@@ -505,19 +474,20 @@ def _softmax_step(
         # which the same FMA applies.
         s = _tanh(s * softcap_qk)
         s_scale = softcap_out
-    # ALiBi by the tiles' side of the diagonal (:func:`_alibi_scores`), where ``alibi`` has the rows' start.
-    SIDED: gl.constexpr = HAS_ALIBI and len(alibi) > 1
-    row_term = 0.0
-    if SIDED:
-        # Base-2 scores less a per-row term, already scaled.
-        s, row_term = _alibi_scores(s, s_scale, n0, alibi_rows, alibi, BLOCK_N)
-    elif HAS_ALIBI:
-        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come: one
-        # subtraction and one FMA per score, in fp32 (exact distances below 2^24). ``alibi`` = (slope,), a
-        # scalar or one a row (the decode kernel's).
-        cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
-        dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
-        s = s + (-alibi[0] / s_scale) * dist
+    if HAS_ALIBI:
+        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come. Positions
+        # convert per row and per column, not per score: then one subtraction and one FMA per score, in fp32
+        # (exact distances below 2^24). Where ``alibi`` = (slope, offsets) brings the columns' offsets in a
+        # tile (0 … BLOCK_N − 1, converted once a work tile), distances count from the tile's first key and
+        # only the rows convert at each tile.
+        alibi_slope = alibi[0]
+        if len(alibi) == 2:
+            rows_f = (alibi_rows - n0).to(gl.float32)
+            dist = gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(alibi[1], 0))
+        else:
+            cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
+            dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
+        s = s + (-alibi_slope / s_scale) * dist
     if MASKED:
         keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
         if MASK_MOD is not None or MASK_BITS:
@@ -531,16 +501,10 @@ def _softmax_step(
                 )  # fmt: skip
             keep = keep & (seen | (use_mod == 0))
         s = gl.where(keep, s, -float("inf"))
-    if SIDED:
-        # A score is s + row_term: the row term joins the max once a row, and the exponent's reference.
-        m_new = gl.maximum(m_i, gl.max(s, 1) + row_term)
-        m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-        p = gl.exp2(s - gl.expand_dims(m_ref - row_term, 1))
-    else:
-        m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
-        # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
-        m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-        p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
+    # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
+    m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
+    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -728,16 +692,12 @@ def _attn_fwd_tile(
     if HAS_DROPOUT:
         seed, offset = dropout.load_rng_state(drop_args[0])
     drop = (seed, offset, drop_args[1], bh, row0)
-    # ALiBi's slope (taken by the tiles' side of the diagonal: the consumer's first row's i + N_k − N_q)
-    # and the key tiles' column offsets as floats, the same for every tile: kept across the key loops (32
-    # registers a thread) at D > 64; each tile converts its own at D = 64. Beside softcap or dropout those
-    # spilled registers (sm_90): there ALiBi takes every distance's absolute value.
+    # ALiBi's slope and the key tiles' column offsets as floats, the same for every tile: kept across the
+    # key loops (32 registers a thread) where no softcap or dropout needs them; beside those, and at D = 64,
+    # that spilled registers (sm_90), so each tile converts its own.
     alibi = (alibi_slope,)
-    if HAS_ALIBI and not (HAS_SOFTCAP or HAS_DROPOUT):
-        alibi = (alibi_slope, row0 + seqlen_k - seqlen_q)
-        if HEAD_DIM > 64:
-            offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32)
-            alibi = (alibi_slope, row0 + seqlen_k - seqlen_q, offsets)
+    if HAS_ALIBI and HEAD_DIM > 64 and not (HAS_SOFTCAP or HAS_DROPOUT):
+        alibi = (alibi_slope, gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32))
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
