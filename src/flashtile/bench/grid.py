@@ -497,8 +497,9 @@ PRESETS: dict[tuple[str, str], Preset] = {
         causal=(False, True),
         modes=MODES,
         dtypes=("bf16",),
-        # At least 10 timed calls: a cell's median over 5 or 6 moved with one or two stalled calls.
-        timing=TimingBudget(warmup_ms=10, rep_ms=40, min_reps=10, max_reps=40),
+        # At least 5 timed calls in each of the 3 rounds: a cell's median over 5 or 6 calls moved with one or
+        # two stalled calls, which the median round now outvotes.
+        timing=TimingBudget(warmup_ms=10, rep_ms=40, min_reps=15, max_reps=45),
         time_budget_s=480.0,
         skips=_PAPER_SKIPS,
     ),
