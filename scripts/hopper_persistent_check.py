@@ -10,7 +10,8 @@ output is compared with the per-tile one first (max |difference|). ``--consumers
 with three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent where the grid rule allows).
 ``--causal-only`` times the grid's causal cells alone (the persistent grid pairs their row blocks);
 ``--any-keys`` adds the persistent grid past its key bound at D > 64; ``--stages 3 4`` adds the forward with
-K/V rings of those depths (with ``--consumers`` at D = 64 also with three consumers); ``--only-grid`` leaves
+K/V rings of those depths (with ``--consumers`` at D = 64 also with three consumers), ``--block-n 64`` with
+K/V tiles of that many keys; ``--only-grid`` leaves
 out the window and 8k cells.
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
@@ -128,6 +129,10 @@ def main() -> None:
         help="also time the forward with K/V rings of these depths (persistent where the rule allows)",
     )  # fmt: skip
     parser.add_argument(
+        "--block-n", type=int, nargs="*", default=[],
+        help="also time the forward with K/V tiles of these many keys (persistent where the rule allows)",
+    )  # fmt: skip
+    parser.add_argument(
         "--only-grid", action="store_true", help="leave out the window and causal cells at 8k"
     )  # fmt: skip
     parser.add_argument(
@@ -180,6 +185,9 @@ def main() -> None:
                 impls[f"stages-{depth}-3"] = launcher(
                     hopper_fwd, q, k, v, causal, window, consumers=3, config=tiling
                 )
+        for keys in args.block_n:
+            tiling = dataclasses.replace(configs.hopper_fwd_config(head_dim), BLOCK_N=keys)
+            impls[f"block-n-{keys}"] = launcher(hopper_fwd, q, k, v, causal, window, config=tiling)
         if args.any_keys and head_dim > 64:
             impls["persistent-any-keys"] = any_keys(q, k, v, causal, window)
         if args.consumers and head_dim == 64:
