@@ -38,7 +38,7 @@ def test_the_host_time_of_a_call_is_kept_and_marks_host_bound_cells():
 
 
 def test_rounds_time_the_implementations_in_a_rotating_turn_and_keep_the_median_round():
-    budget = TimingBudget(warmup_ms=0.0, rep_ms=3.0, min_reps=9, max_reps=9)
+    budget = TimingBudget(warmup_ms=0.0, rep_ms=3.0, min_reps=9, max_reps=9, rounds=3)
     turns: list[int] = []
     sleeps = {0: [0.001, 0.006, 0.001], 1: [0.002, 0.002, 0.002], 3: [0.001, 0.001, 0.001]}
     rounds_seen = {0: -1, 1: -1, 3: -1}
@@ -56,7 +56,7 @@ def test_rounds_time_the_implementations_in_a_rotating_turn_and_keep_the_median_
         turns.append(2)
         raise RuntimeError("no kernel")
 
-    found = time_in_rounds([timed(0), timed(1), broken, timed(3)], 1, torch.device("cpu"), budget, rounds=3)
+    found = time_in_rounds([timed(0), timed(1), broken, timed(3)], 1, torch.device("cpu"), budget)
     # Round 1 starts at 0, round 2 at 1, round 3 at 2; the failing one leaves after its first try.
     assert turns == [0, 1, 2, 3, 1, 3, 0, 3, 0, 1]
     assert isinstance(found[2], RuntimeError)

@@ -107,6 +107,21 @@ def test_each_configuration_times_the_peers_in_a_rotated_order(tmp_path: Path) -
     assert len(set(firsts)) > 1, firsts
 
 
+def test_each_row_gives_its_rounds_and_rounds_can_be_set(tmp_path: Path) -> None:
+    # Every timed row reports one median per round (bench.timing.time_in_rounds); --rounds sets how many.
+    for rounds in (3, 1):
+        out = tmp_path / str(rounds)
+        argv = [*TINY, "--mode", "fwd", "--causal", "false", "--rounds", str(rounds), "--no-plot"]
+        assert main([*argv, "--out-dir", str(out)]) == 0
+        _, rows = _rows(out / "bench.csv")
+        ok = [r for r in rows if r["status"] == "ok"]
+        assert ok
+        for r in ok:
+            found = re.search(r"median of rounds ([0-9.e+-]+(?:, [0-9.e+-]+)*) ms", r["detail"])
+            assert found and len(found[1].split(", ")) == rounds, r["detail"]
+    assert main([*TINY, "--rounds", "0", "--out-dir", str(tmp_path)]) == 2
+
+
 def test_the_rotation_does_not_repeat_with_the_period_of_the_peer_count() -> None:
     # --paper times six lengths per row with six peers: a plain one-place rotation timed N = 512 first in
     # every row. Each length (index mod count) must start at every place over count rows.

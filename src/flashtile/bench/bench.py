@@ -58,10 +58,6 @@ _DROPOUT_UNCHECKED = (
     "cannot reproduce"
 )
 _LOG_WIDTH = 132
-# Each cell times its peers in turn this many rounds and reports the median round (timing.time_in_rounds):
-# timed one after another, the first-timed kernel of a cell read up to 11 % faster than the same kernel timed
-# second (README, "Measured").
-TIMING_ROUNDS = 3
 _FATAL_CUDA = (
     "illegal memory access",
     "device-side assert",
@@ -181,6 +177,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     run.add_argument("--rep-ms", type=float, help="timed time per measurement")
     run.add_argument("--min-reps", type=int, help="fewest timed calls per measurement")
     run.add_argument(
+        "--rounds", type=int, help="rounds of a cell's implementations in turn, the median one reported (3)"
+    )
+    run.add_argument(
         "--time-budget", type=float, metavar="S", help="stop measuring after S seconds (rest: skipped)"
     )
     run.add_argument("--seed", type=int, default=0)
@@ -232,7 +231,7 @@ def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
         base = dataclasses.replace(
             base, options=tuple(dataclasses.replace(o, seqlens=lengths) for o in base.options)
         )
-    for flag in ("batch", "heads", "tokens", "hidden", "gqa_ratio", "min_reps"):
+    for flag in ("batch", "heads", "tokens", "hidden", "gqa_ratio", "min_reps", "rounds"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
@@ -242,7 +241,12 @@ def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
         base.timing,
         **{
             k: v
-            for k, v in (("warmup_ms", args.warmup_ms), ("rep_ms", args.rep_ms), ("min_reps", args.min_reps))
+            for k, v in (
+                ("warmup_ms", args.warmup_ms),
+                ("rep_ms", args.rep_ms),
+                ("min_reps", args.min_reps),
+                ("rounds", args.rounds),
+            )
             if v is not None
         },
     )
@@ -658,7 +662,7 @@ class _Runner:
         inputs: list[tuple[torch.Tensor, ...]],
         options: dict[str, object],
     ) -> list[Result]:
-        """Time ``peers`` (checked, in their turn) on one cell in TIMING_ROUNDS rounds, in turn
+        """Time ``peers`` (checked, in their turn) on one cell in the preset's rounds, in turn
         (``timing.time_in_rounds``): a drift of the GPU's clocks or heat within the cell then reaches every
         peer, not whichever came last."""
         done: list[Result] = []
@@ -673,9 +677,7 @@ class _Runner:
                 done.append(Result(config, peer.name, failed.status, failed.detail))
             self.peer_seconds[peer.name] += time.monotonic() - start
         start = time.monotonic()
-        timings = time_in_rounds(
-            [fn for _, _, fn in ready], len(inputs), self.device, self.preset.timing, TIMING_ROUNDS
-        )
+        timings = time_in_rounds([fn for _, _, fn in ready], len(inputs), self.device, self.preset.timing)
         # The rounds interleave the peers: their time is shared out evenly.
         for peer, _, _ in ready:
             self.peer_seconds[peer.name] += (time.monotonic() - start) / max(len(ready), 1)
