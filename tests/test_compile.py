@@ -11,6 +11,8 @@ import os
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from flashtile import (
     FlashAttention,
@@ -247,3 +249,40 @@ def test_compile_dropout_runs_and_matches_its_s_dmask(seed: int) -> None:
     expected_grads = torch.autograd.grad(expected.sum(), (q, k, v))
     for a, b in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@triton.jit
+def _relative_bias(score, b, h, q_idx, kv_idx):
+    return score - 0.125 * tl.abs(q_idx - kv_idx).to(tl.float32)
+
+
+@triton.jit
+def _unit_grad(score, b, h, q_idx, kv_idx):
+    return score * 0.0 + 1.0
+
+
+def test_mods_under_compile_run_eagerly_behind_a_graph_break(seed: int) -> None:
+    # A block mask and a score_mod cannot enter the custom ops: the call leaves the graph (one break) and
+    # gives eager's output and gradients; fullgraph=True refuses the break.
+    from flashtile import create_block_mask
+    from flashtile.masks import causal
+
+    q, k, v = _op_args(2, 40, 40, 2, 1, 16, torch.float32)
+    mask = create_block_mask(causal, 1, 1, 40, 40, block_size=32)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (
+            flash_attn_func(q, k, v, block_mask=mask, score_mod=_relative_bias, score_mod_bwd=_unit_grad) * 2
+        )
+
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    results = []
+    for f in (fn, torch.compile(fn, backend="aot_eager")):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = f(*leaves)
+        results.append((out, torch.autograd.grad(out, leaves, torch.ones_like(out))))
+    _assert_same(*results)
+    assert counters["graph_break"], "the call did not leave the graph"
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(fn, fullgraph=True)(q, k, v)

@@ -79,7 +79,7 @@ score_mod: a @triton.jit function score_mod(score, b, h, q_idx, kv_idx[, aux]) -
 score_mod_bwd: d score_mod / d score, same arguments; required with score_mod when a gradient is needed.
 aux_tensors: tuple of tensors on q's device (int32/int64/float16/bfloat16/float32/float64) that the
     functions read (``tl.load(aux[0] + q_idx)``), or None. They get no gradient.
-Not under torch.compile yet (NotImplementedError)."""
+Under torch.compile a call with any of these runs eagerly behind a graph break (fullgraph=True refuses it)."""
 
 # Every way flashtile still differs from flash_attn 2.8.
 DIVERGENCES = """\
@@ -221,6 +221,11 @@ def _attention(
     ``tensors`` are the user's tensor arguments by name (``q, k, v``, ``qkv`` or ``q, kv``), so that errors
     name what the user passed; ``varlen`` holds a packed batch's boundaries.
     """
+    if mods and torch.compiler.is_compiling() and any(value is not None for value in mods.values()):
+        return _attention_outside_the_graph(
+            tensors, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+            return_attn_probs, varlen, mods, learnable_sink,
+        )  # fmt: skip
     call_key = plain_calls.key(
         tensors, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
         return_attn_probs, varlen, mods, learnable_sink,
@@ -281,6 +286,14 @@ def _attention(
     if not options.return_attn_probs:
         return out
     return out, lse, _s_dmask(q, k, v, scale, options, rng_state, backend, boundaries, sink)
+
+
+@torch.compiler.disable
+def _attention_outside_the_graph(*args: object) -> AttentionResult:
+    """``_attention`` run eagerly behind a graph break: a block mask's lists and the mods' jit functions
+    cannot enter the custom ops a compiled graph calls (tensors and scalars only). fullgraph=True refuses
+    the break."""
+    return _attention(*args)
 
 
 @_document

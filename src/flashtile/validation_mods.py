@@ -100,11 +100,6 @@ def check_mods(
     """
     if all(x is None for x in (block_mask, mask_mod, score_mod, score_mod_bwd, aux_tensors)):
         return None
-    if torch.compiler.is_compiling():
-        raise NotImplementedError(
-            "block_mask, mask_mod, score_mod and aux_tensors are not supported under torch.compile yet: "
-            "call flashtile outside the compiled region (torch.compiler.disable)"
-        )
     for name, fn in (("mask_mod", mask_mod), ("score_mod", score_mod), ("score_mod_bwd", score_mod_bwd)):
         check_is_jit(name, fn)
     aux = _check_aux(aux_tensors, device)
