@@ -69,7 +69,7 @@ class FlashAttnFunction(torch.autograd.Function):
         result = None if plan is None else plan.forward(q, k, v)
         if result is None:
             run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
-            # The custom ops have no mods (the interface refuses them under torch.compile).
+            # The custom ops have no mods (under torch.compile the interface runs such a call eagerly).
             with_mods = {} if mods is None else {"mods": mods}
             result = run(
                 q, k, v, scale, causal, backend, left, right, softcap, alibi_slopes, dropout_p, rng_state,
