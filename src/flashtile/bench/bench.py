@@ -106,8 +106,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="check and time flashtile against its peers on the FlashAttention papers' grid",
         description=(
             "Check every implementation against a float64 oracle, then time it (median, p20/p80) in TFLOP/s, "
-            "in turn over three rounds, the turn rotating by one implementation per shape (each row records "
-            "its place and the rounds' medians). "
+            "in turn over rounds (--rounds, 3), the turn rotating by one implementation per shape (each row "
+            "records its place and the rounds' medians). "
             "Appends rows to a CSV, prints one table per (mode, causal, head dim), draws plots from the CSV. "
             "Without a GPU the defaults are tiny CPU shapes."
         ),
@@ -681,7 +681,7 @@ class _Runner:
         # The rounds interleave the peers: their time is shared out evenly.
         for peer, _, _ in ready:
             self.peer_seconds[peer.name] += (time.monotonic() - start) / max(len(ready), 1)
-        for (peer, check, _), timed in zip(ready, timings, strict=True):
+        for place, ((peer, check, _), timed) in enumerate(zip(ready, timings, strict=True)):
             if isinstance(timed, Exception):
                 failed = _failure(timed)
                 done.append(Result(config, peer.name, failed.status, failed.detail))
@@ -690,7 +690,7 @@ class _Runner:
             detail = f"{check.detail}; {timing.reps} calls over {len(inputs)} input copies"
             # The place in the first round's turn (_timing_order), and each round's median: to read a bias.
             rounds = ", ".join(f"{ms:.4g}" for ms in timed.p50s_ms)
-            detail += f"; timed {timed.first + 1} of {len(ready)}, median of rounds {rounds} ms"
+            detail += f"; timed {place + 1} of {len(ready)}, median of rounds {rounds} ms"
             if self.device.type == "cuda" and timing.host_ms is not None:
                 detail += host_note(timing.host_ms, timing.p50_ms)
             if peer.note:

@@ -149,12 +149,10 @@ def time_calls(
 @dataclass(frozen=True)
 class RoundsTiming:
     """One implementation's timing over the rounds of ``time_in_rounds``: ``timing`` has the median of the
-    rounds' quantiles and host times and the sum of their calls; ``p50s_ms`` each round's median; ``first``
-    its place in the first round's turn (0-based)."""
+    rounds' quantiles and host times and the sum of their calls; ``p50s_ms`` each round's median."""
 
     timing: Timing
     p50s_ms: tuple[float, ...]
-    first: int
 
 
 def _round_budget(budget: TimingBudget, rounds: int, first_round: bool) -> TimingBudget:
@@ -175,10 +173,10 @@ def time_in_rounds(
     device: torch.device,
     budget: TimingBudget,
 ) -> list[RoundsTiming | Exception]:
-    """Time each of ``fns`` (one cell's implementations, in the given turn) with ``time_calls`` in
-    ``budget.rounds`` rounds, the turn starting one implementation further along each round, each round with
-    its share of ``budget``; per implementation the median of its rounds. An implementation that raises
-    gets the exception in its place and leaves the later rounds."""
+    """Time each of ``fns`` (one cell's implementations, in the given turn: the first round's order) with
+    ``time_calls`` in ``budget.rounds`` rounds, the turn starting one implementation further along each
+    round, each round with its share of ``budget``; per implementation the median of its rounds. An
+    implementation that raises gets the exception in its place and leaves the later rounds."""
     rounds = budget.rounds
     per_fn: list[list[Timing]] = [[] for _ in fns]
     failed: dict[int, Exception] = {}
@@ -201,5 +199,5 @@ def time_in_rounds(
         timing = Timing(
             *median, reps=sum(t.reps for t in timings), host_ms=statistics.median(hosts) if hosts else None
         )
-        found.append(RoundsTiming(timing, tuple(t.p50_ms for t in timings), k))
+        found.append(RoundsTiming(timing, tuple(t.p50_ms for t in timings)))
     return found
