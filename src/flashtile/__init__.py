@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from flashtile import bert_padding, masks
+from flashtile import bert_padding, distributed, masks
 from flashtile.block_mask import BlockMask, create_block_mask
 from flashtile.interface import (
     flash_attn_func,
@@ -30,6 +30,7 @@ __all__ = [
     "apply_rotary_emb",
     "bert_padding",
     "create_block_mask",
+    "distributed",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
     "flash_attn_qkvpacked_func",

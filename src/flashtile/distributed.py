@@ -1,0 +1,253 @@
+"""Context parallelism: attention over a sequence sharded across the ranks of a torch.distributed group.
+
+Each rank holds a shard of q, k and v along the sequence. ``ring_flash_attn_func`` passes the K/V shards
+around the ring (rank r sends to r + 1, receives from r − 1; each step's exchange is posted before the
+step's attention so that they overlap), attends its queries to each shard in turn and merges the partial
+results in fp32 by their log-sum-exps. The backward passes K/V around again, with dK/dV accumulators that
+travel with them and are back at their owner after one more step; dQ stays home. Only the kernels'
+``(out, lse)`` forward and their backward, which takes the merged out and LSE, are used: every backend
+serves (CPU, portable Triton, Hopper).
+
+Layouts of the global sequence (length N, W ranks):
+
+- ``"contiguous"``: rank r holds positions [r·N/W, (r + 1)·N/W). Causal work is unbalanced: rank W − 1
+  attends to every shard, rank 0 to its own.
+- ``"zigzag"``: the sequence cut into 2W chunks, rank r holding chunks r and 2W − 1 − r (in that order),
+  so every rank has the same causal work (:func:`zigzag_shard` and :func:`zigzag_unshard` convert).
+
+Causal steps, with j the owner of the K/V shard a rank holds (docs/design/context_parallel.md has the
+derivation): contiguous, j < r all keys visible, j = r causal, j > r none (skipped); zigzag, j = r causal
+on the whole shards, j < r every query sees the first half of the keys, j > r the second half of the
+queries sees every key.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from flashtile import backend as _backend
+from flashtile import ops as _ops
+from flashtile import validation
+from flashtile.errors import FlashtileValueError
+
+__all__ = ["LAYOUTS", "ring_flash_attn_func", "zigzag_shard", "zigzag_unshard"]
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def _world(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """(rank, world size) in ``group``; (0, 1) without an initialised process group."""
+    if not dist.is_available() or not dist.is_initialized():
+        if group is not None:
+            raise FlashtileValueError("group was given but torch.distributed is not initialised")
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _peer(group: dist.ProcessGroup | None, rank_in_group: int) -> int:
+    """The global rank P2P calls take for ``rank_in_group``."""
+    return rank_in_group if group is None else dist.get_global_rank(group, rank_in_group)
+
+
+def _exchange(
+    sends: list[torch.Tensor], group: dist.ProcessGroup | None, rank: int, world: int
+) -> tuple[list[torch.Tensor], list[dist.Work]]:
+    """Post the ring step: ``sends`` to rank + 1, as many tensors like them from rank − 1. Returns the
+    receive buffers and the requests to wait on."""
+    received = [torch.empty_like(t) for t in sends]
+    to, source = _peer(group, (rank + 1) % world), _peer(group, (rank - 1) % world)
+    ops = [dist.P2POp(dist.isend, t, to, group) for t in sends]
+    ops += [dist.P2POp(dist.irecv, t, source, group) for t in received]
+    return received, dist.batch_isend_irecv(ops)
+
+
+def _wait(requests: list[dist.Work]) -> None:
+    for request in requests:
+        request.wait()
+
+
+def _step_slices(layout: str, causal: bool, rank: int, owner: int, seqlen: int) -> tuple[slice, slice, bool]:
+    """(query rows, key rows, causal) of rank ``rank`` attending to the K/V shard of ``owner``: the rows of
+    the local shards that see each other, and whether the block is causal; an empty query slice when none
+    do (module docstring)."""
+    every = slice(0, seqlen)
+    if not causal:
+        return every, every, False
+    if owner == rank:
+        return every, every, True
+    if layout == "contiguous":
+        return (every, every, False) if owner < rank else (slice(0, 0), every, False)
+    half = seqlen // 2
+    if owner < rank:
+        return every, slice(0, half), False
+    return slice(half, seqlen), every, False
+
+
+def _merge(
+    out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor, rows: slice
+) -> None:
+    """Fold a block's (out, lse) for query ``rows`` into the running fp32 ``out`` (B, N, H, D) and ``lse``
+    (B, H, N), in place, in the numerically stable form out −= σ(lse_b − lse)·(out − out_b), lse =
+    log(e^lse + e^lse_b); a running lse of −inf (nothing seen yet) takes the block's as they are."""
+    running_out, running_lse = out[:, rows], lse[:, :, rows]
+    block_lse = block_lse.to(lse.dtype)
+    weight = torch.sigmoid(block_lse - running_lse).transpose(1, 2).unsqueeze(-1)
+    running_out.sub_(weight * (running_out - block_out.to(out.dtype)))
+    running_lse.copy_(torch.logaddexp(running_lse, block_lse))
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, softcap, deterministic, layout, group, backend):
+        rank, world = _world(group)
+        seqlen = q.shape[1]
+        acc_dtype = _ops.lse_dtype(q.dtype)
+        out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=acc_dtype, device=q.device)
+        lse = torch.full((q.shape[0], q.shape[2], seqlen), -float("inf"), dtype=acc_dtype, device=q.device)
+        kv = [k.contiguous(), v.contiguous()]
+        for step in range(world):
+            requests: list[dist.Work] = []
+            if step + 1 < world:
+                incoming, requests = _exchange(kv, group, rank, world)
+            rows, keys, block_causal = _step_slices(layout, causal, rank, (rank - step) % world, seqlen)
+            if rows.stop > rows.start:
+                block_q, block_k, block_v = (
+                    t.contiguous() for t in (q[:, rows], kv[0][:, keys], kv[1][:, keys])
+                )
+                block_out, block_lse = _ops.run_attn_fwd(
+                    block_q, block_k, block_v, scale, block_causal, backend, softcap=softcap
+                )
+                _merge(out, lse, block_out, block_lse, rows)
+            _wait(requests)
+            if step + 1 < world:
+                kv = incoming
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = (scale, causal, softcap, deterministic, layout, group, backend)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        scale, causal, softcap, deterministic, layout, group, backend = ctx.options
+        rank, world = _world(group)
+        seqlen = q.shape[1]
+        acc_dtype = _ops.lse_dtype(q.dtype)
+        dout = dout.contiguous()
+        dq = torch.zeros(q.shape, dtype=acc_dtype, device=q.device)
+        # The K/V shard held now, and the dK/dV of its owner summed over the ranks it has visited.
+        kv = [k.contiguous(), v.contiguous()]
+        dkv = [torch.zeros(k.shape, dtype=acc_dtype, device=k.device), torch.zeros_like(v, dtype=acc_dtype)]
+        for step in range(world):
+            requests: list[dist.Work] = []
+            if step + 1 < world:
+                incoming, requests = _exchange(kv, group, rank, world)
+            rows, keys, block_causal = _step_slices(layout, causal, rank, (rank - step) % world, seqlen)
+            if rows.stop > rows.start:
+                block = (
+                    t.contiguous()
+                    for t in (
+                        dout[:, rows],
+                        q[:, rows],
+                        kv[0][:, keys],
+                        kv[1][:, keys],
+                        out[:, rows],
+                        lse[:, :, rows],
+                    )
+                )
+                block_dq, block_dk, block_dv, _ = _ops.run_attn_bwd(
+                    *block, scale, block_causal, backend, softcap=softcap, deterministic=deterministic
+                )
+                dq[:, rows] += block_dq
+                dkv[0][:, keys] += block_dk
+                dkv[1][:, keys] += block_dv
+            _wait(requests)
+            if step + 1 < world:
+                kv = incoming
+            # The accumulators follow their K/V to rank + 1; after the last step that is their owner.
+            if world > 1:
+                dkv, dkv_requests = _exchange(dkv, group, rank, world)
+                _wait(dkv_requests)
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), *([None] * 7)
+
+
+def ring_flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    group: dist.ProcessGroup | None = None,
+    layout: str = "contiguous",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, None]:
+    """Attention over a sequence sharded across ``group`` (default: the world), flash_attn_func's
+    arguments on each rank's shards: q (B, N_local, H, D), k and v (B, N_local, H_kv, D), the same N_local
+    on every rank, positions laid out by ``layout`` ("contiguous" or "zigzag", module docstring; zigzag
+    needs an even N_local). Returns this rank's rows of the output, or with ``return_attn_probs`` ``(out,
+    softmax_lse, None)``, lse (B, H, N_local) fp32. Differentiable in q, k and v. Every rank must call it
+    with the same shapes and options. dropout, sliding windows and ALiBi, whose masks or biases need
+    global positions, raise NotImplementedError.
+    """
+    unsupported = {
+        "dropout_p": (dropout_p, dropout_p != 0),
+        "window_size": (window_size, tuple(window_size) != (-1, -1)),
+        "alibi_slopes": ("a tensor", alibi_slopes is not None),
+    }
+    for name, (value, given) in unsupported.items():
+        if given:
+            raise NotImplementedError(
+                f"ring_flash_attn_func does not support {name} yet (got {value!r}): its mask or bias needs "
+                "global positions; call it without"
+            )
+    if layout not in LAYOUTS:
+        raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    q, k, v = validation.unpack_qkv(q=q, k=k, v=v)
+    validation.check_same_device(q=q, k=k, v=v)
+    backend = _backend.resolve(q.device)
+    validation.check_dtypes(backend, q=q, k=k, v=v)
+    if k.shape[1] != q.shape[1]:
+        raise FlashtileValueError(
+            f"q and k must hold shards of the same length; got {q.shape[1]} and {k.shape[1]} rows"
+        )
+    if layout == "zigzag" and q.shape[1] % 2:
+        raise FlashtileValueError(f"layout 'zigzag' needs an even shard length; got {q.shape[1]}")
+    scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
+    if type(softcap) not in (float, int) or softcap < 0:
+        raise FlashtileValueError(f"softcap must be a float ≥ 0; got {softcap!r}")
+    out, lse = _RingAttention.apply(
+        q, k, v, scale, bool(causal), float(softcap), bool(deterministic), layout, group, backend
+    )
+    return (out, lse, None) if return_attn_probs else out
+
+
+def zigzag_shard(x: torch.Tensor, dim: int = 1, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """This rank's zigzag shard of the global ``x`` along ``dim``: chunks r and 2W − 1 − r of 2W (the
+    length must divide by 2W), concatenated."""
+    rank, world = _world(group)
+    if x.shape[dim] % (2 * world):
+        raise FlashtileValueError(
+            f"zigzag_shard: x's length along dim {dim} must divide by 2 × world size = {2 * world}; "
+            f"got {x.shape[dim]}"
+        )
+    chunks = x.chunk(2 * world, dim)
+    return torch.cat((chunks[rank], chunks[2 * world - 1 - rank]), dim)
+
+
+def zigzag_unshard(local: torch.Tensor, dim: int = 1, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """The global tensor from every rank's zigzag shard (an all-gather; the inverse of
+    :func:`zigzag_shard`)."""
+    _, world = _world(group)
+    if world == 1:
+        return local
+    gathered = [torch.empty_like(local) for _ in range(world)]
+    dist.all_gather(gathered, local.contiguous(), group=group)
+    firsts, seconds = zip(*(shard.chunk(2, dim) for shard in gathered), strict=True)
+    return torch.cat((*firsts, *reversed(seconds)), dim)

@@ -1,0 +1,124 @@
+"""Context parallelism (flashtile.distributed) on the CPU: 1 to 4 processes over gloo, the reference backend
+in float64. Each rank's output and gradients equal single-process attention's rows to 1e-10, for MHA, GQA
+and MQA, causal and not, both layouts, odd chunk lengths; the calls make the ring's count of P2P batches."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from flashtile import flash_attn_func
+from flashtile.distributed import ring_flash_attn_func, zigzag_shard, zigzag_unshard
+
+# (layout, causal, heads, kv heads, chunk length, softcap): zigzag shards hold two chunks.
+CASES = [
+    (layout, causal, heads, heads_kv, chunk, 0.0)
+    for layout, chunk in (("contiguous", 5), ("zigzag", 3))
+    for causal in (False, True)
+    for heads, heads_kv in ((4, 4), (4, 2), (3, 1))
+] + [("zigzag", True, 2, 1, 4, 7.0), ("contiguous", True, 2, 2, 1, 0.0)]
+TOLERANCE = 1e-10
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _shard(x: torch.Tensor, layout: str, rank: int, world: int) -> torch.Tensor:
+    if layout == "zigzag":
+        return zigzag_shard(x, 1)
+    return x.chunk(world, 1)[rank]
+
+
+def _check_case(rank: int, world: int, index: int, case: tuple) -> None:
+    layout, causal, heads, heads_kv, chunk, softcap = case
+    seqlen = world * chunk * (2 if layout == "zigzag" else 1)
+    generator = torch.Generator().manual_seed(1000 + index)
+    q, k, v, dout = (
+        torch.randn(2, seqlen, h, 16, dtype=torch.float64, generator=generator)
+        for h in (heads, heads_kv, heads_kv, heads)
+    )
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = flash_attn_func(*leaves, causal=causal, softcap=softcap)
+    ref_grads = torch.autograd.grad(ref, leaves, dout)
+    local = [_shard(t, layout, rank, world).clone().requires_grad_() for t in (q, k, v)]
+    counted = []
+    batch = dist.batch_isend_irecv
+
+    def counting(ops: list) -> list:
+        counted.append(len(ops))
+        return batch(ops)
+
+    dist.batch_isend_irecv = counting
+    try:
+        out = ring_flash_attn_func(*local, causal=causal, softcap=softcap, layout=layout)
+        forward_batches = len(counted)
+        grads = torch.autograd.grad(out, local, _shard(dout, layout, rank, world))
+    finally:
+        dist.batch_isend_irecv = batch
+    where = f"rank {rank} of {world}, case {case}"
+    assert forward_batches == world - 1, where
+    # The backward: K/V passed on W − 1 times, the dK/dV accumulators W times (home again).
+    assert len(counted) - forward_batches == (2 * world - 1 if world > 1 else 0), where
+    for name, got, want in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads), strict=True):
+        error = (got - _shard(want, layout, rank, world)).abs().max().item()
+        assert error <= TOLERANCE, f"{name}: {error:.2e} ({where})"
+    if layout == "zigzag":
+        # Every rank's rows, gathered back into the sequence's order.
+        assert (zigzag_unshard(out.detach(), 1) - ref.detach()).abs().max().item() <= TOLERANCE, where
+
+
+def _worker(rank: int, world: int, port: int) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    try:
+        for index, case in enumerate(CASES):
+            _check_case(rank, world, index, case)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_ring_attention_equals_one_process(world: int) -> None:
+    mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
+
+
+def test_without_a_process_group_it_is_flash_attn_func() -> None:
+    q, k, v = (torch.randn(1, 9, 2, 8, requires_grad=True) for _ in range(3))
+    out = ring_flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(out, flash_attn_func(q, k, v, causal=True))
+    # One rank holds chunks 0 and 1 of 2: the whole sequence.
+    x = torch.randn(1, 8, 2, 8)
+    assert torch.equal(zigzag_shard(x, 1), x) and torch.equal(zigzag_unshard(x, 1), x)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(dropout_p=0.1), NotImplementedError, "does not support dropout_p"),
+        (dict(window_size=(4, 0)), NotImplementedError, "does not support window_size"),
+        (dict(alibi_slopes=torch.ones(2)), NotImplementedError, "does not support alibi_slopes"),
+        (dict(layout="stripe"), ValueError, "layout must be one of contiguous, zigzag; got 'stripe'"),
+        (dict(layout="zigzag"), ValueError, "'zigzag' needs an even shard length; got 9"),
+        (dict(softcap=-1.0), ValueError, "softcap must be a float ≥ 0; got -1.0"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs: dict, error: type, match: str) -> None:
+    q, k, v = (torch.randn(1, 9, 2, 8) for _ in range(3))
+    with pytest.raises(error, match=match):
+        ring_flash_attn_func(q, k, v, **kwargs)
+
+
+def test_shards_of_different_lengths_are_refused() -> None:
+    q, k, v = torch.randn(1, 9, 2, 8), torch.randn(1, 8, 2, 8), torch.randn(1, 8, 2, 8)
+    with pytest.raises(ValueError, match="q and k must hold shards of the same length; got 9 and 8"):
+        ring_flash_attn_func(q, k, v)
