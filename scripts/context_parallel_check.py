@@ -1,0 +1,135 @@
+"""Ring attention on GPUs (flashtile.distributed): accuracy against one GPU, and time against one GPU.
+
+    python -m torch.distributed.run --nproc-per-node 2 scripts/context_parallel_check.py [--csv F]
+
+Every rank builds the same global q, k, v and dO (bf16, B = 1, H = 16, D = 128) and runs the ring on its
+shards. Accuracy: the ring's output and gradients against the single-GPU call in fp32 (the portable kernels),
+within 2× (3× for gradients) the error of the single-GPU bf16 call, as the test suite's rule. Time (CUDA
+events, median of 10 calls after 3): the ring's forward and forward + backward on W GPUs; the same with the
+exchanges replaced by no-ops (compute alone); the exchanges alone (W − 1 K/V passes); and the single-GPU call
+on the whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+from pathlib import Path
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+
+from flashtile import distributed, flash_attn_func
+from flashtile.distributed import ring_flash_attn_func, zigzag_shard
+
+
+def _time_ms(fn, calls: int = 10, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        dist.barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _shard(x: torch.Tensor, layout: str, rank: int, world: int) -> torch.Tensor:
+    return zigzag_shard(x, 1) if layout == "zigzag" else x.chunk(world, 1)[rank]
+
+
+def _error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return (got.float() - want.float()).abs().max().item()
+
+
+def run_cell(seqlen: int, heads_kv: int, causal: bool, layout: str, rank: int, world: int) -> dict:
+    generator = torch.Generator(device="cuda").manual_seed(seqlen + heads_kv)
+    q, k, v, dout = (
+        torch.randn(1, seqlen, h, 128, device="cuda", generator=generator)
+        for h in (16, heads_kv, heads_kv, 16)
+    )
+    results = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        out = flash_attn_func(*leaves, causal=causal)
+        results[name] = (out, *torch.autograd.grad(out, leaves, dout.to(dtype)))
+    local = [_shard(t, layout, rank, world).to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+    local_dout = _shard(dout, layout, rank, world).to(torch.bfloat16)
+    out = ring_flash_attn_func(*local, causal=causal, layout=layout)
+    ring = (out, *torch.autograd.grad(out, local, local_dout))
+    row = {"seqlen": seqlen, "heads_kv": heads_kv, "causal": causal, "layout": layout, "world": world}
+    passed = True
+    for index, name in enumerate(("out", "dq", "dk", "dv")):
+        want = _shard(results["fp32"][index], layout, rank, world)
+        baseline = _error(_shard(results["bf16"][index], layout, rank, world), want)
+        error = _error(ring[index], want)
+        row[f"{name}_error"], row[f"{name}_allowed"] = error, (2 if name == "out" else 3) * baseline + 1e-5
+        passed &= error <= row[f"{name}_allowed"]
+    row["passed"] = passed
+
+    def ring_fwd() -> None:
+        ring_flash_attn_func(*local, causal=causal, layout=layout)
+
+    def ring_fwd_bwd() -> None:
+        o = ring_flash_attn_func(*local, causal=causal, layout=layout)
+        torch.autograd.grad(o, local, local_dout)
+
+    whole = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+    row["ring_fwd_ms"], row["ring_fwd_bwd_ms"] = _time_ms(ring_fwd), _time_ms(ring_fwd_bwd)
+    with mock.patch.object(distributed, "_exchange", lambda sends, *_: (sends, [])):
+        row["compute_fwd_ms"], row["compute_fwd_bwd_ms"] = _time_ms(ring_fwd), _time_ms(ring_fwd_bwd)
+    kv = [local[1].detach().contiguous(), local[2].detach().contiguous()]
+
+    def exchanges() -> None:
+        for _ in range(world - 1):
+            _, requests = distributed._exchange(kv, None, rank, world)
+            for request in requests:
+                request.wait()
+
+    row["exchange_ms"] = _time_ms(exchanges)
+    row["one_gpu_fwd_ms"] = _time_ms(lambda: flash_attn_func(*whole, causal=causal))
+    row["one_gpu_fwd_bwd_ms"] = _time_ms(
+        lambda: torch.autograd.grad(flash_attn_func(*whole, causal=causal), whole, dout.to(torch.bfloat16))
+    )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seqlens", type=int, nargs="*", default=[8192, 32768])
+    parser.add_argument("--csv", type=Path)
+    args = parser.parse_args()
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    world = dist.get_world_size()
+    rows = []
+    for seqlen in args.seqlens:
+        for heads_kv in (16, 4):
+            for causal, layout in ((False, "contiguous"), (True, "contiguous"), (True, "zigzag")):
+                row = run_cell(seqlen, heads_kv, causal, layout, rank, world)
+                passed = torch.tensor([row["passed"]], device="cuda", dtype=torch.int32)
+                dist.all_reduce(passed, op=dist.ReduceOp.MIN)
+                row["passed"] = bool(passed.item())
+                rows.append(row)
+                if rank == 0:
+                    print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    if rank == 0 and args.csv:
+        new = not args.csv.exists()
+        with args.csv.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
