@@ -1,6 +1,7 @@
 """Context parallelism (flashtile.distributed) on the CPU: 1 to 4 processes over gloo, the reference backend
-in float64. Each rank's output and gradients equal single-process attention's rows to 1e-10, for MHA, GQA
-and MQA, causal and not, both layouts, odd chunk lengths; the calls make the ring's count of P2P batches."""
+in float64. Each rank's output and gradients equal single-process attention's rows to 1e-10, ring and
+Ulysses, for MHA, GQA and MQA, causal and not, both layouts, odd chunk lengths (Ulysses with windows, ALiBi
+and softcap too); the ring's calls make its count of P2P batches."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from flashtile import flash_attn_func
-from flashtile.distributed import ring_flash_attn_func, zigzag_shard, zigzag_unshard
+from flashtile.distributed import ring_flash_attn_func, ulysses_flash_attn_func, zigzag_shard, zigzag_unshard
 
 # (layout, causal, heads, kv heads, chunk length, softcap): zigzag shards hold two chunks.
 CASES = [
@@ -23,6 +24,14 @@ CASES = [
     for causal in (False, True)
     for heads, heads_kv in ((4, 4), (4, 2), (3, 1))
 ] + [("zigzag", True, 2, 1, 4, 7.0), ("contiguous", True, 2, 2, 1, 0.0)]
+# Ulysses: (layout, heads, kv heads, chunk length, options); 12 heads divide over 1-4 ranks, 4 KV heads
+# over 3 do not (K and V repeated first), nor 1.
+ULYSSES_CASES = [
+    ("contiguous", 12, 12, 5, dict(causal=True)),
+    ("contiguous", 12, 4, 5, dict(window_size=(3, 2), softcap=5.0)),
+    ("zigzag", 12, 1, 3, dict(causal=True, alibi_slopes="slopes")),
+    ("zigzag", 12, 4, 2, dict(window_size=(4, 0))),
+]
 TOLERANCE = 1e-10
 
 
@@ -76,6 +85,27 @@ def _check_case(rank: int, world: int, index: int, case: tuple) -> None:
         assert (zigzag_unshard(out.detach(), 1) - ref.detach()).abs().max().item() <= TOLERANCE, where
 
 
+def _check_ulysses_case(rank: int, world: int, index: int, case: tuple) -> None:
+    layout, heads, heads_kv, chunk, options = case
+    seqlen = world * chunk * (2 if layout == "zigzag" else 1)
+    generator = torch.Generator().manual_seed(2000 + index)
+    q, k, v, dout = (
+        torch.randn(2, seqlen, h, 16, dtype=torch.float64, generator=generator)
+        for h in (heads, heads_kv, heads_kv, heads)
+    )
+    if options.get("alibi_slopes") == "slopes":
+        options = {**options, "alibi_slopes": torch.rand(heads, dtype=torch.float32, generator=generator)}
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = flash_attn_func(*leaves, **options)
+    ref_grads = torch.autograd.grad(ref, leaves, dout)
+    local = [_shard(t, layout, rank, world).clone().requires_grad_() for t in (q, k, v)]
+    out = ulysses_flash_attn_func(*local, layout=layout, **options)
+    grads = torch.autograd.grad(out, local, _shard(dout, layout, rank, world))
+    for name, got, want in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads), strict=True):
+        error = (got - _shard(want, layout, rank, world)).abs().max().item()
+        assert error <= TOLERANCE, f"ulysses {name}: {error:.2e} (rank {rank} of {world}, case {case})"
+
+
 def _worker(rank: int, world: int, port: int) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
@@ -83,12 +113,14 @@ def _worker(rank: int, world: int, port: int) -> None:
     try:
         for index, case in enumerate(CASES):
             _check_case(rank, world, index, case)
+        for index, case in enumerate(ULYSSES_CASES):
+            _check_ulysses_case(rank, world, index, case)
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_ring_attention_equals_one_process(world: int) -> None:
+def test_ring_and_ulysses_equal_one_process(world: int) -> None:
     mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
 
 
@@ -122,3 +154,11 @@ def test_shards_of_different_lengths_are_refused() -> None:
     q, k, v = torch.randn(1, 9, 2, 8), torch.randn(1, 8, 2, 8), torch.randn(1, 8, 2, 8)
     with pytest.raises(ValueError, match="q and k must hold shards of the same length; got 9 and 8"):
         ring_flash_attn_func(q, k, v)
+
+
+def test_ulysses_needs_the_ranks_to_divide_the_heads() -> None:
+    q, k, v = (torch.randn(1, 8, 3, 8) for _ in range(3))
+    with pytest.raises(ValueError, match="layout must be one of contiguous, zigzag; got 'x'"):
+        ulysses_flash_attn_func(q, k, v, layout="x")
+    # One rank divides every head count: the call is flash_attn_func's.
+    assert torch.equal(ulysses_flash_attn_func(q, k, v, causal=True), flash_attn_func(q, k, v, causal=True))

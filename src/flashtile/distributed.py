@@ -1,21 +1,24 @@
 """Context parallelism: attention over a sequence sharded across the ranks of a torch.distributed group.
 
-Each rank holds a shard of q, k and v along the sequence. ``ring_flash_attn_func`` passes the K/V shards
-around the ring (rank r sends to r + 1, receives from r − 1; each step's exchange is posted before the
-step's attention so that they overlap), attends its queries to each shard in turn and merges the partial
-results in fp32 by their log-sum-exps. The backward passes K/V around again, with dK/dV accumulators that
-travel with them and are back at their owner after one more step; dQ stays home. Only the kernels'
-``(out, lse)`` forward and their backward, which takes the merged out and LSE, are used: every backend
-serves (CPU, portable Triton, Hopper).
+Each rank holds a shard of q, k and v along the sequence. ``ring_flash_attn_func`` keeps the queries where
+they are and passes the K/V shards around the ring (rank r sends to r + 1, receives from r − 1; each step's
+exchange is posted before the step's attention so that they overlap), attends its queries to each shard in
+turn and merges the partial results in fp32 by their log-sum-exps. The backward passes K/V around again,
+with dK/dV accumulators that travel with them and are back at their owner after one more step; dQ stays
+home. Only the kernels' ``(out, lse)`` forward and their backward, which takes the merged out and LSE, are
+used: every backend serves (CPU, portable Triton, Hopper). ``ulysses_flash_attn_func`` (DeepSpeed-Ulysses)
+swaps the sharding instead: one all-to-all gives each rank the whole sequence of H / W heads, where
+``flash_attn_func`` runs with every option (the positions are global again), and a second one gives each
+rank its rows of every head back; W must divide the heads.
 
 Layouts of the global sequence (length N, W ranks):
 
-- ``"contiguous"``: rank r holds positions [r·N/W, (r + 1)·N/W). Causal work is unbalanced: rank W − 1
+- ``"contiguous"``: rank r holds positions [r·N/W, (r + 1)·N/W). Causal ring work is unbalanced: rank W − 1
   attends to every shard, rank 0 to its own.
 - ``"zigzag"``: the sequence cut into 2W chunks, rank r holding chunks r and 2W − 1 − r (in that order),
   so every rank has the same causal work (:func:`zigzag_shard` and :func:`zigzag_unshard` convert).
 
-Causal steps, with j the owner of the K/V shard a rank holds (docs/design/context_parallel.md has the
+Causal ring steps, with j the owner of the K/V shard a rank holds (docs/design/context_parallel.md has the
 derivation): contiguous, j < r all keys visible, j = r causal, j > r none (skipped); zigzag, j = r causal
 on the whole shards, j < r every query sees the first half of the keys, j > r the second half of the
 queries sees every key.
@@ -25,13 +28,15 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional as dist_autograd
 
 from flashtile import backend as _backend
 from flashtile import ops as _ops
 from flashtile import validation
 from flashtile.errors import FlashtileValueError
+from flashtile.interface import flash_attn_func
 
-__all__ = ["LAYOUTS", "ring_flash_attn_func", "zigzag_shard", "zigzag_unshard"]
+__all__ = ["LAYOUTS", "ring_flash_attn_func", "ulysses_flash_attn_func", "zigzag_shard", "zigzag_unshard"]
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -241,6 +246,19 @@ def zigzag_shard(x: torch.Tensor, dim: int = 1, group: dist.ProcessGroup | None 
     return torch.cat((chunks[rank], chunks[2 * world - 1 - rank]), dim)
 
 
+def _from_zigzag(x: torch.Tensor, world: int, dim: int) -> torch.Tensor:
+    """The sequence in order from the ranks' zigzag shards concatenated in rank order along ``dim``: every
+    shard's first half (chunks 0 … W − 1), then the second halves in reverse rank order (W … 2W − 1)."""
+    chunks = x.chunk(2 * world, dim)
+    return torch.cat((*chunks[0::2], *reversed(chunks[1::2])), dim)
+
+
+def _to_zigzag(x: torch.Tensor, world: int, dim: int) -> torch.Tensor:
+    """The inverse of :func:`_from_zigzag`: rank r's chunks r and 2W − 1 − r, for every rank in order."""
+    chunks = x.chunk(2 * world, dim)
+    return torch.cat([part for r in range(world) for part in (chunks[r], chunks[2 * world - 1 - r])], dim)
+
+
 def zigzag_unshard(local: torch.Tensor, dim: int = 1, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """The global tensor from every rank's zigzag shard (an all-gather; the inverse of
     :func:`zigzag_shard`)."""
@@ -249,5 +267,81 @@ def zigzag_unshard(local: torch.Tensor, dim: int = 1, group: dist.ProcessGroup |
         return local
     gathered = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(gathered, local.contiguous(), group=group)
-    firsts, seconds = zip(*(shard.chunk(2, dim) for shard in gathered), strict=True)
-    return torch.cat((*firsts, *reversed(seconds)), dim)
+    return _from_zigzag(torch.cat(gathered, dim), world, dim)
+
+
+def _all_to_all(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """Block i of ``x``'s first dim to rank i, block j of the result from rank j (differentiable)."""
+    x = x.contiguous()
+    return dist_autograd.all_to_all_single(torch.empty_like(x), x, group=group)
+
+
+def _heads_to_ranks(x: torch.Tensor, world: int, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """(B, n, H, D) rows of every head → (B, W·n, H / W, D) every rank's rows, in rank order, of this rank's
+    H / W heads."""
+    batch, rows, heads, dim = x.shape
+    blocks = x.reshape(batch, rows, world, heads // world, dim).permute(2, 0, 1, 3, 4)
+    received = _all_to_all(blocks, group)
+    return received.permute(1, 0, 2, 3, 4).reshape(batch, world * rows, heads // world, dim)
+
+
+def _ranks_to_heads(x: torch.Tensor, world: int, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """The inverse of :func:`_heads_to_ranks`."""
+    batch, total, heads, dim = x.shape
+    blocks = x.reshape(batch, world, total // world, heads, dim).permute(1, 0, 2, 3, 4)
+    received = _all_to_all(blocks, group)
+    return received.permute(1, 2, 0, 3, 4).reshape(batch, total // world, world * heads, dim)
+
+
+def ulysses_flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    group: dist.ProcessGroup | None = None,
+    layout: str = "contiguous",
+) -> torch.Tensor:
+    """Attention over a sequence sharded across ``group`` by head redistribution (DeepSpeed-Ulysses): an
+    all-to-all gives each rank the whole sequence of H / W heads, :func:`flashtile.flash_attn_func` runs
+    there with every option it takes (the positions are global again, so windows and ALiBi hold), and a
+    second all-to-all returns each rank's rows of every head. q (B, N_local, H, D), k and v (B, N_local,
+    H_kv, D) as for :func:`ring_flash_attn_func`, in ``layout``; W must divide H. With H_kv not divisible by
+    W, K and V are repeated to H heads first (more traffic). Differentiable in q, k and v; dropout draws
+    each rank's mask from its own generator.
+    """
+    rank, world = _world(group)
+    if layout not in LAYOUTS:
+        raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    q, k, v = validation.unpack_qkv(q=q, k=k, v=v)
+    heads, heads_kv = q.shape[2], k.shape[2]
+    if heads % world:
+        raise FlashtileValueError(
+            f"ulysses_flash_attn_func needs the world size to divide q's heads; got {heads} heads on {world} "
+            "ranks (ring_flash_attn_func has no such bound)"
+        )
+    if layout == "zigzag" and q.shape[1] % 2:
+        raise FlashtileValueError(f"layout 'zigzag' needs an even shard length; got {q.shape[1]}")
+    if world == 1:
+        return flash_attn_func(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+        )
+    if heads_kv % world:
+        k, v = (t.repeat_interleave(heads // heads_kv, dim=2) for t in (k, v))
+    if alibi_slopes is not None:
+        per_rank = heads // world
+        alibi_slopes = alibi_slopes[..., rank * per_rank : (rank + 1) * per_rank]
+    q, k, v = (_heads_to_ranks(t, world, group) for t in (q, k, v))
+    if layout == "zigzag":
+        q, k, v = (_from_zigzag(t, world, 1) for t in (q, k, v))
+    out = flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+    )
+    if layout == "zigzag":
+        out = _to_zigzag(out, world, 1)
+    return _ranks_to_heads(out, world, group)
