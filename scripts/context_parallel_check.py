@@ -1,13 +1,13 @@
-"""Ring attention on GPUs (flashtile.distributed): accuracy against one GPU, and time against one GPU.
+"""Context parallelism on GPUs (flashtile.distributed, ring and Ulysses): accuracy and time against one GPU.
 
     python -m torch.distributed.run --nproc-per-node 2 scripts/context_parallel_check.py [--csv F]
 
-Every rank builds the same global q, k, v and dO (bf16, B = 1, H = 16, D = 128) and runs the ring on its
-shards. Accuracy: the ring's output and gradients against the single-GPU call in fp32 (the portable kernels),
+Every rank builds the same global q, k, v and dO (bf16, B = 1, H = 16, D = 128) and runs the ring (or
+Ulysses) on its shards. Accuracy: the ring's output and gradients against the single-GPU call in fp32 (the portable kernels),
 within 2× (3× for gradients) the error of the single-GPU bf16 call, as the test suite's rule. Time (CUDA
-events, median of 10 calls after 3): the ring's forward and forward + backward on W GPUs; the same with the
-exchanges replaced by no-ops (compute alone); the exchanges alone (W − 1 K/V passes); and the single-GPU call
-on the whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
+events, median of 10 calls after 3): the forward and forward + backward on W GPUs; for the ring the same with
+the exchanges replaced by no-ops (compute alone) and the exchanges alone (W − 1 K/V passes); the single-GPU
+call on the whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import torch
 import torch.distributed as dist
 
 from flashtile import distributed, flash_attn_func
-from flashtile.distributed import ring_flash_attn_func, zigzag_shard
+from flashtile.distributed import ring_flash_attn_func, ulysses_flash_attn_func, zigzag_shard
+
+SCHEMES = {"ring": ring_flash_attn_func, "ulysses": ulysses_flash_attn_func}
 
 
 def _time_ms(fn, calls: int = 10, warmup: int = 3) -> float:
@@ -49,7 +51,9 @@ def _error(got: torch.Tensor, want: torch.Tensor) -> float:
     return (got.float() - want.float()).abs().max().item()
 
 
-def run_cell(seqlen: int, heads_kv: int, causal: bool, layout: str, rank: int, world: int) -> dict:
+def run_cell(
+    scheme: str, seqlen: int, heads_kv: int, causal: bool, layout: str, rank: int, world: int
+) -> dict:
     generator = torch.Generator(device="cuda").manual_seed(seqlen + heads_kv)
     q, k, v, dout = (
         torch.randn(1, seqlen, h, 128, device="cuda", generator=generator)
@@ -62,9 +66,10 @@ def run_cell(seqlen: int, heads_kv: int, causal: bool, layout: str, rank: int, w
         results[name] = (out, *torch.autograd.grad(out, leaves, dout.to(dtype)))
     local = [_shard(t, layout, rank, world).to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
     local_dout = _shard(dout, layout, rank, world).to(torch.bfloat16)
-    out = ring_flash_attn_func(*local, causal=causal, layout=layout)
+    attention = SCHEMES[scheme]
+    out = attention(*local, causal=causal, layout=layout)
     ring = (out, *torch.autograd.grad(out, local, local_dout))
-    row = {"seqlen": seqlen, "heads_kv": heads_kv, "causal": causal, "layout": layout, "world": world}
+    row = {"scheme": scheme, "seqlen": seqlen, "heads_kv": heads_kv, "causal": causal, "layout": layout, "world": world}
     passed = True
     for index, name in enumerate(("out", "dq", "dk", "dv")):
         want = _shard(results["fp32"][index], layout, rank, world)
@@ -75,16 +80,19 @@ def run_cell(seqlen: int, heads_kv: int, causal: bool, layout: str, rank: int, w
     row["passed"] = passed
 
     def ring_fwd() -> None:
-        ring_flash_attn_func(*local, causal=causal, layout=layout)
+        attention(*local, causal=causal, layout=layout)
 
     def ring_fwd_bwd() -> None:
-        o = ring_flash_attn_func(*local, causal=causal, layout=layout)
+        o = attention(*local, causal=causal, layout=layout)
         torch.autograd.grad(o, local, local_dout)
 
     whole = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
-    row["ring_fwd_ms"], row["ring_fwd_bwd_ms"] = _time_ms(ring_fwd), _time_ms(ring_fwd_bwd)
-    with mock.patch.object(distributed, "_exchange", lambda sends, *_: (sends, [])):
-        row["compute_fwd_ms"], row["compute_fwd_bwd_ms"] = _time_ms(ring_fwd), _time_ms(ring_fwd_bwd)
+    row["fwd_ms"], row["fwd_bwd_ms"] = _time_ms(ring_fwd), _time_ms(ring_fwd_bwd)
+    # The ring's steps without their exchanges: its compute alone (Ulysses' all-to-alls cannot be left out).
+    row["compute_fwd_ms"] = row["compute_fwd_bwd_ms"] = None
+    if scheme == "ring":
+        with mock.patch.object(distributed, "_exchange", lambda sends, *_: (sends, [])):
+            row["compute_fwd_ms"], row["compute_fwd_bwd_ms"] = _time_ms(ring_fwd), _time_ms(ring_fwd_bwd)
     kv = [local[1].detach().contiguous(), local[2].detach().contiguous()]
 
     def exchanges() -> None:
@@ -111,16 +119,23 @@ def main() -> None:
     dist.init_process_group("nccl")
     world = dist.get_world_size()
     rows = []
-    for seqlen in args.seqlens:
-        for heads_kv in (16, 4):
-            for causal, layout in ((False, "contiguous"), (True, "contiguous"), (True, "zigzag")):
-                row = run_cell(seqlen, heads_kv, causal, layout, rank, world)
-                passed = torch.tensor([row["passed"]], device="cuda", dtype=torch.int32)
-                dist.all_reduce(passed, op=dist.ReduceOp.MIN)
-                row["passed"] = bool(passed.item())
-                rows.append(row)
-                if rank == 0:
-                    print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    cells = [
+        (scheme, seqlen, heads_kv, causal, layout)
+        for seqlen in args.seqlens
+        for heads_kv in (16, 4)
+        for scheme, causal, layout in (
+            ("ring", False, "contiguous"), ("ring", True, "contiguous"), ("ring", True, "zigzag"),
+            ("ulysses", True, "zigzag"),
+        )
+    ]  # fmt: skip
+    for cell in cells:
+        row = run_cell(*cell, rank, world)
+        passed = torch.tensor([row["passed"]], device="cuda", dtype=torch.int32)
+        dist.all_reduce(passed, op=dist.ReduceOp.MIN)
+        row["passed"] = bool(passed.item())
+        rows.append(row)
+        if rank == 0:
+            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     if rank == 0 and args.csv:
         new = not args.csv.exists()
         with args.csv.open("a", newline="") as f:
