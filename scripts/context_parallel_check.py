@@ -3,8 +3,9 @@
     python -m torch.distributed.run --nproc-per-node 2 scripts/context_parallel_check.py [--csv F]
 
 Every rank builds the same global q, k, v and dO (bf16, B = 1, H = 16, D = 128) and runs the ring (or
-Ulysses) on its shards. Accuracy: the ring's output and gradients against the single-GPU call in fp32 (the portable kernels),
-within 2× (3× for gradients) the error of the single-GPU bf16 call, as the test suite's rule. Time (CUDA
+Ulysses) on its shards. Accuracy: the output and gradients against the single-GPU call in fp32 (the
+portable kernels), within 2× (3× for gradients) the error of the single-GPU bf16 call, as the test suite's
+rule. Time (CUDA
 events, median of 10 calls after 3): the forward and forward + backward on W GPUs; for the ring the same with
 the exchanges replaced by no-ops (compute alone) and the exchanges alone (W − 1 K/V passes); the single-GPU
 call on the whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
@@ -69,7 +70,7 @@ def run_cell(
     attention = SCHEMES[scheme]
     out = attention(*local, causal=causal, layout=layout)
     ring = (out, *torch.autograd.grad(out, local, local_dout))
-    row = {"scheme": scheme, "seqlen": seqlen, "heads_kv": heads_kv, "causal": causal, "layout": layout, "world": world}
+    row = dict(scheme=scheme, seqlen=seqlen, heads_kv=heads_kv, causal=causal, layout=layout, world=world)
     passed = True
     for index, name in enumerate(("out", "dq", "dk", "dv")):
         want = _shard(results["fp32"][index], layout, rank, world)
