@@ -14,8 +14,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from flashtile import flash_attn_func
-from flashtile.distributed import ring_flash_attn_func, ulysses_flash_attn_func, zigzag_shard, zigzag_unshard
+from flashtile import FlashAttention, flash_attn_func
+from flashtile.distributed import (
+    ContextParallelAttention,
+    ring_flash_attn_func,
+    ulysses_flash_attn_func,
+    zigzag_shard,
+    zigzag_unshard,
+)
 
 # (layout, causal, heads, kv heads, chunk length, softcap): zigzag shards hold two chunks.
 CASES = [
@@ -106,6 +112,28 @@ def _check_ulysses_case(rank: int, world: int, index: int, case: tuple) -> None:
         assert error <= TOLERANCE, f"ulysses {name}: {error:.2e} (rank {rank} of {world}, case {case})"
 
 
+def _check_module(rank: int, world: int, scheme: str, layout: str) -> None:
+    # The layer on this rank's rows equals FlashAttention on the whole sequence, output and (summed over the
+    # ranks, as data parallelism does) parameter gradients.
+    torch.manual_seed(7)
+    single = FlashAttention(48, num_heads=12, num_kv_heads=4, causal=True, dtype=torch.float64)
+    layer = ContextParallelAttention(
+        48, num_heads=12, num_kv_heads=4, causal=True, dtype=torch.float64, scheme=scheme, layout=layout
+    )
+    layer.load_state_dict(single.state_dict())
+    x = torch.randn(2, world * 6, 48, dtype=torch.float64)
+    want = single(x)
+    want.square().sum().backward()
+    got = layer(_shard(x, layout, rank, world))
+    got.square().sum().backward()
+    where = f"{scheme} {layout}, rank {rank} of {world}"
+    assert (got - _shard(want.detach(), layout, rank, world)).abs().max().item() <= TOLERANCE, where
+    for (name, mine), theirs in zip(layer.named_parameters(), single.parameters(), strict=True):
+        summed = mine.grad.clone()
+        dist.all_reduce(summed)
+        assert (summed - theirs.grad).abs().max().item() <= TOLERANCE, f"{name} ({where})"
+
+
 def _worker(rank: int, world: int, port: int) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
@@ -115,6 +143,8 @@ def _worker(rank: int, world: int, port: int) -> None:
             _check_case(rank, world, index, case)
         for index, case in enumerate(ULYSSES_CASES):
             _check_ulysses_case(rank, world, index, case)
+        for scheme, layout in (("ring", "zigzag"), ("ulysses", "contiguous")):
+            _check_module(rank, world, scheme, layout)
     finally:
         dist.destroy_process_group()
 
@@ -162,3 +192,12 @@ def test_ulysses_needs_the_ranks_to_divide_the_heads() -> None:
         ulysses_flash_attn_func(q, k, v, layout="x")
     # One rank divides every head count: the call is flash_attn_func's.
     assert torch.equal(ulysses_flash_attn_func(q, k, v, causal=True), flash_attn_func(q, k, v, causal=True))
+
+
+def test_the_layer_names_a_bad_scheme_and_refuses_block_masks() -> None:
+    with pytest.raises(ValueError, match="scheme must be 'ring' or 'ulysses'; got 'stripe'"):
+        ContextParallelAttention(16, num_heads=2, scheme="stripe")
+    layer = ContextParallelAttention(16, num_heads=2)
+    assert "scheme='ring', layout='contiguous'" in repr(layer)
+    with pytest.raises(NotImplementedError, match="no block mask, mask_mod or score_mod"):
+        layer(torch.randn(1, 4, 16), aux_tensors=(torch.zeros(1),))

@@ -503,6 +503,7 @@ def test_public_names() -> None:
         "__version__",
         "apply_rotary_emb",
         "create_block_mask",
+        "distributed",
         "masks",
         "flash_attn_func",
         "flash_attn_kvpacked_func",

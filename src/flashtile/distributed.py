@@ -35,8 +35,16 @@ from flashtile import ops as _ops
 from flashtile import validation
 from flashtile.errors import FlashtileValueError
 from flashtile.interface import flash_attn_func
+from flashtile.modules import FlashAttention
 
-__all__ = ["LAYOUTS", "ring_flash_attn_func", "ulysses_flash_attn_func", "zigzag_shard", "zigzag_unshard"]
+__all__ = [
+    "LAYOUTS",
+    "ContextParallelAttention",
+    "ring_flash_attn_func",
+    "ulysses_flash_attn_func",
+    "zigzag_shard",
+    "zigzag_unshard",
+]
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -345,3 +353,50 @@ def ulysses_flash_attn_func(
     if layout == "zigzag":
         out = _to_zigzag(out, world, 1)
     return _ranks_to_heads(out, world, group)
+
+
+class ContextParallelAttention(FlashAttention):
+    """:class:`flashtile.FlashAttention` on a sequence sharded across ``group``: the same parameters and
+    options, ``forward`` taking this rank's (batch_size, seqlen / W, embed_dim) rows in ``layout`` and giving
+    their outputs. The projections are per token; the attention is :func:`ring_flash_attn_func` (``scheme=
+    "ring"``, causal, softcap, GQA) or :func:`ulysses_flash_attn_func` (``"ulysses"``, every option, W
+    dividing num_heads). Parameter gradients are this rank's share: sum them over the group (DDP or
+    FSDP over the same ranks does). Block masks and the other programmable options raise
+    NotImplementedError."""
+
+    def __init__(
+        self,
+        *args: object,
+        group: dist.ProcessGroup | None = None,
+        scheme: str = "ring",
+        layout: str = "contiguous",
+        **kwargs: object,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if scheme not in ("ring", "ulysses"):
+            raise FlashtileValueError(f"scheme must be 'ring' or 'ulysses'; got {scheme!r}")
+        if layout not in LAYOUTS:
+            raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        self.group, self.scheme, self.layout = group, scheme, layout
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mods: dict[str, object]
+    ) -> torch.Tensor:
+        if any(value is not None for value in mods.values()):
+            raise NotImplementedError(
+                "ContextParallelAttention takes no block mask, mask_mod or score_mod yet"
+            )
+        options = dict(
+            dropout_p=self.dropout if self.training else 0.0,
+            softmax_scale=self.softmax_scale,
+            causal=self.causal,
+            window_size=self.window_size,
+            softcap=self.softcap,
+            group=self.group,
+            layout=self.layout,
+        )
+        attention = ring_flash_attn_func if self.scheme == "ring" else ulysses_flash_attn_func
+        return attention(q, k, v, **options)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, scheme={self.scheme!r}, layout={self.layout!r}"

@@ -108,7 +108,22 @@ class FlashAttention(nn.Module):
         q = qkv[..., :q_dim].view(batch, seqlen, self.num_heads, self.head_dim)
         k = qkv[..., q_dim : q_dim + kv_dim].view(batch, seqlen, self.num_kv_heads, self.head_dim)
         v = qkv[..., q_dim + kv_dim :].view(batch, seqlen, self.num_kv_heads, self.head_dim)
-        out = flash_attn_func(
+        mods = dict(
+            block_mask=block_mask,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            score_mod_bwd=score_mod_bwd,
+            aux_tensors=aux_tensors,
+        )
+        out = self.attend(q, k, v, mods)
+        return self.out_proj(out.reshape(batch, seqlen, self.embed_dim))
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mods: dict[str, object]
+    ) -> torch.Tensor:
+        """The attention between the projections: :func:`flashtile.flash_attn_func` with the layer's options
+        and ``mods``, the programmable ones (a subclass may run it another way)."""
+        return flash_attn_func(
             q,
             k,
             v,
@@ -117,13 +132,8 @@ class FlashAttention(nn.Module):
             causal=self.causal,
             window_size=self.window_size,
             softcap=self.softcap,
-            block_mask=block_mask,
-            mask_mod=mask_mod,
-            score_mod=score_mod,
-            score_mod_bwd=score_mod_bwd,
-            aux_tensors=aux_tensors,
+            **mods,
         )
-        return self.out_proj(out.reshape(batch, seqlen, self.embed_dim))
 
     def extra_repr(self) -> str:
         return (
