@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_autograd
 
 from flashtile import backend as _backend
 from flashtile import ops as _ops
@@ -278,10 +277,28 @@ def zigzag_unshard(local: torch.Tensor, dim: int = 1, group: dist.ProcessGroup |
     return _from_zigzag(torch.cat(gathered, dim), world, dim)
 
 
+class _AllToAll(torch.autograd.Function):
+    """Block i of the first dim to rank i, block j of the result from rank j. With equal blocks the
+    gradient goes back the same way: the backward is the same exchange."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+        ctx.group = group
+        x = x.contiguous()
+        received = torch.empty_like(x)
+        dist.all_to_all_single(received, x, group=group)
+        return received
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous()
+        received = torch.empty_like(grad)
+        dist.all_to_all_single(received, grad, group=ctx.group)
+        return received, None
+
+
 def _all_to_all(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
-    """Block i of ``x``'s first dim to rank i, block j of the result from rank j (differentiable)."""
-    x = x.contiguous()
-    return dist_autograd.all_to_all_single(torch.empty_like(x), x, group=group)
+    return _AllToAll.apply(x, group)
 
 
 def _heads_to_ranks(x: torch.Tensor, world: int, group: dist.ProcessGroup | None) -> torch.Tensor:
