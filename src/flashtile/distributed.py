@@ -149,14 +149,17 @@ class _RingAttention(torch.autograd.Function):
         acc_dtype = _ops.lse_dtype(q.dtype)
         dout = dout.contiguous()
         dq = torch.zeros(q.shape, dtype=acc_dtype, device=q.device)
-        # The K/V shard held now, and the dK/dV of its owner summed over the ranks it has visited.
+        # The K/V shard held now, and the dK/dV of its owner summed over the ranks it has visited: a rank's
+        # own start at zero; the others arrive from rank − 1 while this step's kernel runs.
         kv = [k.contiguous(), v.contiguous()]
         dkv = [torch.zeros(k.shape, dtype=acc_dtype, device=k.device), torch.zeros_like(v, dtype=acc_dtype)]
+        dkv_requests: list[dist.Work] = []
         for step in range(world):
             requests: list[dist.Work] = []
             if step + 1 < world:
                 incoming, requests = _exchange(kv, group, rank, world)
             rows, keys, block_causal = _step_slices(layout, causal, rank, (rank - step) % world, seqlen)
+            grads = None
             if rows.stop > rows.start:
                 block = (
                     t.contiguous()
@@ -169,19 +172,23 @@ class _RingAttention(torch.autograd.Function):
                         lse[:, :, rows],
                     )
                 )
-                block_dq, block_dk, block_dv, _ = _ops.run_attn_bwd(
+                grads = _ops.run_attn_bwd(
                     *block, scale, block_causal, backend, softcap=softcap, deterministic=deterministic
                 )
-                dq[:, rows] += block_dq
-                dkv[0][:, keys] += block_dk
-                dkv[1][:, keys] += block_dv
+                dq[:, rows] += grads[0]
+            _wait(dkv_requests)
+            if grads is not None:
+                dkv[0][:, keys] += grads[1]
+                dkv[1][:, keys] += grads[2]
             _wait(requests)
             if step + 1 < world:
                 kv = incoming
             # The accumulators follow their K/V to rank + 1; after the last step that is their owner.
             if world > 1:
-                dkv, dkv_requests = _exchange(dkv, group, rank, world)
-                _wait(dkv_requests)
+                # Held until the sends complete (the next step's wait).
+                sent = dkv
+                dkv, dkv_requests = _exchange(sent, group, rank, world)
+        _wait(dkv_requests)
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), *([None] * 7)
 
 
