@@ -5,6 +5,7 @@ and softcap too); the ring's calls make its count of P2P batches."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from datetime import timedelta
@@ -134,6 +135,20 @@ def _check_module(rank: int, world: int, scheme: str, layout: str) -> None:
         assert (summed - theirs.grad).abs().max().item() <= TOLERANCE, f"{name} ({where})"
 
 
+def _doubled(attention: object, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return attention(q, k, v, causal=True) * 2
+
+
+def _check_compiled(rank: int) -> None:
+    # Under torch.compile both schemes run (the collectives outside the graph) and give eager's result.
+    q, k, v = (torch.randn(1, 16, 4, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    for attention in (ring_flash_attn_func, ulysses_flash_attn_func):
+        compiled = torch.compile(functools.partial(_doubled, attention), backend="aot_eager")
+        got = compiled(q, k, v)
+        assert torch.equal(got, 2 * attention(q, k, v, causal=True)), f"{attention.__name__} on rank {rank}"
+        got.sum().backward()
+
+
 def _worker(rank: int, world: int, port: int) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
@@ -145,6 +160,8 @@ def _worker(rank: int, world: int, port: int) -> None:
             _check_ulysses_case(rank, world, index, case)
         for scheme, layout in (("ring", "zigzag"), ("ulysses", "contiguous")):
             _check_module(rank, world, scheme, layout)
+        if world == 2:
+            _check_compiled(rank)
     finally:
         dist.destroy_process_group()
 
