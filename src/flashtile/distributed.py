@@ -79,6 +79,14 @@ def _wait(requests: list[dist.Work]) -> None:
         request.wait()
 
 
+def _check_layout(layout: object, seqlen: int) -> None:
+    """``layout`` is one of LAYOUTS, and a zigzag shard splits into two chunks."""
+    if layout not in LAYOUTS:
+        raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    if layout == "zigzag" and seqlen % 2:
+        raise FlashtileValueError(f"layout 'zigzag' needs an even shard length; got {seqlen}")
+
+
 def _step_slices(layout: str, causal: bool, rank: int, owner: int, seqlen: int) -> tuple[slice, slice, bool]:
     """(query rows, key rows, causal) of rank ``rank`` attending to the K/V shard of ``owner``: the rows of
     the local shards that see each other, and whether the block is causal; an empty query slice when none
@@ -226,9 +234,8 @@ def ring_flash_attn_func(
                 f"ring_flash_attn_func does not support {name} yet (got {value!r}): its mask or bias needs "
                 "global positions; call it without"
             )
-    if layout not in LAYOUTS:
-        raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
     q, k, v = validation.unpack_qkv(q=q, k=k, v=v)
+    _check_layout(layout, q.shape[1])
     validation.check_same_device(q=q, k=k, v=v)
     backend = _backend.resolve(q.device)
     validation.check_dtypes(backend, q=q, k=k, v=v)
@@ -236,8 +243,6 @@ def ring_flash_attn_func(
         raise FlashtileValueError(
             f"q and k must hold shards of the same length; got {q.shape[1]} and {k.shape[1]} rows"
         )
-    if layout == "zigzag" and q.shape[1] % 2:
-        raise FlashtileValueError(f"layout 'zigzag' needs an even shard length; got {q.shape[1]}")
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     if type(softcap) not in (float, int) or softcap < 0:
         raise FlashtileValueError(f"softcap must be a float ≥ 0; got {softcap!r}")
@@ -348,17 +353,14 @@ def ulysses_flash_attn_func(
     each rank's mask from its own generator.
     """
     rank, world = _world(group)
-    if layout not in LAYOUTS:
-        raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
     q, k, v = validation.unpack_qkv(q=q, k=k, v=v)
+    _check_layout(layout, q.shape[1])
     heads, heads_kv = q.shape[2], k.shape[2]
     if heads % world:
         raise FlashtileValueError(
             f"ulysses_flash_attn_func needs the world size to divide q's heads; got {heads} heads on {world} "
             "ranks (ring_flash_attn_func has no such bound)"
         )
-    if layout == "zigzag" and q.shape[1] % 2:
-        raise FlashtileValueError(f"layout 'zigzag' needs an even shard length; got {q.shape[1]}")
     if world == 1:
         return flash_attn_func(
             q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
@@ -399,8 +401,7 @@ class ContextParallelAttention(FlashAttention):
         super().__init__(*args, **kwargs)
         if scheme not in ("ring", "ulysses"):
             raise FlashtileValueError(f"scheme must be 'ring' or 'ulysses'; got {scheme!r}")
-        if layout not in LAYOUTS:
-            raise FlashtileValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        _check_layout(layout, 0)
         self.group, self.scheme, self.layout = group, scheme, layout
 
     def attend(
