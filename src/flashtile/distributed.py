@@ -411,17 +411,8 @@ class ContextParallelAttention(FlashAttention):
             raise NotImplementedError(
                 "ContextParallelAttention takes no block mask, mask_mod or score_mod yet"
             )
-        options = dict(
-            dropout_p=self.dropout if self.training else 0.0,
-            softmax_scale=self.softmax_scale,
-            causal=self.causal,
-            window_size=self.window_size,
-            softcap=self.softcap,
-            group=self.group,
-            layout=self.layout,
-        )
         attention = ring_flash_attn_func if self.scheme == "ring" else ulysses_flash_attn_func
-        return attention(q, k, v, **options)
+        return attention(q, k, v, **self.attention_options(), group=self.group, layout=self.layout)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, scheme={self.scheme!r}, layout={self.layout!r}"

@@ -123,16 +123,16 @@ class FlashAttention(nn.Module):
     ) -> torch.Tensor:
         """The attention between the projections: :func:`flashtile.flash_attn_func` with the layer's options
         and ``mods``, the programmable ones (a subclass may run it another way)."""
-        return flash_attn_func(
-            q,
-            k,
-            v,
+        return flash_attn_func(q, k, v, **self.attention_options(), **mods)
+
+    def attention_options(self) -> dict[str, object]:
+        """flash_attn_func's options as the layer sets them (dropout only in training mode)."""
+        return dict(
             dropout_p=self.dropout if self.training else 0.0,
             softmax_scale=self.softmax_scale,
             causal=self.causal,
             window_size=self.window_size,
             softcap=self.softcap,
-            **mods,
         )
 
     def extra_repr(self) -> str:
