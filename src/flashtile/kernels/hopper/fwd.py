@@ -77,7 +77,10 @@ PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
 # FLASHTILE_HOPPER_FWD_CONSUMERS = 2 or 3 overrides the lengths (read at each launch).
 CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
-_PERSISTENT, _CONSUMERS = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV)
+# The two consumers' wgmma issues take turns (ping-pong, :func:`pingpong`) with softcap, ALiBi or dropout;
+# FLASHTILE_HOPPER_FWD_PINGPONG = 0 or 1 overrides that (read at each launch).
+PINGPONG_ENV = "FLASHTILE_HOPPER_FWD_PINGPONG"
+_PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), Knob(PINGPONG_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
 THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
@@ -447,6 +450,22 @@ def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BL
 
 
 @gluon.jit
+def _take_turn(turn, step, WG: gl.constexpr):
+    """Under ping-pong (``turn`` holds two mbarriers), wait until the other consumer has issued its wgmmas of
+    ring entry ``step`` − 1 (WG 1: of ``step``), so the tensor cores run one consumer's matmuls while the
+    other's softmax runs. An mbarrier's phase-1 wait is complete from the start: WG 0 goes first."""
+    if turn.shape[0] == 2:
+        mbarrier.wait(turn.index(WG), (step + 1 - WG) & 1)
+
+
+@gluon.jit
+def _pass_turn(turn, WG: gl.constexpr):
+    """Under ping-pong, let the other consumer issue its wgmmas (this one's are issued)."""
+    if turn.shape[0] == 2:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+
+
+@gluon.jit
 def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -522,15 +541,17 @@ def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr, HEAD_DIM: 
 
 @gluon.jit
 def _attn_fwd_steps(
-    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, base, lo, hi, t_lo, tiles, rows,
-    scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr,
-    MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr, HAS_DROPOUT: gl.constexpr,
+    acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, base, lo, hi, t_lo, tiles,
+    rows, scores, mod_args, WG: gl.constexpr, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
+    HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+    P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
+    HAS_DROPOUT: gl.constexpr,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
-    softmax(j) while the P·V wgmma runs. P passes from one tile to the next in fp32, or with P_OPERAND as the
-    wgmma operand."""
+    softmax(j) while the P·V wgmma runs, both issued in consumer WG's turn under ping-pong
+    (:func:`_take_turn`). P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma
+    operand."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -540,11 +561,13 @@ def _attn_fwd_steps(
     for j in range(lo, hi):
         slot = (base + j) % STAGES
         mbarrier.wait(k_ready.index(slot), ((base + j) // STAGES) & 1)
+        _take_turn(turn, base + j, WG)
         s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         prev = (base + j - 1) % STAGES
         mbarrier.wait(v_ready.index(prev), ((base + j - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        _pass_turn(turn, WG)
         # The tile's keys matter only to the mask, ALiBi and dropout (a listed tile's start is a load).
         n0 = 0
         if MASKED or HAS_ALIBI or HAS_DROPOUT:
@@ -667,7 +690,7 @@ def _attn_fwd_tile(
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
     softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
     q_smem, o_smem, k_smem, v_smem = smem
-    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -735,10 +758,12 @@ def _attn_fwd_tile(
         mbarrier.wait(q_bar.index(q_buf), q_phase)
         # Tile 0 alone: it has no P·V to overlap with, and may need the mask.
         mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
+        _take_turn(turn, it, WG)
         s_tok = warpgroup_mma(
             q, k_smem.index(it % STAGES).permute((1, 0)), gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout),
             use_acc=False, is_async=True,
         )  # fmt: skip
+        _pass_turn(turn, WG)
         if STAGED_IN_Q:
             _release_staged_q(q_turn, q_empty, q_bufs)
         s = warpgroup_mma_wait(0, deps=[s_tok])
@@ -756,20 +781,21 @@ def _attn_fwd_tile(
             # The window's left edge: tiles some rows see in part, before those all rows see in full; or
             # a block mask's partial tiles, with its mask_mod.
             acc, m_i, l_i, p = _attn_fwd_steps(
-                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, 1, a, t_lo,
-                tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
-                P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M,
-                HAS_DROPOUT,
+                acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, 1, a,
+                t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+                HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
+                SPARSE_BLOCK_M, HAS_DROPOUT,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, a, b_full, t_lo,
-            tiles, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, a, b_full,
+            t_lo, tiles, rows, scores, mod_args, WG, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
             P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
-            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, it, b_full, n_tiles,
-            t_lo, tiles, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
-            P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+            acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, b_full,
+            n_tiles, t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
+            HAS_DROPOUT,
         )  # fmt: skip
         if PERSISTENT and not STAGED_IN_Q:
             # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
@@ -853,7 +879,7 @@ def attn_fwd_kernel(
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
     MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
-    Q_BUFS: gl.constexpr,
+    Q_BUFS: gl.constexpr, PINGPONG: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -875,7 +901,7 @@ def attn_fwd_kernel(
 
     CONSUMERS (2, or 3 at D = 64 with no softcap, ALiBi, dropout, packed batch or block mask:
     :func:`consumer_count`): consumer warpgroups of WG_ROWS query rows each, so a work tile has
-    CONSUMERS · WG_ROWS rows.
+    CONSUMERS · WG_ROWS rows. PINGPONG (two consumers): they issue their wgmmas of each key tile in turn.
 
     Work tiles: num_m_blocks · B · H = ``total_work``; PERSISTENT: the grid's P programs take tiles pid,
     pid + P, …, else program pid takes tile pid (P = total_work)."""
@@ -905,6 +931,11 @@ def attn_fwd_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    # Ping-pong's two turns (consumer WG waits on its own, arrives on the other's); else one, unused.
+    TURNS: gl.constexpr = 2 if PINGPONG else 1
+    turn = gl.allocate_shared_memory(gl.int64, [TURNS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(TURNS):
+        mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(Q_BUFS):
         mbarrier.init(q_bar.index(i), count=1)
         # Each consumer partition arrives once per tile.
@@ -926,6 +957,7 @@ def attn_fwd_kernel(
         lists, gl.program_id(0), gl.num_programs(0), total_work,
     )  # fmt: skip
     bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
+    consumer_bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn)
     # One program a tile: the tile's indices here, before the partitions split (as captured values they
     # cost the consumers fewer registers than computed in each).
     # (The persistent partitions find their tiles themselves: any value will do.)
@@ -951,15 +983,15 @@ def attn_fwd_kernel(
                 sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars, BLOCK_N, STAGES,
                 IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M, PERSISTENT, CONSUMERS)),
             (_attn_fwd_consumer, (
-                sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                sched, work, program, options, consumer_smem, consumer_bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
                 MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
             (_attn_fwd_consumer, (
-                sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                sched, work, program, options, consumer_smem, consumer_bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
                 MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
             (_attn_fwd_consumer, (
-                sched, work, program, options, consumer_smem, bars, 2, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                sched, work, program, options, consumer_smem, consumer_bars, 2, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
                 MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
         ], [4, 4, 4], [CONSUMER_REGS_3, CONSUMER_REGS_3, CONSUMER_REGS_3])  # fmt: skip
@@ -969,11 +1001,11 @@ def attn_fwd_kernel(
                 sched, work, (q_desc, k_desc, v_desc, GROUP), (q_smem, k_smem, v_smem), bars, BLOCK_N, STAGES,
                 IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M, PERSISTENT, CONSUMERS)),
             (_attn_fwd_consumer, (
-                sched, work, program, options, consumer_smem, bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                sched, work, program, options, consumer_smem, consumer_bars, 0, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
                 MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
             (_attn_fwd_consumer, (
-                sched, work, program, options, consumer_smem, bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
+                sched, work, program, options, consumer_smem, consumer_bars, 1, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES,
                 MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT, CONSUMERS)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])  # fmt: skip
@@ -1087,6 +1119,19 @@ def q_buffers(values: dict[str, object]) -> int:
     return 2 if values["HEAD_DIM"] <= 64 or values["seqlen_k"] <= Q_BUFS_MAX_KEYS_D128 else 1
 
 
+def pingpong(values: dict[str, object], forced: str = "") -> bool:
+    """Whether the two consumers issue their wgmmas in turn (the kernel's PINGPONG): with softcap, ALiBi or
+    dropout, whose softmax no longer hides under the wgmmas when both consumers run it at once
+    (docs/design/hopper.md, "Ping-pong"). ``forced`` (PINGPONG_ENV's value) 0 or 1 overrides that; three
+    consumers never."""
+    if values["CONSUMERS"] != 2:
+        return False
+    forced = forced.strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return bool(values["HAS_SOFTCAP"] or values["HAS_ALIBI"] or values["HAS_DROPOUT"])
+
+
 def paired(values: dict[str, object]) -> bool:
     """Whether a persistent launch deals out pairs of row blocks (the kernel's PAIRED, ``_paired_tile``):
     causal, or any window bounded on the right only, where a row block's keys grow with its rows."""
@@ -1198,13 +1243,14 @@ def _fwd_launch(
     dropout_p: float = 0.0,
     persistent: bool = True,
     consumers: int = 2,
+    pingpong_forced: str = "",
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
     longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
     ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: plain attention
     at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
-    one program a work tile (PERSISTENT_ENV)."""
+    one program a work tile (PERSISTENT_ENV). ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -1224,6 +1270,7 @@ def _fwd_launch(
     persistent = persistent and runs_persistent(values) and programs > 0
     values["PERSISTENT"] = persistent
     values["Q_BUFS"] = q_buffers(values)
+    values["PINGPONG"] = pingpong(values, pingpong_forced)
     grid = (programs if persistent else total_work,)
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
@@ -1255,6 +1302,7 @@ def launch_for(
             head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
             dropout_p, varlen is not None, sparse is not None,
         ),
+        _PINGPONG.get(""),
     )  # fmt: skip
 
 

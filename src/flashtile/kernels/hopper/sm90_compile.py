@@ -178,6 +178,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     # The grid the launcher picks: persistent for equal-cost work tiles (plain, sliding windows) that fit.
     constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
     constexprs["Q_BUFS"] = fwd.q_buffers({**constexprs, "seqlen_k": SEQLEN})
+    constexprs["PINGPONG"] = fwd.pingpong(constexprs, os.environ.get(fwd.PINGPONG_ENV, ""))
     if options["MASK_BITS"]:
         # The mask bits' tensors: tile ids, words and their layout (int32).
         signature["aux"] = ("*i32", "*i32", "*i32")
