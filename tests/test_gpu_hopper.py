@@ -250,6 +250,37 @@ def test_gluon_fwd_options_match_oracle(seed, case):
     _check_options(q, k, v, d**-0.5, causal, seed, window, softcap, _slopes(alibi, 2, heads))
 
 
+@pytest.mark.parametrize("option", ["softcap", "alibi", "dropout", "plain"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_consumers_taking_turns_change_no_bit(seed, monkeypatch, head_dim, option):
+    # Ping-pong (FLASHTILE_HOPPER_FWD_PINGPONG) changes when each consumer issues its wgmmas, not what it
+    # computes: out and LSE bitwise equal with and without, causal (masked tiles) and odd lengths.
+    from flashtile.kernels.hopper import fwd
+
+    q = torch.randn(2, 1000, 4, head_dim, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(2, 1300, 2, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    extra = {
+        "softcap": {"softcap": 20.0},
+        "alibi": {"alibi_slopes": _slopes("bh", 2, 4)},
+        "dropout": {
+            "dropout_p": 0.2,
+            "rng_state": torch.tensor([seed, 64], dtype=torch.int64, device="cuda"),
+        },
+        "plain": {},
+    }[option]
+    results = []
+    for forced in ("0", "1"):
+        monkeypatch.setenv(fwd.PINGPONG_ENV, forced)
+        results.append(_fwd(q, k, v, head_dim**-0.5, True, window_size=(-1, 0), **extra))
+    (out_off, lse_off), (out_on, lse_on) = results
+    assert torch.equal(out_off, out_on) and torch.equal(lse_off, lse_on)
+    assert torch.isfinite(out_on).all()
+    if option != "dropout":
+        _check_options(q, k, v, head_dim**-0.5, True, seed, (-1, 0), extra.get("softcap", 0.0),
+                       extra.get("alibi_slopes"))  # fmt: skip
+
+
 @pytest.mark.parametrize("softcap", [5.0, 0.0])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_rows_outside_the_window_give_zero_output_and_minus_inf_lse(

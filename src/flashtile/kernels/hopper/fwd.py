@@ -9,7 +9,8 @@ and V tiles of BLOCK_N keys into a STAGES-deep shared-memory ring, each slot gua
 (the TMA completes it) and an "empty" one (both consumers arrive on it once done); the ring's slots and phases
 count on across work tiles. Each 4-warp consumer partition owns 64 query rows and runs the online softmax
 with async wgmma, FlashAttention-3's in-warpgroup overlap: issue S(j) = Q·K(j)ᵀ, then O += P(j−1)·V(j−1),
-wait for S(j) only, do softmax(j) while P·V runs. P stays in registers as wgmma's A operand. The pipeline,
+wait for S(j) only, do softmax(j) while P·V runs; with softcap, ALiBi or dropout the two consumers issue
+their wgmmas in turn (ping-pong: :func:`pingpong`). P stays in registers as wgmma's A operand. The pipeline,
 the barrier protocol and the register budget are drawn and measured in docs/design/hopper.md.
 
 Options (docs/design/options.md): a sliding window ``(left, right)`` (causal is (−1, 0)), softcap, ALiBi and
