@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from flashtile import bert_padding, distributed, masks
 from flashtile.block_mask import BlockMask, create_block_mask
+from flashtile.fp8 import flash_attn_fp8_func, quantize_fp8
 from flashtile.interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -31,6 +32,7 @@ __all__ = [
     "bert_padding",
     "create_block_mask",
     "distributed",
+    "flash_attn_fp8_func",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
     "flash_attn_qkvpacked_func",
@@ -39,4 +41,5 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "masks",
+    "quantize_fp8",
 ]

@@ -102,6 +102,8 @@ def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
         hint = ""
         if backend != "reference":
             hint = f"; FLASHTILE_BACKEND=reference accepts {_names(_REFERENCE_DTYPES)}"
+        if first.dtype == torch.float8_e4m3fn:
+            hint = "; float8 inputs take flashtile.flash_attn_fp8_func (forward only, with descales)"
         raise FlashtileTypeError(
             f"{name}.dtype is {first.dtype}, which the {backend} backend on {first.device.type} does not "
             f"support; accepted: {_names(accepted)}{hint}"

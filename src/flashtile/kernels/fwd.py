@@ -64,7 +64,7 @@ def _attn_fwd_steps(
     softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset, dropout_threshold, bh,
     MASKED: tl.constexpr, IS_LOCAL: tl.constexpr, HAS_SOFTCAP: tl.constexpr, FAST_TANH: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, IS_FP8: tl.constexpr,
     seqlen_q, b, h, aux, blocks, SPARSE: tl.constexpr, SPARSE_BLOCK: tl.constexpr, MASK_MOD: tl.constexpr,
     MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
 ):  # fmt: skip
@@ -85,6 +85,11 @@ def _attn_fwd_steps(
                 s, offs_m[:, None], offs_n[None, :], qk_scale, softcap_qk, softcap_out, alibi_slope,
                 diag_offset, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI,
             )  # fmt: skip
+            s_scale = 1.0
+        elif IS_FP8:
+            # The scale times the descales may have either sign (the descales are the caller's): scaled
+            # before the row max.
+            s = s * qk_scale
             s_scale = 1.0
         else:
             # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, and the
@@ -123,7 +128,7 @@ def _attn_fwd_steps(
 @triton.jit(do_not_specialize=FWD_UNSPECIALISED)
 def attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, alibi_ptr, rng_state_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-    sink_ptr, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+    sink_ptr, descale_ptr, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
     stride_lse_h, stride_alibi_b,
     seqlen_q, seqlen_k, num_m_blocks, qk_scale, window_left, window_right,
@@ -135,8 +140,11 @@ def attn_fwd_kernel(
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_FP32: tl.constexpr,
     HAS_BLOCK_MASK: tl.constexpr, SPARSE_BLOCK_M: tl.constexpr, SPARSE_BLOCK_N: tl.constexpr,
     MASK_MOD: tl.constexpr, MASK_MOD_AUX: tl.constexpr, SCORE_MOD: tl.constexpr, SCORE_MOD_AUX: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINK: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINK: tl.constexpr, IS_FP8: tl.constexpr,
 ):  # fmt: skip
+    """IS_FP8: q, k, v in float8 e4m3, dequantised by the fp32 descales at descale_ptr, (B, H_KV, 3)
+    contiguous (q's, k's, v's of batch b and key/value head h_kv): the scores' scale takes q's and k's, the
+    output v's; P enters the second dot in V's float8 dtype, as FlashAttention-3 does (docs/design/fp8.md)."""
     m_block, bh, b, h, h_kv = query_block_of_program(num_m_blocks, H, GROUP)
     m0 = (m_block * BLOCK_M).to(tl.int32)
     # Varlen: seqlen_q/k are the packed totals here and become this sequence's lengths.
@@ -165,6 +173,13 @@ def attn_fwd_kernel(
     )
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
+    v_descale = 1.0
+    if IS_FP8:
+        descales = descale_ptr + (b * (H // GROUP) + h_kv) * 3
+        qk_descale = tl.load(descales) * tl.load(descales + 1)
+        qk_scale = qk_scale * qk_descale
+        softcap_qk = softcap_qk * qk_descale
+        v_descale = tl.load(descales + 2)
     diag_offset = seqlen_k_b - seqlen_q_b
     lo_diag = diag_offset - window_left if HAS_WINDOW_LEFT else None
     hi_diag = diag_offset + window_right
@@ -198,22 +213,22 @@ def attn_fwd_kernel(
             lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
             dropout_threshold, bh, IS_LOCAL, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
             BLOCK_N,
-            DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD,
+            DOT_FP32, IS_FP8, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD,
             SCORE_MOD_AUX,
         )  # fmt: skip
         acc, l_i, m_i = _attn_fwd_steps(
             acc, l_i, m_i, q, k_desc, v_desc, n_clean * SPARSE_BLOCK_N, n_full * SPARSE_BLOCK_N, offs_m,
             qk_scale, seqlen_k_b, lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed,
             rng_offset, dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-            BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False, SCORE_MOD,
-            SCORE_MOD_AUX,
+            BLOCK_N, DOT_FP32, IS_FP8, seqlen_q_b, b, h, aux, full, True, SPARSE_BLOCK_N, None, False,
+            SCORE_MOD, SCORE_MOD_AUX,
         )  # fmt: skip
         acc, l_i, m_i = _attn_fwd_steps(
             acc, l_i, m_i, q, k_desc, v_desc, 0, n_partial * SPARSE_BLOCK_N, offs_m, qk_scale, seqlen_k_b,
             lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
             dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
-            DOT_FP32, seqlen_q_b, b, h, aux, partial, True, SPARSE_BLOCK_N, MASK_MOD, MASK_MOD_AUX, SCORE_MOD,
-            SCORE_MOD_AUX,
+            DOT_FP32, IS_FP8, seqlen_q_b, b, h, aux, partial, True, SPARSE_BLOCK_N, MASK_MOD, MASK_MOD_AUX,
+            SCORE_MOD, SCORE_MOD_AUX,
         )  # fmt: skip
         # The dense loops below then have nothing to visit.
         unmasked_start, unmasked_end, end = 0, 0, 0
@@ -227,7 +242,7 @@ def attn_fwd_kernel(
                 acc, l_i, m_i, q, k_desc, v_desc, start, unmasked_start, offs_m, qk_scale, seqlen_k_b,
                 lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
                 dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT,
-                BLOCK_N, DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
+                BLOCK_N, DOT_FP32, IS_FP8, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD,
                 SCORE_MOD_AUX,
             )  # fmt: skip
     else:
@@ -238,13 +253,13 @@ def attn_fwd_kernel(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_start, unmasked_end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, bh, False, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
-        DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
+        DOT_FP32, IS_FP8, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
     )  # fmt: skip
     acc, l_i, m_i = _attn_fwd_steps(
         acc, l_i, m_i, q, k_desc, v_desc, unmasked_end, end, offs_m, qk_scale, seqlen_k_b,
         lo_diag, hi_diag, softcap_qk, softcap_out, alibi_slope, diag_offset, seed, rng_offset,
         dropout_threshold, bh, True, IS_LOCAL, HAS_SOFTCAP, FAST_TANH, HAS_ALIBI, HAS_DROPOUT, BLOCK_N,
-        DOT_FP32, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
+        DOT_FP32, IS_FP8, seqlen_q_b, b, h, aux, None, False, 1, None, False, SCORE_MOD, SCORE_MOD_AUX,
     )  # fmt: skip
 
     if HAS_SINK:
@@ -253,6 +268,8 @@ def attn_fwd_kernel(
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     if HAS_DROPOUT:
         out = out * dropout_scale
+    if IS_FP8:
+        out = out * v_descale
     o_desc.store([m0, 0], out.to(o_desc.dtype))
     lse = (m_i + tl.math.log2(l_i)) * LN_2
     tl.store(lse_row + offs_m, lse, mask=offs_m < seqlen_q_b)
@@ -271,11 +288,17 @@ def positive_scale(q: torch.Tensor, softmax_scale: float) -> tuple[torch.Tensor,
     return q, softmax_scale
 
 
+# Input dtypes of the float8 forward (flashtile.fp8; e4m3, as FlashAttention-3): its output is bfloat16.
+FP8_DTYPES = (torch.float8_e4m3fn,)
+
+
 def dot_options(dtype: torch.dtype) -> dict[str, object]:
     """How the dots treat this input dtype. fp16 operands stay fp16 everywhere (P and dS are rounded to
     fp16 as on the GPU); fp32 gets true fp32 dots (Triton's default rounds them to tf32); bf16 is upcast
-    to fp32 in the interpreter, which multiplies raw bf16 bit patterns (triton-lang/triton#11584)."""
-    options: dict[str, object] = {"DOT_FP32": dtype == torch.bfloat16 and configs.is_interpreter()}
+    to fp32 in the interpreter, which multiplies raw bf16 bit patterns (triton-lang/triton#11584), and so
+    is float8, whose rounding the interpreter gets wrong (P then stays fp32 there)."""
+    upcast = dtype == torch.bfloat16 or dtype in FP8_DTYPES
+    options: dict[str, object] = {"DOT_FP32": upcast and configs.is_interpreter()}
     if dtype == torch.float32 and not configs.is_interpreter():
         options["default_dot_input_precision"] = "ieee"
     return options
@@ -423,7 +446,7 @@ def _fwd_launch(
         GROUP=heads // heads_kv, stride_mask_b=stride_mask_b, stride_mask_h=stride_mask_h,
         mask_row_len=mask_row_len, HEAD_DIM=d_pad, BLOCK_D=configs.block_d(d_pad), BLOCK_M=block_m,
         BLOCK_N=block_n, **opts.switches, **fwd_switches(mod_switches), DOT_FP32=dot_fp32,
-        HEAD_DIM_V=dv_pad, BLOCK_DV=configs.block_d(dv_pad), HAS_SINK=has_sink,
+        HEAD_DIM_V=dv_pad, BLOCK_DV=configs.block_d(dv_pad), HAS_SINK=has_sink, IS_FP8=dtype in FP8_DTYPES,
     )  # fmt: skip
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **dots)
     return KernelLaunch(kernel, (num_m_blocks * batch * heads,), device, FWD_POINTERS, values, options)
@@ -432,8 +455,8 @@ def _fwd_launch(
 # The tensors of a forward launch, in the kernel's parameter order.
 FWD_POINTERS = (
     "q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "alibi_ptr", "rng_state_ptr", "cu_seqlens_q_ptr",
-    "cu_seqlens_k_ptr", "sink_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr",
-    "aux",
+    "cu_seqlens_k_ptr", "sink_ptr", "descale_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr",
+    "full_kv_index_ptr", "aux",
 )  # fmt: skip
 
 
@@ -456,6 +479,7 @@ def attn_fwd(
     learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     config: configs.FwdConfig | None = None,
+    descale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward on validated inputs (docs/design/options.md: the window arrives normalised,
     rng_state is int64 (2,) on q's device when dropout_p > 0).
@@ -466,6 +490,9 @@ def attn_fwd(
     (H, total_q). Both contiguous. ``learnable_sink`` (H,) float32 joins each row's softmax denominator
     (docs/design/sinks.md): the LSE includes it, and a row that sees no key gives out 0 and lse = sink.
     ``mods``: block mask, mask_mod, score_mod and aux_tensors, validated (docs/design/block_sparse.md).
+    Float8 q, k, v (:data:`FP8_DTYPES`, dense, no ALiBi, dropout, sink or mods: flashtile.fp8 checks) take
+    ``descale`` (B, H_KV, 3) float32 contiguous, the descales of q, k and v; ``out`` is then bfloat16 and
+    the scale may have either sign.
     """
     varlen = cu_seqlens_q is not None
     heads, head_dim, head_dim_v = q.shape[-2], q.shape[-1], v.shape[-1]
@@ -480,7 +507,8 @@ def attn_fwd(
         total_k = k.shape[1]
         total_q = seqlen_q
         lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    out = torch.empty((*q.shape[:-1], head_dim_v), dtype=q.dtype, device=q.device)
+    out_dtype = torch.bfloat16 if q.dtype in FP8_DTYPES else q.dtype
+    out = torch.empty((*q.shape[:-1], head_dim_v), dtype=out_dtype, device=q.device)
     if out.numel() == 0 or batch == 0 or seqlen_q == 0:
         return out, lse
     if total_k == 0:
@@ -489,13 +517,15 @@ def attn_fwd(
         # (H, 1) broadcasts over (B, H, N_q) and (H, total_q): only the sink is in each row's softmax.
         return out.zero_(), lse.copy_(learnable_sink.to(lse.dtype).view(-1, 1).expand_as(lse))
 
-    q, softmax_scale = positive_scale(q, softmax_scale)
+    if descale is None:
+        # (The float8 kernel takes a scale of either sign: float8 tensors have no negation.)
+        q, softmax_scale = positive_scale(q, softmax_scale)
     d_pad, dv_pad = padded_head_dim(head_dim), padded_head_dim(head_dim_v)
     q, k = (as_descriptor_operand(t, d_pad) for t in (q, k))
     v = as_descriptor_operand(v, dv_pad)
     o = out
     if dv_pad != head_dim_v:
-        o = torch.empty((*out.shape[:-1], dv_pad), dtype=q.dtype, device=q.device)
+        o = torch.empty((*out.shape[:-1], dv_pad), dtype=out_dtype, device=q.device)
     slopes, state, sink = option_tensors(alibi_slopes, dropout_p, rng_state, learnable_sink)
     km = NO_MODS if mods is None else kernel_mods(mods)
     strides = (q.stride(), k.stride(), v.stride(), o.stride(), lse.stride())
@@ -506,7 +536,7 @@ def attn_fwd(
         (batch, grid_seqlen(seqlen_q) if varlen else seqlen_q, total_q, total_k), km.launch_key, config,
     )  # fmt: skip
     kernel_launch(
-        q, k, v, o, lse, slopes, state, cu_seqlens_q, cu_seqlens_k, sink, *km.list_args("kv", False),
+        q, k, v, o, lse, slopes, state, cu_seqlens_q, cu_seqlens_k, sink, descale, *km.list_args("kv", False),
         *km.list_args("kv", True), km.aux,
     )  # fmt: skip
     if o is not out:

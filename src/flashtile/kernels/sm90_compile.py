@@ -29,6 +29,7 @@ _POINTER_TYPES = {
     "cu_seqlens_k_ptr": "*i32",
     "sink_ptr": "*fp32",
     "dsink_ptr": "*fp32",
+    "descale_ptr": "*fp32",
     **{
         f"{full}{side}{kind}_ptr": "*i32"
         for full in ("", "full_")
@@ -44,10 +45,12 @@ _OPTION_POINTERS = {
     "cu_seqlens_k_ptr": "IS_VARLEN",
     "sink_ptr": "HAS_SINK",
     "dsink_ptr": "HAS_SINK",
+    "descale_ptr": "IS_FP8",
     **{name: "HAS_BLOCK_MASK" for name in _POINTER_TYPES if "count" in name or "index" in name},
 }
 # Variant words: "full" or "causal" (the window (-1, 0)), plus any of these joined with "+".
-OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen", "blocksparse", "sink")
+# "fp8" (the forward only) takes float8 q, k, v (the dtype argument names which) and a bf16 output.
+OPTION_WORDS = ("local", "softcap", "alibi", "dropout", "varlen", "blocksparse", "sink", "fp8")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name == "o_ptr" and dtype.startswith("fp8"):
+            sig[name] = "*bf16"
         elif name.endswith("_ptr"):
             sig[name] = _POINTER_TYPES.get(name, f"*{dtype}")
         else:
@@ -92,6 +97,7 @@ def _switches(variant: str) -> dict[str, bool]:
         HAS_DROPOUT="dropout" in words,
         IS_VARLEN="varlen" in words,
         HAS_SINK="sink" in words,
+        IS_FP8="fp8" in words,
         **_block_sparse_switches("blocksparse" in words),
     )
 

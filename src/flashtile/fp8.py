@@ -1,0 +1,180 @@
+"""Attention on float8 inputs (inference): FlashAttention-3's FP8 forward, with its descale arguments.
+
+q, k and v arrive in float8 e4m3 with one fp32 *descale* per (batch, key/value head) each: the
+real tensor is ``q.float() · q_descale[b, h_kv]`` (query head h reading key/value head h_kv). The kernel
+multiplies the float8 tiles as they are (fp32 accumulation), folds q's and k's descales into the softmax
+scale and v's into the output, and feeds P to the second product in V's float8 dtype, as FlashAttention-3
+does; the output is bfloat16. :func:`quantize_fp8` makes such tensors and descales from higher precision.
+Derivation and error budget: docs/design/fp8.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashtile import backend as _backend
+from flashtile import validation
+from flashtile.errors import FlashtileTypeError, FlashtileValueError
+from flashtile.kernels.fwd import FP8_DTYPES
+from flashtile.reference import naive
+
+# float8 e4m3's largest finite value: quantize_fp8 maps a group's largest magnitude to it.
+FP8_MAX = 448.0
+# Head dims the float8 forward takes: multiples of 16 (each row a whole number of 16-byte TMA units).
+FP8_MAX_HEAD_DIM = 256
+# Float8 matrix products need compute capability 8.9 (Ada) or 9.x (Hopper) and later.
+FP8_MIN_CAPABILITY = (8, 9)
+
+
+def quantize_fp8(x: torch.Tensor, group: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x_fp8, descale)`` for ``x`` (B, N, H, D): each batch element's heads in groups of ``group`` (the
+    query heads that share a key/value head: ``nheads // nheads_k`` for q, 1 for k and v) scaled so that the
+    group's largest magnitude is float8 e4m3's largest finite value, 448; ``descale`` (B, H // group)
+    float32 is the factor back (``x ≈ x_fp8 · descale``), the layout :func:`flash_attn_fp8_func` takes. An
+    all-zero group gets descale 1."""
+    validation.check_rank("x", x, "(batch_size, seqlen, nheads, headdim)")
+    batch, seqlen, heads, head_dim = x.shape
+    if not isinstance(group, int) or group < 1 or heads % group:
+        raise FlashtileValueError(f"group must be a positive divisor of nheads = {heads}; got {group!r}")
+    grouped = x.detach().reshape(batch, seqlen, heads // group, group * head_dim)
+    amax = grouped.abs().amax(dim=(1, 3)).to(torch.float32)
+    descale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scaled = x.to(torch.float32) / descale.repeat_interleave(group, dim=1)[:, None, :, None]
+    return scaled.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), descale
+
+
+def _check_descale(
+    name: str, descale: object, batch: int, heads_kv: int, device: torch.device
+) -> torch.Tensor:
+    """``descale`` (B, H_KV) float32 on ``device``, or ones for None."""
+    if descale is None:
+        return torch.ones(batch, heads_kv, dtype=torch.float32, device=device)
+    if not isinstance(descale, torch.Tensor):
+        raise FlashtileTypeError(f"{name} must be a torch.Tensor or None; got {type(descale).__name__}")
+    if descale.dtype != torch.float32:
+        raise FlashtileTypeError(f"{name}.dtype must be torch.float32; got {descale.dtype}")
+    if tuple(descale.shape) != (batch, heads_kv):
+        raise FlashtileValueError(
+            f"{name} must have shape (batch_size, nheads_k) = ({batch}, {heads_kv}); got "
+            f"{tuple(descale.shape)}"
+        )
+    if descale.device != device:
+        raise FlashtileValueError(f"{name} must be on q's device {device}; got {descale.device}")
+    return descale
+
+
+def _check_fp8_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    validation.check_tensors(q=q, k=k, v=v)
+    validation.check_same_device(q=q, k=k, v=v)
+    dtypes = {q.dtype, k.dtype, v.dtype}
+    if len(dtypes) > 1:
+        raise FlashtileTypeError(
+            f"q, k, v must have the same dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}"
+        )
+    if q.dtype not in FP8_DTYPES:
+        raise FlashtileTypeError(
+            f"q.dtype is {q.dtype}; flash_attn_fp8_func takes {', '.join(map(str, FP8_DTYPES))} "
+            "(quantize_fp8 makes it; flash_attn_func takes float16 and bfloat16)"
+        )
+    validation.check_qkv_shapes(q, k, v)
+    for name, t in (("q", q), ("v", v)):
+        d = t.shape[-1]
+        if d % 16 or d > FP8_MAX_HEAD_DIM:
+            raise FlashtileValueError(
+                f"{name}'s head dim is {d}; the float8 forward takes multiples of 16 up to {FP8_MAX_HEAD_DIM}"
+            )
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise FlashtileValueError(
+            "flash_attn_fp8_func is a forward (inference) only: q, k or v requires grad; run it under "
+            "torch.no_grad() or detach the inputs"
+        )
+
+
+def _fp8_backend(device: torch.device) -> str:
+    """``reference`` or ``triton`` for float8 inputs on ``device``: the Hopper fast path has no float8
+    kernel, so ``auto`` takes the portable Triton forward there, and a forced ``hopper`` refuses."""
+    if _backend.requested() == "hopper":
+        raise FlashtileValueError(
+            f"{_backend.ENV_VAR}=hopper was asked for, but the Hopper fast path has no float8 forward; "
+            "the portable Triton kernels run it (FLASHTILE_BACKEND=auto or triton)"
+        )
+    choice = _backend.resolve(device)
+    if choice == "reference":
+        return "reference"
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < FP8_MIN_CAPABILITY:
+        major, minor = torch.cuda.get_device_capability(device)
+        raise FlashtileValueError(
+            f"float8 matrix products need compute capability ≥ 8.9; {device} has {major}.{minor} "
+            "(FLASHTILE_BACKEND=reference runs the float8 forward in PyTorch)"
+        )
+    return "triton"
+
+
+def _dequantized(t: torch.Tensor, descale: torch.Tensor, group: int) -> torch.Tensor:
+    """``t`` in float32 times its (B, H_KV) descales, repeated over a query group of ``group`` heads."""
+    return t.to(torch.float32) * descale.repeat_interleave(group, dim=1)[:, None, :, None]
+
+
+@torch.compiler.disable
+def flash_attn_fp8_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    return_softmax_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention ``softmax(q̃ k̃ᵀ · softmax_scale) ṽ`` of float8 inputs, ``q̃ = q · q_descale`` (and so on),
+    forward only, with FlashAttention-3's FP8 arguments.
+
+    Arguments:
+        q: (batch_size, seqlen_q, nheads, headdim); k: (batch_size, seqlen_k, nheads_k, headdim);
+            v: (batch_size, seqlen_k, nheads_k, headdim_v). torch.float8_e4m3fn, one device; head dims
+            multiples of 16 up to 256; nheads % nheads_k == 0 (query head h reads key/value head
+            h // (nheads // nheads_k)). None may require grad.
+        q_descale, k_descale, v_descale: float32 (batch_size, nheads_k), or None for 1: the factors that
+            turn the float8 values back into the real ones (:func:`quantize_fp8` returns them), per batch
+            element and key/value head, as FlashAttention-3 takes them.
+        softmax_scale, causal, window_size, softcap: as in :func:`flashtile.flash_attn_func`.
+        return_softmax_lse: also return the (batch_size, nheads, seqlen_q) float32 log-sum-exp.
+
+    Returns ``out`` (batch_size, seqlen_q, nheads, headdim_v) bfloat16 [and the LSE]. On CUDA (compute
+    capability ≥ 8.9) the portable Triton forward runs it, P entering the second product in V's float8
+    dtype; with ``FLASHTILE_BACKEND=reference`` (and on the CPU) PyTorch computes it in float32 from the
+    dequantised inputs. Under torch.compile it runs eagerly behind a graph break.
+    """
+    _check_fp8_tensors(q, k, v)
+    batch, heads, heads_kv = q.shape[0], q.shape[2], k.shape[2]
+    descales = [
+        _check_descale(name, d, batch, heads_kv, q.device)
+        for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+    ]
+    options = validation.check_options(
+        0.0, window_size, softcap, None, causal, False, False, k.shape[1], batch, heads, q.device
+    )
+    return_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
+    scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
+    backend = _fp8_backend(q.device)
+    if backend == "reference":
+        group = heads // heads_kv
+        groups = (group, 1, 1)
+        q32, k32, v32 = (_dequantized(t, d, g) for t, d, g in zip((q, k, v), descales, groups, strict=True))
+        out, lse = naive.attention(
+            q32, k32, v32, softmax_scale=scale, causal=options.causal, window_size=options.window_size,
+            softcap=options.softcap,
+        )  # fmt: skip
+        out = out.to(torch.bfloat16)
+    else:
+        from flashtile.kernels.fwd import attn_fwd
+
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        out, lse = attn_fwd(
+            q, k, v, scale, options.causal, window_size=options.window_size, softcap=options.softcap,
+            descale=torch.stack(descales, dim=-1).contiguous(),
+        )  # fmt: skip
+    return (out, lse) if return_lse else out
