@@ -759,9 +759,18 @@ def test_options_run_writes_option_rows_and_prints_the_ratios(
     ours = {
         (r["mode"], r["layout"], r["window_right"], r["softcap"], r["alibi"], r["dropout_p"], r["sink"]): r
         for r in rows
-        if r["impl"] == "flashtile"
+        if r["impl"] == "flashtile" and r["dtype"] != "fp8"
     }
     assert all(r["status"] == "ok" for r in ours.values()), [r["detail"] for r in ours.values()]
+    # The float8 forward: flashtile alone, checked against its own roundings, no backward cell.
+    fp8 = [r for r in rows if r["dtype"] == "fp8"]
+    assert {(r["impl"], r["mode"], r["status"]) for r in fp8 if r["impl"] == "flashtile"} == {
+        ("flashtile", "fwd", "ok")
+    }
+    assert all("checked on the last" in r["detail"] for r in fp8 if r["impl"] == "flashtile")
+    assert {r["detail"] for r in fp8 if r["impl"] != "flashtile"} == {
+        f"{name} does not implement fp8" for name in ("naive", "sdpa-math")
+    }
     assert all("backend reference" in r["detail"] for r in ours.values())
     for mode in ("fwd", "bwd"):
         window = ours[(mode, "dense", "0", "0", "false", "0", "false")]
@@ -786,6 +795,7 @@ def test_options_run_writes_option_rows_and_prints_the_ratios(
         and r["alibi"] == "false"
         and r["dropout_p"] == "0"
         and r["sink"] == "false"
+        and r["dtype"] != "fp8"
     ]
     assert {r["impl"] for r in plain} == {"flashtile"}, "the plain yardsticks are flashtile's alone"
     peers = {(r["impl"], r["status"]) for r in rows if r["impl"] != "flashtile"}
@@ -801,7 +811,7 @@ def test_options_run_writes_option_rows_and_prints_the_ratios(
         f"bench_options_{o}_{m}_fp32.png"
         for o in ("window", "softcap", "alibi", "dropout", "sink", "varlen")
         for m in ("fwd", "bwd")
-    } == pngs
+    } | {"bench_options_fp8_fwd_bf16.png"} == pngs
 
 
 def test_option_comparisons_pair_each_option_with_its_yardstick_and_peer() -> None:

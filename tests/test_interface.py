@@ -505,6 +505,7 @@ def test_public_names() -> None:
         "create_block_mask",
         "distributed",
         "masks",
+        "flash_attn_fp8_func",
         "flash_attn_func",
         "flash_attn_kvpacked_func",
         "flash_attn_qkvpacked_func",
@@ -513,6 +514,7 @@ def test_public_names() -> None:
         "flash_attn_varlen_qkvpacked_func",
         "flash_attn_with_kvcache",
         "bert_padding",
+        "quantize_fp8",
     }
     assert isinstance(flashtile.__version__, str)
 

@@ -42,6 +42,29 @@ def test_options_compile_for_sm90_without_spills(kind, head_dim, options):
         assert report.shared_bytes <= 232448, f"{report.kernel} {options}: {report.shared_bytes} B of shared"
 
 
+# The float8 forward (flashtile.fp8): e4m3 q, k, v, a bf16 output, with the options it takes.
+FP8_CASES = [
+    (64, False, ()),
+    (128, False, ()),
+    (128, True, ("softcap",)),
+    (128, True, ("local",)),
+    (256, True, ()),
+]
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "causal", "options"),
+    FP8_CASES,
+    ids=[f"d{d}-{'causal' if c else 'full'}{''.join('-' + o for o in opts)}" for d, c, opts in FP8_CASES],
+)
+def test_fp8_forward_compiles_for_sm90_with_e4m3_wgmma(head_dim, causal, options):
+    for report in compile_in_subprocess("fwd", head_dim, causal, dtype="fp8e4nv", options=("fp8", *options)):
+        assert report.has_fp8_wgmma, f"{report.kernel}: no e4m3 wgmma in the PTX"
+        assert report.has_tma, f"{report.kernel}: no TMA bulk tensor copies in the PTX"
+        assert report.local_bytes == 0, f"{report.kernel}: {report.local_bytes} B of local memory (spills)"
+        assert report.shared_bytes <= 232448, f"{report.kernel}: {report.shared_bytes} B of shared memory"
+
+
 # Q/K head dim past 256 or V's different: every config compiles, with TMA and within shared memory; the
 # forward up to 512 without spills. The 576 forward and the wide backward spill (docs/design/kernels.md,
 # "Head dims past 256"), which the stack size reported here tracks.

@@ -115,6 +115,22 @@ def _dequantized(t: torch.Tensor, descale: torch.Tensor, group: int) -> torch.Te
     return t.to(torch.float32) * descale.repeat_interleave(group, dim=1)[:, None, :, None]
 
 
+def rounded_like_the_kernel(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: object
+) -> torch.Tensor:
+    """The float8 kernel's roundings, computed by PyTorch: attention of the dequantised ``q, k, v`` (float32
+    or wider; ``options`` as :func:`flashtile.reference.naive.attention` takes them) with P rounded to e4m3
+    against its row's largest entry (the kernel rounds each tile's P against the running max, before its
+    product with V) and the output rounded to bfloat16. The low-precision baseline of the 2× accuracy rule
+    for the float8 forward (tests/test_fp8.py, ``flashtile bench``'s fp8 cells)."""
+    p = naive.attention_probs(q, k, v, **options).to(torch.float32)
+    row_max = p.amax(dim=-1, keepdim=True)
+    p8 = (p / torch.where(row_max > 0, row_max, 1.0)).to(torch.float8_e4m3fn).to(torch.float32)
+    v_heads = v.to(torch.float32).repeat_interleave(q.shape[2] // v.shape[2], dim=2)
+    out = torch.einsum("bhij,bjhd->bihd", p8, v_heads) * row_max.permute(0, 2, 1, 3)
+    return out.to(torch.bfloat16)
+
+
 @torch.compiler.disable
 def flash_attn_fp8_func(
     q: torch.Tensor,

@@ -40,6 +40,7 @@ from flashtile.bench.grid import DTYPES, MODES, Config, Preset
 from flashtile.bench.peers import Peer
 from flashtile.bench.results import Environment, Result
 from flashtile.bench.timing import rotation_copies, time_in_rounds
+from flashtile.fp8 import rounded_like_the_kernel
 from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, Comparison, compare
 
 # Largest float64 score tensor (B·H·N_q·N_k elements, 1 GiB) and largest q-shaped tensor (B·N·H·D elements)
@@ -99,6 +100,10 @@ class _Reference:
     grads_low: tuple[torch.Tensor, ...] | None
 
 
+# The options preset's option names ("padded" is varlen's twin, not an option of its own).
+PRESET_OPTIONS = tuple(name for name in grid.OPTIONS if name != "padded")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``flashtile bench``."""
     parser = subparsers.add_parser(
@@ -123,13 +128,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     preset.add_argument(
         "--options",
         nargs="*",
-        choices=grid.OPTIONS[:6],
+        choices=PRESET_OPTIONS,
         metavar="OPTION",
         help="flash_attn's options (window (256, 0) at 8k; softcap 30, ALiBi, dropout 0.1 at 4k and 16k, "
         "non-causal unless --causal true or both; a "
-        "learnable sink (one N(0, 1) logit per head, causal) at 4k and 16k; a packed batch of mixed lengths) "
+        "learnable sink (one N(0, 1) logit per head, causal) at 4k and 16k; a packed batch of mixed lengths; "
+        "float8 e4m3 q, k, v through flash_attn_fp8_func at 4k and 16k, forward only) "
         "beside the plain kernel and FlexAttention / SDPA flash, about 5 minutes on an H100; --seqlen "
-        f"replaces every option's lengths; names among {', '.join(grid.OPTIONS[:6])} keep only those",
+        f"replaces every option's lengths; names among {', '.join(PRESET_OPTIONS)} keep only those",
     )
     parser.add_argument(
         "--decode",
@@ -341,6 +347,8 @@ def call_options(config: Config, device: torch.device) -> dict[str, object]:
         options["dropout_p"] = config.dropout_p
     if config.sink:
         options["learnable_sink"] = grid.sink_logits(config.heads).to(device).requires_grad_(True)
+    if config.fp8:
+        options["fp8"] = True
     if config.layout == "varlen":
         bounds = torch.tensor((0, *config.lengths)).cumsum(0)
         options["cu_seqlens"] = bounds.to(device=device, dtype=torch.int32)
@@ -391,7 +399,7 @@ def _reference(
     k = torch.randn(config.kv_shape(), device=device)
     v = torch.randn(config.v_shape(), device=device)
     dout = torch.randn(config.out_shape(), device=device).to(config.torch_dtype)
-    inputs = tuple(t.to(config.torch_dtype) for t in (q, k, v))
+    inputs = tuple(t.to(config.input_dtype) for t in (q, k, v))
     del q, k, v
     rows, kv_rows = _select(part, config), _select(part, config, kv=True)
     sub = (inputs[0][rows], inputs[1][kv_rows], inputs[2][kv_rows])
@@ -409,7 +417,15 @@ def _reference(
         return out.detach(), grads
 
     out64, grads64 = naive(torch.float64)
-    out_low, grads_low = naive(config.torch_dtype)
+    if config.fp8:
+        # The float8 kernel's roundings (P in e4m3, a bf16 output) computed by PyTorch: the fp8 baseline.
+        keywords = dict(softmax_scale=config.softmax_scale, causal=config.causal, window_size=config.window)
+        out_low = rounded_like_the_kernel(
+            *(t.to(torch.float32) for t in sub), softcap=config.softcap, **keywords
+        )
+        grads_low = None
+    else:
+        out_low, grads_low = naive(config.torch_dtype)
     return _Reference(config, part, inputs, dout, out64, out_low, grads64, grads_low)
 
 
@@ -497,7 +513,7 @@ def _make_inputs(config: Config, device: torch.device) -> list[tuple[torch.Tenso
         k = torch.randn(config.kv_shape(), device=device)
         v = torch.randn(config.v_shape(), device=device)
         dout = torch.randn(config.out_shape(), device=device)
-        q, k, v = (t.to(config.torch_dtype).requires_grad_(True) for t in (q, k, v))
+        q, k, v = (t.to(config.input_dtype).requires_grad_(True) for t in (q, k, v))
         made.append((q, k, v, dout.to(config.torch_dtype)))
     return made
 

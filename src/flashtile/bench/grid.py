@@ -34,8 +34,8 @@ PAPER_TOKENS = 16384
 PAPER_HIDDEN = 2048
 # The options a cell can carry, as the peers declare them (``Peer.options``). "sink" is a learnable sink
 # (``learnable_sink``); "varlen" is a packed batch (flash_attn_varlen_func); "padded" is the same sequences
-# padded to the longest and run dense.
-OPTIONS = ("window", "softcap", "alibi", "dropout", "sink", "varlen", "padded")
+# padded to the longest and run dense; "fp8" is q, k, v in float8 e4m3 (flash_attn_fp8_func, the forward).
+OPTIONS = ("window", "softcap", "alibi", "dropout", "sink", "varlen", "padded", "fp8")
 LAYOUTS = ("dense", "varlen", "padded")
 # The head-dims preset's (D, D_v) pairs: the equal-dim yardsticks, DeepSeek's MLA prefill (192/128),
 # Gemma-like 256 and 512, and MLA's 576/512.
@@ -123,6 +123,8 @@ class Config:
     # ``lengths`` padded to seqlen_q = max(lengths), batch = len(lengths).
     layout: str = "dense"
     lengths: tuple[int, ...] = ()
+    # q, k, v in float8 e4m3 (descales of 1), the output in ``dtype``: the float8 forward.
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         # One spelling of "V's head dim is Q/K's": a cell read back from a CSV equals the one measured.
@@ -142,6 +144,11 @@ class Config:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @property
+    def input_dtype(self) -> torch.dtype:
+        """q's, k's and v's dtype: float8 e4m3 in an fp8 cell, else the cell's dtype."""
+        return torch.float8_e4m3fn if self.fp8 else self.torch_dtype
 
     @property
     def softmax_scale(self) -> float:
@@ -169,6 +176,7 @@ class Config:
             "sink": self.sink,
             "varlen": self.layout == "varlen",
             "padded": self.layout == "padded",
+            "fp8": self.fp8,
         }
         return tuple(name for name in OPTIONS if present[name])
 
@@ -224,9 +232,9 @@ class Config:
 
     def bytes_moved(self) -> float:
         """Fewest bytes one call must move through device memory (the B·H·N_q log-sum-exp left out)."""
-        size = self.torch_dtype.itemsize
-        shapes = (self.q_shape(), self.kv_shape(), self.v_shape(), self.out_shape())
-        forward = sum(math.prod(shape) for shape in shapes) * size
+        inputs = (self.q_shape(), self.kv_shape(), self.v_shape())
+        forward = sum(math.prod(shape) for shape in inputs) * self.input_dtype.itemsize
+        forward += math.prod(self.out_shape()) * self.torch_dtype.itemsize
         # Each of q, k, v and o (as dO) read again and its gradient written.
         backward = 2 * forward
         return {"fwd": forward, "bwd": backward, "fwd_bwd": forward + backward}[self.mode]
@@ -241,6 +249,7 @@ class Config:
             "sink": "learnable sink",
             "varlen": f"varlen {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
             "padded": f"padded {len(self.lengths)} seqs/{sum(self.lengths)} tokens",
+            "fp8": "fp8 e4m3 inputs",
         }
         return " + ".join(words[name] for name in self.options)
 
@@ -258,6 +267,7 @@ class Config:
             sink=False,
             layout="dense",
             lengths=(),
+            fp8=False,
         )
 
     def label(self) -> str:
@@ -392,8 +402,12 @@ class Preset:
             return [plain, dataclasses.replace(plain, dropout_p=self.dropout_p)]
         if option == "sink":
             return [plain, dataclasses.replace(plain, sink=True)]
+        if option == "fp8":
+            # A forward only (its backward cells would have nothing to time), whose output is bf16.
+            return [plain, dataclasses.replace(plain, fp8=True, dtype="bf16")] if mode == "fwd" else [plain]
         if option != "varlen":
-            raise ValueError(f"unknown option {option!r}; the options preset knows {', '.join(OPTIONS[:6])}")
+            known = ", ".join(name for name in OPTIONS if name != "padded")
+            raise ValueError(f"unknown option {option!r}; the options preset knows {known}")
         lengths = packed_lengths(self.tokens, min(self.varlen_shortest, seqlen), seqlen)
         packed = dataclasses.replace(plain, layout="varlen", batch=len(lengths), lengths=lengths)
         longest = max(lengths)
@@ -457,6 +471,7 @@ _OPTIONS_CUDA = (
     OptionCells("dropout", (4096, 16384)),
     OptionCells("sink", (4096, 16384)),
     OptionCells("varlen", (8192,)),
+    OptionCells("fp8", (4096, 16384)),
 )
 _OPTIONS_CPU = (
     OptionCells("window", (64,)),
@@ -465,6 +480,7 @@ _OPTIONS_CPU = (
     OptionCells("dropout", (32,)),
     OptionCells("sink", (32,)),
     OptionCells("varlen", (64,)),
+    OptionCells("fp8", (32,)),
 )
 
 PRESETS: dict[tuple[str, str], Preset] = {

@@ -95,8 +95,14 @@ def flashtile_peer(device: str) -> Peer:
         scale: float,
         cu_seqlens: torch.Tensor | None = None,
         max_seqlen: int = 0,
+        fp8: bool = False,
         **options: object,
     ) -> torch.Tensor:
+        if fp8:
+            # The float8 forward (descales of 1) is inference only: the bench's inputs require grad.
+            with torch.no_grad():
+                q, k, v = (t.detach() for t in (q, k, v))
+                return flashtile.flash_attn_fp8_func(q, k, v, softmax_scale=scale, causal=causal, **options)
         if cu_seqlens is None:
             return flashtile.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, **options)
         out = varlen_func(

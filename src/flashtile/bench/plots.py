@@ -58,10 +58,12 @@ def _with_series(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     line (``series``: the implementation, with "padded" for a padded batch)."""
     found = []
     for r in rows:
-        options = Result.from_row(r).config.options
-        padded = "padded" in options
-        option = "+".join("varlen" if name == "padded" else name for name in options)
-        found.append({**r, "option": option, "series": f"{r['impl']} padded" if padded else r["impl"]})
+        config = Result.from_row(r).config
+        padded = "padded" in config.options
+        option = "+".join("varlen" if name == "padded" else name for name in config.options)
+        # A float8 cell (dtype "fp8" in the CSV) is drawn with the plain cells of its output dtype.
+        series = f"{r['impl']} padded" if padded else r["impl"]
+        found.append({**r, "dtype": config.dtype, "option": option, "series": series})
     return found
 
 

@@ -110,10 +110,10 @@ class Result:
     def from_row(cls, row: dict[str, str]) -> Result:
         """The result a CSV row records; ``error`` is read back from a "wrong" row's detail. A row of a CSV
         without the option columns is a plain cell; one without ``head_dim_v`` has V's head dim equal to
-        Q/K's."""
+        Q/K's. A float8 cell's dtype reads "fp8" (its output is bf16)."""
         config = Config(
             device=row["device"],
-            dtype=row["dtype"],
+            dtype="bf16" if row["dtype"] == "fp8" else row["dtype"],
             mode=row["mode"],
             causal=row["causal"] == "true",
             **{
@@ -128,6 +128,7 @@ class Result:
             sink=row.get("sink") == "true",
             layout=row.get("layout") or "dense",
             lengths=tuple(int(n) for n in (row.get("lengths") or "").split()),
+            fp8=row["dtype"] == "fp8",
         )
         timing = None
         if row["p50_ms"]:
@@ -152,7 +153,7 @@ class Result:
             "device": c.device,
             "impl": self.impl,
             "mode": c.mode,
-            "dtype": c.dtype,
+            "dtype": "fp8" if c.fp8 else c.dtype,
             "causal": "true" if c.causal else "false",
             "batch": str(c.batch),
             "heads": str(c.heads),

@@ -66,6 +66,8 @@ class CompileReport:
     # Local loads and stores (LDL/STL: spill traffic) inside innermost loops of the SASS, the key loops: a
     # stack frame whose accesses all sit outside them costs a few loads a work tile, not a few a key tile.
     loop_spills: int = 0
+    # wgmma on float8 e4m3 operands (the float8 forward's two products).
+    has_fp8_wgmma: bool = False
 
 
 def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
@@ -201,6 +203,7 @@ def report(kernel: str, compiled) -> CompileReport:
         stack_bytes=int(stack.group(1)) if stack else -1,
         shared_bytes=int(compiled.metadata.shared),
         has_wgmma="wgmma" in ptx,
+        has_fp8_wgmma=re.search(r"wgmma\.mma_async\S*\.e4m3\.e4m3", ptx) is not None,
         has_tma="cp.async.bulk.tensor" in ptx,
         loop_spills=loop_spills(sass),
     )
