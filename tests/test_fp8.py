@@ -3,9 +3,9 @@
 The low-precision baseline of the 2× rule is PyTorch computing the same quantised problem: for the output,
 the dequantised inputs in float32, P rounded to float8 e4m3 relative to its row's max (the kernel rounds
 each tile's P against the running max before its product with V), the output rounded to bfloat16
-(``flashtile.fp8.rounded_like_the_kernel``); for the LSE, bf16 attention of the dequantised inputs. On the CPU the Triton
-forward runs in the interpreter (float8 tiles upcast: its float8 rounding is broken, so P stays fp32 there)
-and the reference backend in PyTorch; the GPU cases (``-m gpu``) run the float8 kernel itself.
+(``flashtile.fp8.rounded_like_the_kernel``); for the LSE, bf16 attention of the dequantised inputs. On the
+CPU the Triton forward runs in the interpreter (float8 tiles upcast: its float8 rounding is broken, so P
+stays fp32 there) and the reference backend in PyTorch; the GPU cases (``-m gpu``) run the float8 kernel.
 """
 
 from __future__ import annotations
