@@ -61,8 +61,8 @@ def main() -> None:
                 for cfg in CONFIGS[head_dim]:
                     tiling = configs.FwdConfig(*cfg)
 
-                    def run(tiling=tiling, w=window, c=causal):
-                        return attn_fwd(q8, k8, v8, scale, c, window_size=w, descale=descale, config=tiling)
+                    def run(tiling=tiling, w=window, c=causal, t=(q8, k8, v8), d=descale, s=scale):
+                        return attn_fwd(*t, s, c, window_size=w, descale=d, config=tiling)
 
                     try:
                         run()
@@ -79,10 +79,12 @@ def main() -> None:
                 for name, t in times.items():
                     ms = statistics.median(t)
                     tflops = work / ms / 1e9
-                    rows.append(dict(head_dim=head_dim, seqlen=seqlen, causal=causal, impl=name, ms=round(ms, 4),
-                                     tflops=round(tflops, 1)))  # fmt: skip
-                    print(f"D={head_dim} N={seqlen} causal={causal} {name:22s} {ms:.4f} ms {tflops:.0f} TFLOP/s",
-                          flush=True)  # fmt: skip
+                    label = f"D={head_dim} N={seqlen} causal={causal} {name:22s}"
+                    print(f"{label} {ms:.4f} ms {tflops:.0f} TFLOP/s", flush=True)
+                    rows.append(
+                        dict(head_dim=head_dim, seqlen=seqlen, causal=causal, impl=name, ms=round(ms, 4),
+                             tflops=round(tflops, 1))
+                    )  # fmt: skip
     if args.csv and rows:
         new = not os.path.exists(args.csv)
         with open(args.csv, "a", newline="") as f:
