@@ -59,14 +59,25 @@ def _is_hopper(device: torch.device) -> bool:
 
 
 def fwd_config(
-    head_dim: int, device: torch.device, head_dim_v: int | None = None, dropout: bool = False
+    head_dim: int,
+    device: torch.device,
+    head_dim_v: int | None = None,
+    dropout: bool = False,
+    fp8: bool = False,
 ) -> FwdConfig:
     """The forward's tiling for Q/K head dim ``head_dim`` and V head dim ``head_dim_v`` (default the same);
-    ``dropout``: the kernel draws a dropout mask (its draws change layout through shared memory)."""
+    ``dropout``: the kernel draws a dropout mask (its draws change layout through shared memory); ``fp8``:
+    float8 inputs (flashtile.fp8), whose tiles take half the shared memory."""
     bd = block_d(head_dim)
     bdv = bd if head_dim_v is None else block_d(head_dim_v)
     if is_interpreter() or device.type != "cuda":
         return FwdConfig(32, 32, 4, 1)
+    if fp8:
+        # H200, scripts/fp8_configs.py (docs/design/fp8.md): the fastest of 5-6 tilings a head dim over
+        # N = 4k and 16k, causal and not (measured on Hopper only; Ada takes the same).
+        if bd <= 64:
+            return FwdConfig(128, 128, 4, 3)
+        return FwdConfig(64, 128, 4, 3) if bd <= 128 else FwdConfig(64, 64, 4, 3)
     if max(bd, bdv) > 256:
         return _wide_fwd_config(bd, _is_hopper(device))
     if _is_hopper(device):

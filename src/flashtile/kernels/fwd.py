@@ -446,7 +446,9 @@ def _fwd_launch(
     opts = kernel_options(
         softmax_scale, causal, window_size, softcap, alibi_stride is not None, dropout_p, varlen, total_q
     )
-    cfg = config or configs.fwd_config(head_dim, device, head_dim_v, dropout=dropout_p > 0)
+    cfg = config or configs.fwd_config(
+        head_dim, device, head_dim_v, dropout=dropout_p > 0, fp8=dtype in FP8_DTYPES
+    )
     block_m, block_n = mask_tile(cfg.BLOCK_M, mod_switches, 0), mask_tile(cfg.BLOCK_N, mod_switches, 1)
     num_m_blocks = cdiv(seqlen_q, block_m)
     kernel = pick_kernel(attn_fwd_kernel, attn_fwd_kernel_runtime_sizes, total_q, total_k)

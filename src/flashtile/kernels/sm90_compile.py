@@ -154,7 +154,9 @@ def _kernels_for(kind: str, head_dims: str, variant: str):
         DOT_FP32=False, **switches,
     )  # fmt: skip
     if kind == "fwd":
-        cfg = configs.fwd_config(head_dim, device, head_dim_v, dropout=switches["HAS_DROPOUT"])
+        cfg = configs.fwd_config(
+            head_dim, device, head_dim_v, dropout=switches["HAS_DROPOUT"], fp8=switches["IS_FP8"]
+        )
         ce = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N)
         return [(fwd.attn_fwd_kernel, ce, cfg.num_warps, cfg.num_stages)]
     cfg = configs.bwd_config(head_dim, causal, device, head_dim_v)
