@@ -39,7 +39,8 @@ def quantize_fp8(x: torch.Tensor, group: int = 1) -> tuple[torch.Tensor, torch.T
     grouped = x.detach().reshape(batch, seqlen, heads // group, group * head_dim)
     amax = grouped.abs().amax(dim=(1, 3)).to(torch.float32)
     descale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    scaled = x.to(torch.float32) / descale.repeat_interleave(group, dim=1)[:, None, :, None]
+    # (Not differentiable: the float8 forward is inference only.)
+    scaled = x.detach().to(torch.float32) / descale.repeat_interleave(group, dim=1)[:, None, :, None]
     return scaled.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), descale
 
 
