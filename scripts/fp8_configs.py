@@ -13,14 +13,14 @@ config of each head dim is the one the launcher picks today.
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 import statistics
+from pathlib import Path
 
 import torch
 
 from flashtile import flash_attn_func
 from flashtile.bench.decode import graph_time_ms
+from flashtile.bench.results import append_rows
 from flashtile.kernels import configs
 from flashtile.kernels.fwd import attn_fwd
 
@@ -86,12 +86,7 @@ def main() -> None:
                              tflops=round(tflops, 1))
                     )  # fmt: skip
     if args.csv and rows:
-        new = not os.path.exists(args.csv)
-        with open(args.csv, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
+        append_rows(Path(args.csv), rows, list(rows[0]))
 
 
 if __name__ == "__main__":

@@ -12,13 +12,14 @@ replays, the two variants alternating over ``--rounds`` rounds, each variant's m
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
+from pathlib import Path
 
 import torch
 
 from flashtile.bench.decode import graph_time_ms
+from flashtile.bench.results import append_rows
 from flashtile.kernels.hopper.fwd import PINGPONG_ENV
 from flashtile.kernels.hopper.fwd import attn_fwd as hopper_fwd
 
@@ -107,12 +108,7 @@ def main() -> None:
                     )
     os.environ.pop(PINGPONG_ENV, None)
     if args.csv and rows:
-        new = not os.path.exists(args.csv)
-        with open(args.csv, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
+        append_rows(Path(args.csv), rows, list(rows[0]))
 
 
 if __name__ == "__main__":
