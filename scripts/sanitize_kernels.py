@@ -36,7 +36,9 @@ Groups (``--only`` takes a comma-separated subset):
   has SMs: odd and even row-block and head counts, rows that see no key, three consumers; each with its
   backward; skipped unless the GPU has compute capability 9.x;
 - ``hopper_d256``: the Gluon backward at D = 256 (the "dim" split, reduce and deterministic) at the
-  ``hopper`` group's shapes; skipped unless the GPU has compute capability 9.x.
+  ``hopper`` group's shapes; skipped unless the GPU has compute capability 9.x;
+- ``fp8``: the float8 forward (``flash_attn_fp8_func``, the portable kernel reading Vᵀ) at D 64/128/256,
+  odd lengths, GQA/MQA, causal, windows and softcap, with descales.
 
 The groups added later come last in the list, so the earlier groups' case numbers stay those of earlier logs.
 
@@ -71,7 +73,7 @@ import triton.language as tl
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
-    "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256",
+    "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256", "fp8",
 )  # fmt: skip
 
 SHAPES = [
@@ -753,6 +755,33 @@ def _consumer_cases(group: str, cases: list[tuple]) -> Iterator[Case]:
         yield Case(group, label, run)
 
 
+# The float8 forward: (batch, seqlen_q, seqlen_k, heads, heads_kv, options).
+FP8_CASES = [
+    (1, 1, 1, 2, 2, {}),
+    (2, 17, 33, 4, 2, {"causal": True}),
+    (1, 203, 113, 4, 1, {"window_size": (40, 7)}),
+    (2, 129, 255, 4, 2, {"causal": True, "softcap": 20.0}),
+    (1, 300, 77, 2, 2, {"window_size": (0, 0)}),
+]
+
+
+def fp8_cases() -> Iterator[Case]:
+    from flashtile import flash_attn_fp8_func, quantize_fp8
+
+    for batch, sq, sk, h, hkv, options in FP8_CASES:
+        for d in HOPPER_FWD_DIMS:
+            label = f"fp8 fwd D={d} {(batch, sq, sk, h, hkv)} {options}"
+
+            def run(label=label, shape=(batch, sq, sk, h, hkv), d=d, options=options):
+                batch, sq, sk, h, hkv = shape
+                q8, qd = quantize_fp8(randn(batch, sq, h, d), group=h // hkv)
+                (k8, kd), (v8, vd) = (quantize_fp8(randn(batch, sk, hkv, d)) for _ in range(2))
+                out, _ = flash_attn_fp8_func(q8, k8, v8, qd, kd, vd, return_softmax_lse=True, **options)
+                finite(label, out)
+
+            yield Case("fp8", label, run)
+
+
 BUILDERS = {
     "hopper": hopper_cases,
     "decode": decode_cases,
@@ -765,6 +794,7 @@ BUILDERS = {
     "hopper_three": hopper_three_cases,
     "hopper_paired": hopper_paired_cases,
     "hopper_d256": hopper_d256_cases,
+    "fp8": fp8_cases,
 }
 
 
