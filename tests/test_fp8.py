@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import flashtile
-from flashtile import backend, flash_attn_fp8_func, quantize_fp8
+from flashtile import backend, flash_attn_fp8_func, fp8, quantize_fp8
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.fp8 import rounded_like_the_kernel
 from flashtile.reference import naive
@@ -174,7 +174,7 @@ def test_bad_inputs_get_clear_errors(monkeypatch):
     ):
         flashtile.flash_attn_func(*fp8)
     monkeypatch.setenv(backend.ENV_VAR, "hopper")
-    with pytest.raises(FlashtileValueError, match="the Hopper fast path has no float8 forward"):
+    with pytest.raises(FlashtileValueError, match="FLASHTILE_BACKEND=hopper was asked for"):
         flash_attn_fp8_func(*fp8)
 
 
@@ -191,10 +191,36 @@ def test_under_torch_compile_runs_eagerly_behind_a_graph_break(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["gluon", "portable"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[_case_id(c) for c in GPU_CASES])
 @pytest.mark.usefixtures("nan_poisoned_allocations")
-def test_fp8_kernel_matches_oracle_on_the_gpu(seed, monkeypatch, case):
+def test_fp8_kernel_matches_oracle_on_the_gpu(seed, monkeypatch, case, kernel):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("float8 products need a CUDA GPU of compute capability ≥ 8.9")
+    if kernel == "gluon" and backend.hopper_unavailable_reason(torch.device("cuda")) is not None:
+        pytest.skip("the Gluon float8 forward runs on compute capability 9.x")
     monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    monkeypatch.setenv(fp8.FP8_KERNEL_ENV, kernel)
+    # The Gluon forward takes head dims 64, 128 and 256: every GPU case has one.
+    calls = []
+    real = fp8._fp8_backend
+    monkeypatch.setattr(fp8, "_fp8_backend", lambda *a: calls.append(real(*a)) or calls[-1])
     _check(case, "cuda", seed)
+    assert calls == ["hopper" if kernel == "gluon" else "triton"]
+
+
+@pytest.mark.gpu
+def test_gluon_and_portable_fp8_forwards_agree(monkeypatch):
+    # The same roundings (P in e4m3 against the running max, fp32 softmax): close, not bitwise (the tiles'
+    # sizes and the order of the sums differ).
+    if not torch.cuda.is_available() or backend.hopper_unavailable_reason(torch.device("cuda")) is not None:
+        pytest.skip("the Gluon float8 forward runs on compute capability 9.x")
+    monkeypatch.delenv(backend.ENV_VAR, raising=False)
+    fp8_inputs, descales = _problem((700, 900, 128, "gqa", True, (-1, -1), 0.0), "cuda")
+    results = {}
+    for kernel in ("gluon", "portable"):
+        monkeypatch.setenv(fp8.FP8_KERNEL_ENV, kernel)
+        results[kernel] = flash_attn_fp8_func(*fp8_inputs, *descales, causal=True, return_softmax_lse=True)
+    (out_g, lse_g), (out_p, lse_p) = results["gluon"], results["portable"]
+    assert (out_g.float() - out_p.float()).abs().max() < 0.1 * out_p.float().abs().max()
+    assert (lse_g - lse_p).abs().max() < 1e-2

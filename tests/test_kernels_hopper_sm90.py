@@ -26,6 +26,7 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     if isinstance(report, Exception):
         raise report
     assert report.has_wgmma, f"{case}: no wgmma in the PTX"
+    assert report.has_fp8_wgmma == (case[2] == "fp8e4nv"), f"{case}: float8 wgmma {report.has_fp8_wgmma}"
     assert report.has_tma, f"{case}: no TMA bulk tensor copies in the PTX"
     assert report.local_bytes == 0, f"{case}: {report.local_bytes} B of local memory (spills)"
     # The varlen kernel at D = 256 with every option holds four per-sequence values (the lengths and the

@@ -14,6 +14,7 @@ import torch
 
 from flashtile import backend as _backend
 from flashtile import validation
+from flashtile._environ import Knob
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.kernels.fwd import FP8_DTYPES
 from flashtile.reference import naive
@@ -24,6 +25,9 @@ FP8_MAX = 448.0
 FP8_MAX_HEAD_DIM = 256
 # Float8 matrix products need compute capability 8.9 (Ada) or 9.x (Hopper) and later.
 FP8_MIN_CAPABILITY = (8, 9)
+# "portable": the portable Triton forward on Hopper too, not the Gluon one (read at each call).
+FP8_KERNEL_ENV = "FLASHTILE_FP8_KERNEL"
+_FP8_KERNEL = Knob(FP8_KERNEL_ENV)
 
 
 def quantize_fp8(x: torch.Tensor, group: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,14 +95,12 @@ def _check_fp8_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Non
         )
 
 
-def _fp8_backend(device: torch.device) -> str:
-    """``reference`` or ``triton`` for float8 inputs on ``device``: the Hopper fast path has no float8
-    kernel, so ``auto`` takes the portable Triton forward there, and a forced ``hopper`` refuses."""
-    if _backend.requested() == "hopper":
-        raise FlashtileValueError(
-            f"{_backend.ENV_VAR}=hopper was asked for, but the Hopper fast path has no float8 forward; "
-            "the portable Triton kernels run it (FLASHTILE_BACKEND=auto or triton)"
-        )
+def _fp8_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    """``hopper``, ``triton`` or ``reference`` for these float8 inputs: the Gluon forward on Hopper where it
+    takes the call (:func:`flashtile.kernels.hopper.support.fp8_unsupported_reason`) unless
+    FP8_KERNEL_ENV is ``portable``, the portable Triton forward on other CUDA devices of compute
+    capability ≥ 8.9, PyTorch on the reference backend. A forced ``hopper`` raises where it cannot run."""
+    device = q.device
     choice = _backend.resolve(device)
     if choice == "reference":
         return "reference"
@@ -108,6 +110,16 @@ def _fp8_backend(device: torch.device) -> str:
             f"float8 matrix products need compute capability ≥ 8.9; {device} has {major}.{minor} "
             "(FLASHTILE_BACKEND=reference runs the float8 forward in PyTorch)"
         )
+    if choice == "hopper":
+        from flashtile.kernels.hopper.support import fp8_unsupported_reason
+
+        reason = fp8_unsupported_reason(q, k, v)
+        forced = _backend.requested() == "hopper"
+        if reason is None and (forced or _FP8_KERNEL.get("gluon").strip() != "portable"):
+            return "hopper"
+        if forced:
+            reason = reason or f"{FP8_KERNEL_ENV}=portable"
+            raise FlashtileValueError(f"{_backend.ENV_VAR}=hopper was asked for, but {reason}")
     return "triton"
 
 
@@ -176,7 +188,7 @@ def flash_attn_fp8_func(
     )
     return_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
-    backend = _fp8_backend(q.device)
+    backend = _fp8_backend(q, k, v)
     if backend == "reference":
         group = heads // heads_kv
         groups = (group, 1, 1)
@@ -187,9 +199,12 @@ def flash_attn_fp8_func(
         )  # fmt: skip
         out = out.to(torch.bfloat16)
     else:
-        from flashtile.kernels.fwd import attn_fwd
+        if backend == "hopper":
+            from flashtile.kernels.hopper.fwd import attn_fwd
+        else:
+            from flashtile.kernels.fwd import attn_fwd
 
-        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         out, lse = attn_fwd(
             q, k, v, scale, options.causal, window_size=options.window_size, softcap=options.softcap,
             descale=torch.stack(descales, dim=-1).contiguous(),

@@ -477,7 +477,7 @@ FWD_POINTERS = (
 )  # fmt: skip
 
 
-def _transposed_fp8(v: torch.Tensor) -> torch.Tensor:
+def transposed_fp8(v: torch.Tensor) -> torch.Tensor:
     """Dense float8 ``v`` (B, N, H_KV, D) as Vᵀ (B, H_KV, D, N), each row padded to 16 bytes (a TMA
     descriptor's stride unit; the padding is never read: the descriptor's shape stops at N)."""
     batch, seqlen, heads_kv, head_dim = v.shape
@@ -556,7 +556,7 @@ def attn_fwd(
     km = NO_MODS if mods is None else kernel_mods(mods)
     v_strides = v.stride()
     if descale is not None:
-        v = _transposed_fp8(v)
+        v = transposed_fp8(v)
         # The kernel's (batch, row, head) strides of Vᵀ: its rows are V's columns.
         v_strides = (v.stride(0), v.stride(2), v.stride(1), v.stride(3))
     strides = (q.stride(), k.stride(), v_strides, o.stride(), lse.stride())

@@ -20,7 +20,12 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
+_GL_DTYPES = {
+    torch.float16: gl.float16,
+    torch.bfloat16: gl.bfloat16,
+    torch.float32: gl.float32,
+    torch.float8_e4m3fn: gl.float8e4nv,
+}
 
 
 class CheckedDescriptor(TensorDescriptor):

@@ -49,7 +49,7 @@ from flashtile.kernels._block_sparse import NO_MODS, KernelMods, call_mod, kerne
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels._mask_bits import reads_bits
-from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale
+from flashtile.kernels.fwd import alibi_stride_b, kernel_options, positive_scale, transposed_fp8
 from flashtile.kernels.hopper import dropout
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.mods import Mods
@@ -381,7 +381,14 @@ def _produce_tile(
             _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
             mbarrier.wait(v_empty.index(slot), phase ^ 1)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+            if v_desc.dtype == gl.float8e4nv:
+                # Vᵀ (B, H_KV, D, N): a [D, BLOCK_N] box of head h_kv's columns n0 … (_v_operand).
+                vt_view = v_smem.index(slot)._reinterpret(
+                    v_desc.dtype, [1, 1, v_smem.shape[1], v_smem.shape[2]], v_desc.layout
+                )
+                tma.async_copy_global_to_shared(v_desc, [b, h_kv, 0, n0], v_ready.index(slot), vt_view)
+            else:
+                _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
         if PERSISTENT:
             it += n_tiles
     return it, n_live
@@ -451,6 +458,28 @@ def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BL
 
 
 @gluon.jit
+def _v_operand(v_tile):
+    """V's tile as the P·V wgmma's B operand, [BLOCK_N, D]. A float8 ring holds Vᵀ's [D, BLOCK_N] tiles
+    (float8 wgmma reads B K-major only: docs/design/fp8.md), seen transposed."""
+    operand = v_tile
+    if v_tile.dtype == gl.float8e4nv:
+        operand = v_tile.permute((1, 0))
+    return operand
+
+
+@gluon.jit
+def _wait_pv(o_tok, p_op):
+    """Wait for the P·V wgmma; P's registers stay live until then (the wait's deps). Triton 3.6 cannot pass
+    8-bit registers through the wait ("Unexpected bitwidth in WGMMAWaitGroupOp"), so float8 P is left to
+    ptxas, which knows wgmma's register reads (Triton's own float8 dots do the same)."""
+    if p_op.dtype.primitive_bitwidth == 8:
+        acc = warpgroup_mma_wait(0, deps=[o_tok])
+    else:
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+    return acc
+
+
+@gluon.jit
 def _take_turn(turn, step, WG: gl.constexpr):
     """Under ping-pong (``turn`` holds two mbarriers), wait until the other consumer has issued its wgmmas of
     ring entry ``step`` − 1 (WG 1: of ``step``), so the tensor cores run one consumer's matmuls while the
@@ -471,7 +500,7 @@ def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    SPARSE_TILES: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, SCALE_FIRST: gl.constexpr,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
@@ -489,6 +518,11 @@ def _softmax_step(
     # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, which folds into one
     # FMA per score below; so does softcap's factor.
     s_scale = qk_scale
+    if SCALE_FIRST and not HAS_SOFTCAP:
+        # Float8: the scale times the caller's descales may have either sign, so it scales the scores
+        # before the row max (one multiply a score more).
+        s = s * qk_scale
+        s_scale = 1.0
     if HAS_SOFTCAP:
         # Softcap: c·tanh(scale·qk / c)·log2(e), with softcap_qk = scale / c and softcap_out = c·log2(e) > 0,
         # which the same FMA applies.
@@ -553,11 +587,15 @@ def _attn_fwd_steps(
     softmax(j) while the P·V wgmma runs, both issued in consumer WG's turn under ping-pong
     (:func:`_take_turn`). P passes from one tile to the next in fp32, or with P_OPERAND as the wgmma
     operand."""
+    # The wgmma instruction's K: 16 for 16-bit operands, 32 for float8.
+    MMA_K: gl.constexpr = 256 // v_smem.dtype.primitive_bitwidth
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, MMA_K]
     )
     o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=acc.type.layout, k_width=32 // v_smem.dtype.primitive_bitwidth
+    )
     s_zero = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     for j in range(lo, hi):
         slot = (base + j) % STAGES
@@ -567,7 +605,7 @@ def _attn_fwd_steps(
         prev = (base + j - 1) % STAGES
         mbarrier.wait(v_ready.index(prev), ((base + j - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
-        o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        o_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(prev)), acc, is_async=True)
         _pass_turn(turn, WG)
         # The tile's keys matter only to the mask, ALiBi and dropout (a listed tile's start is a load).
         n0 = 0
@@ -582,6 +620,7 @@ def _attn_fwd_steps(
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
+            v_smem.dtype == gl.float8e4nv,
         )  # fmt: skip
         if HAS_DROPOUT:
             if P_OPERAND:
@@ -589,7 +628,7 @@ def _attn_fwd_steps(
                 p = dropout.keep_pairs(p, *drawn, v_smem.dtype)
             else:
                 p = gl.where(dropout.kept(*drawn), p, 0.0)
-        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        acc = _wait_pv(o_tok, p_op)
         mbarrier.arrive(v_empty.index(prev), count=1)
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
@@ -689,18 +728,34 @@ def _attn_fwd_tile(
     seqlen_q, seqlen_k = work[6:8]
     lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
-    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args = options
+    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr = options
     q_smem, o_smem, k_smem, v_smem = smem
+    # Float8 q, k, v (docs/design/fp8.md): the fp32 descales of (batch, query head) at descale_ptr, (B, H, 3)
+    # (q's, k's, v's), fold into the scale and the output; the output is staged in a buffer of its own
+    # dtype.
+    FP8: gl.constexpr = v_smem.dtype == gl.float8e4nv
+    v_descale = 1.0
+    if FP8:
+        descales = descale_ptr + bh.to(gl.int64) * 3
+        qk_descale = gl.load(descales) * gl.load(descales + 1)
+        qk_scale = qk_scale * qk_descale
+        softcap_qk = softcap_qk * qk_descale
+        v_descale = gl.load(descales + 2)
     q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
+    # The wgmma instruction's K: 16 for 16-bit operands, 32 for float8.
+    MMA_K: gl.constexpr = 256 // v_smem.dtype.primitive_bitwidth
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, MMA_K]
     )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, MMA_K]
     )
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    # P as the second wgmma's register operand: 32 bits a register (2 bf16 / fp16 entries, 4 float8).
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=32 // v_smem.dtype.primitive_bitwidth
+    )
 
     row0 = m0 + WG * WG_ROWS
     # Bottom-right alignment: query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag (each bound if present).
@@ -773,6 +828,7 @@ def _attn_fwd_tile(
         p, m_i, l_i, _ = _softmax_step(
             s, m_i, l_i, n_first, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
+            v_smem.dtype == gl.float8e4nv,
         )  # fmt: skip
         if HAS_DROPOUT:
             p = gl.where(dropout.kept(*_draw_tile(drop, n_first, BLOCK_N, s_layout, HEAD_DIM)), p, 0.0)
@@ -804,8 +860,8 @@ def _attn_fwd_tile(
         last = (it + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_tiles - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
-        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        o_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last)), acc, is_async=True)
+        acc = _wait_pv(o_tok, p_op)
         mbarrier.arrive(v_empty.index(last), count=1)
     elif PERSISTENT:
         # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
@@ -821,6 +877,8 @@ def _attn_fwd_tile(
         # The kept entries' 1 / (1 − p): out = acc / (ℓ · (1 − p)), once per row.
         l_o = l_o * drop_args[2]
     out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+    if FP8:
+        out = out * v_descale
     lse = (m_i + gl.log2(l_i)) * LN_2
     out_rows = rows[0]
     if IS_VARLEN:
@@ -836,11 +894,14 @@ def _attn_fwd_tile(
         staged = o_smem.index(WG)
         tma.store_wait(0)
         gl.thread_barrier()
+    elif FP8:
+        # One program a tile (float8 takes no persistent grid): the buffer has held nothing before.
+        staged = o_smem.index(WG)
     else:
         # Q's half is free once this warpgroup's last S wgmma has retired: it stages the output tile (under
         # STAGED_IN_Q the buffer goes back to the producer once the store has read it, next tile).
         staged = q
-    staged.store(out.to(q.dtype))
+    staged.store(out.to(o_smem.dtype))
     if IS_VARLEN:
         # A TMA store would write the rows past the sequence, the next sequence's: masked stores instead,
         # STORE_ROWS rows at a time read back from the staged tile (a few registers a thread).
@@ -872,10 +933,10 @@ SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP"]
 @gluon.jit(do_not_specialize=[*SIZE_ARGS, *WINDOW_ARGS, *LIST_ARGS])
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, seqlen_q, seqlen_k,
-    num_m_blocks, total_work, H, GROUP, qk_scale, window_left, window_right, softcap_qk, softcap_out,
-    stride_alibi_b, dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h, list_row_len,
-    HEAD_DIM: gl.constexpr,
+    kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, descale_ptr,
+    seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, qk_scale, window_left, window_right, softcap_qk,
+    softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h,
+    list_row_len, HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
@@ -914,8 +975,12 @@ def attn_fwd_kernel(
         (HAS_WINDOW_LEFT or HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT) and HEAD_DIM > 64
     ) or CONSUMERS == 3
     dtype: gl.constexpr = q_desc.dtype
+    FP8: gl.constexpr = dtype == gl.float8e4nv
     tile_q: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], dtype)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    # Float8's V ring holds Vᵀ tiles, [D, BLOCK_N] (_v_operand).
+    v_tile: gl.constexpr = [HEAD_DIM, BLOCK_N] if FP8 else [BLOCK_N, HEAD_DIM]
+    tile_v: gl.constexpr = gl.NVMMASharedLayout.get_default_for(v_tile, dtype)
     # Q_BUFS = 2 (a persistent program, :func:`q_buffers`): the producer loads the next tile's Q as soon as
     # it is done with this tile's key tiles, not once the consumers release Q.
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
@@ -924,8 +989,13 @@ def attn_fwd_kernel(
         # The output's own staging buffer; at D = 128 it does not fit beside two Q buffers, and each tile's
         # output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q).
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
+    if FP8:
+        # The bf16 output's own staging buffer (Q's float8 one cannot hold it).
+        o_dtype: gl.constexpr = o_desc.dtype
+        tile_o: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, HEAD_DIM], o_dtype)
+        o_smem = gl.allocate_shared_memory(o_dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_o)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, v_tile[0], v_tile[1]], tile_v)
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -973,7 +1043,7 @@ def attn_fwd_kernel(
             return
     program = (o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, seqlen_q, qk_scale)
     drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
-    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args)
+    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr)
     consumer_smem = (q_smem, o_smem, k_smem, v_smem)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands the consumer warpgroups CONSUMER_REGS registers a thread.
@@ -1064,6 +1134,7 @@ def consumer_count(
     dropout_p: float,
     varlen: bool,
     sparse: bool,
+    fp8: bool = False,
 ) -> int:
     """Consumer warpgroups a program has (``window_size`` normalised, causal (−1, 0)). Three, in 192-row
     work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 4096 causal: their
@@ -1071,7 +1142,7 @@ def consumer_count(
     hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, causal or in a
     window, to the key tiles a warpgroup steps through wholly masked (docs/design/hopper.md, "Three
     consumers at D = 64"). CONSUMERS_ENV = 2 or 3 overrides the length rule (3 only where D = 64 allows)."""
-    if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse:
+    if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse or fp8:
         return 2
     forced = _CONSUMERS.get("").strip()
     if forced in ("2", "3"):
@@ -1218,7 +1289,7 @@ def sparse_arguments(sparse: Sparse | None, tile: int, side: str = "kv") -> dict
 FWD_POINTERS = (
     "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
     "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr", "aux",
-    "rng_state_ptr",
+    "rng_state_ptr", "descale_ptr",
 )  # fmt: skip
 
 
@@ -1245,13 +1316,16 @@ def _fwd_launch(
     persistent: bool = True,
     consumers: int = 2,
     pingpong_forced: str = "",
+    fp8: bool = False,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
     longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
     ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: plain attention
     at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
-    one program a work tile (PERSISTENT_ENV). ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`)."""
+    one program a work tile (PERSISTENT_ENV). ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`).
+    ``fp8``: float8 inputs (one program a work tile: the bf16 output's staging buffer needs its own
+    shared memory)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -1268,7 +1342,7 @@ def _fwd_launch(
     )  # fmt: skip
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     programs = persistent_programs(values, configs.multiprocessor_count(device))
-    persistent = persistent and runs_persistent(values) and programs > 0
+    persistent = persistent and not fp8 and runs_persistent(values) and programs > 0
     values["PERSISTENT"] = persistent
     values["Q_BUFS"] = q_buffers(values)
     values["PINGPONG"] = pingpong(values, pingpong_forced)
@@ -1291,6 +1365,7 @@ def launch_for(
     varlen: tuple[int, int, int, int] | None,
     sparse: Sparse | None,
     cfg: configs.HopperFwdConfig,
+    fp8: bool = False,
 ) -> KernelLaunch:
     """The prepared launch of a call :func:`attn_fwd` runs (its arguments as there, the scale positive;
     dense ``seqlen_q/k`` N_q and N_k, 0 for a packed batch, whose ``varlen`` is :func:`_fwd_launch`'s)."""
@@ -1301,9 +1376,10 @@ def launch_for(
         dropout_p, _PERSISTENT.get("1") != "0",
         consumer_count(
             head_dim, seqlen_q if varlen is None else 0, tuple(window_size), softcap, slopes is not None,
-            dropout_p, varlen is not None, sparse is not None,
+            dropout_p, varlen is not None, sparse is not None, fp8,
         ),
         _PINGPONG.get(""),
+        fp8,
     )  # fmt: skip
 
 
@@ -1326,6 +1402,7 @@ def attn_fwd(
     learnable_sink: torch.Tensor | None = None,
     mods: Mods | None = None,
     config: configs.HopperFwdConfig | None = None,
+    descale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
     (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no learnable_sink, no
@@ -1335,9 +1412,11 @@ def attn_fwd(
     ``window_size`` normalised (causal is (−1, 0), −1 unlimited), ``softcap`` ≥ 0 (0 off), ``alibi_slopes``
     None or fp32 (H,) / (B, H) on q's device. Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
     (B, H, N_q) float32, natural log: those of the portable forward, a row that sees no key giving out 0 and
-    lse −inf."""
+    lse −inf. Float8 e4m3 q, k, v (dense, no ALiBi, dropout or mods) take ``descale`` (B, H_KV, 3) fp32, as
+    the portable forward does (docs/design/fp8.md); ``out`` is then bfloat16."""
     heads, head_dim = q.shape[-2], q.shape[-1]
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    fp8 = descale is not None
+    out = torch.empty(q.shape, dtype=torch.bfloat16 if fp8 else q.dtype, device=q.device)
     if cu_seqlens_q is not None:
         batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, 0, 0
         total_q, total_k = q.shape[0], k.shape[0]
@@ -1353,7 +1432,12 @@ def attn_fwd(
         seqlen_k = k.shape[1]
         lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
         varlen = None
-    q, softmax_scale = positive_scale(q, softmax_scale)
+    if fp8:
+        # Per query head (the kernel reads them at b·H + h), and Vᵀ (float8 wgmma reads B K-major only).
+        descale = descale.repeat_interleave(heads // k.shape[-2], dim=1).contiguous()
+        v = transposed_fp8(v)
+    else:
+        q, softmax_scale = positive_scale(q, softmax_scale)
     cfg = config or configs.hopper_fwd_config(head_dim)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     km = NO_MODS if mods is None else kernel_mods(mods)
@@ -1363,17 +1447,24 @@ def attn_fwd(
         lists = km.list_args("kv", False) + km.list_args("kv", True)
     launch = launch_for(
         q, k, batch, seqlen_q, seqlen_k, softmax_scale, causal, window_size, softcap, slopes, dropout_p,
-        varlen, sparse, cfg,
+        varlen, sparse, cfg, fp8,
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
+    if fp8:
+        # Vᵀ (B, H_KV, D, N) in [D, BLOCK_N] boxes, its shape stopping at N (the rows' padding unread).
+        batch_, heads_kv, dim, _ = v.shape
+        shape = (batch_, heads_kv, dim, seqlen_k)
+        v_desc = descriptor(v, shape, v.stride(), (1, 1, dim, cfg.BLOCK_N))
+    else:
+        v_desc = _descriptor(v, cfg.BLOCK_N)
     if varlen is None:
         o_desc, o_ptr, cu_q, cu_k = _descriptor(out, WG_ROWS.value), lse, lse, lse
     else:
         # The output is stored through pointers (kernel docstring); any descriptor of its type will do.
         o_desc, o_ptr, cu_q, cu_k = q_desc, out, cu_seqlens_q, cu_seqlens_k
     launch(
-        q_desc, _descriptor(k, cfg.BLOCK_N), _descriptor(v, cfg.BLOCK_N), o_desc, lse,
-        lse if slopes is None else slopes, o_ptr, cu_q, cu_k, *lists, sparse_aux(km, sparse),
-        lse if rng_state is None else rng_state,
+        q_desc, _descriptor(k, cfg.BLOCK_N), v_desc, o_desc, lse, lse if slopes is None else slopes, o_ptr,
+        cu_q, cu_k, *lists, sparse_aux(km, sparse), lse if rng_state is None else rng_state,
+        lse if descale is None else descale,
     )  # fmt: skip
     return out, lse

@@ -75,6 +75,9 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SPARSE_VARIANTS]
     # Three consumer warpgroups: D = 64 only, dense and causal, both dtypes.
     cases += [(64, v, t) for v in ("full+three", "causal+three") for t in DTYPES]
+    # The float8 forward (flashtile.fp8): dense and causal at every head dim, windows and softcap at 128.
+    cases += [(d, v, "fp8e4nv") for d in HOPPER_FWD_HEAD_DIMS for v in ("full", "causal")]
+    cases += [(128, "window+softcap", "fp8e4nv")]
     return cases
 
 
@@ -115,17 +118,24 @@ def fwd_options(variant: str, block_n: int, seqlen: int = SEQLEN) -> dict[str, o
     }  # fmt: skip
 
 
-def _descriptor_type(dtype: str, rows: int, head_dim: int, varlen: bool = False) -> str:
+def _descriptor_type(
+    dtype: str, rows: int, head_dim: int, varlen: bool = False, transposed: bool = False
+) -> str:
     from triton.experimental.gluon import language as gl
 
     block = [rows, 1, head_dim] if varlen else [1, rows, 1, head_dim]
-    layout = gl.NVMMASharedLayout.get_default_for(block, {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype])
+    gl_dtype = {"fp16": gl.float16, "bf16": gl.bfloat16, "fp8e4nv": gl.float8e4nv}[dtype]
+    if transposed:
+        # Vᵀ (B, H_KV, D, N) of the float8 forward, in [D, rows] boxes.
+        block = [1, 1, head_dim, rows]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
     return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{layout!r}>"
 
 
 def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     """Compile the Gluon forward in this process, as the launcher configures it for these arguments;
-    ``variant``: words of :data:`FWD_OPTION_WORDS` joined with "+"."""
+    ``variant``: words of :data:`FWD_OPTION_WORDS` joined with "+"; ``dtype`` "fp8e4nv": the float8
+    forward (Vᵀ's descriptor, a bf16 output, one program a work tile)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -137,11 +147,12 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     rows = fwd.WG_ROWS.value
     options = fwd_options(variant, cfg.BLOCK_N, SEQLEN)
     varlen = options["IS_VARLEN"]
+    fp8 = dtype == "fp8e4nv"
     signature = dict(
         q_desc=_descriptor_type(dtype, rows, head_dim, varlen),
         k_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim, varlen),
-        v_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim, varlen),
-        o_desc=_descriptor_type(dtype, rows, head_dim, varlen),
+        v_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim, varlen, transposed=fp8),
+        o_desc=_descriptor_type("bf16" if fp8 else dtype, rows, head_dim, varlen),
         lse_ptr="*fp32",
         alibi_ptr="*fp32",
         # Dense launches pass the LSE for the pointers they do not use.
@@ -162,6 +173,8 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         stride_alibi_b="i32",
         # The launcher passes rng_state (int64) with dropout, the LSE without.
         rng_state_ptr="*i64" if options["HAS_DROPOUT"] else "*fp32",
+        # The float8 forward's descales (fp32); the LSE without.
+        descale_ptr="*fp32",
         dropout_threshold="i32",
         dropout_keep_frac="fp32",
         list_stride_b="i32",
@@ -176,7 +189,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     # The grid the launcher picks: persistent for equal-cost work tiles (plain, sliding windows) that fit.
-    constexprs["PERSISTENT"] = fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
+    constexprs["PERSISTENT"] = not fp8 and fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
     constexprs["Q_BUFS"] = fwd.q_buffers({**constexprs, "seqlen_k": SEQLEN})
     constexprs["PINGPONG"] = fwd.pingpong(constexprs, os.environ.get(fwd.PINGPONG_ENV, ""))
     if options["MASK_BITS"]:

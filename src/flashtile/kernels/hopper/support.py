@@ -100,6 +100,23 @@ def _tma_unreadable(name: str, t: torch.Tensor) -> str | None:
     return None
 
 
+def fp8_unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why the Gluon forward does not run this float8 call (flashtile.fp8, its arguments checked there:
+    dense, e4m3, head dims multiples of 16), or None when it does: head dims 64, 128 and 256 (V's the
+    same), q and k readable by TMA in place (V is copied transposed, docs/design/fp8.md)."""
+    reason = device_unsupported_reason(q.device)
+    if reason is not None:
+        return reason
+    if q.shape[-1] not in HOPPER_FWD_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        dims = ", ".join(map(str, HOPPER_FWD_HEAD_DIMS))
+        return f"the Hopper float8 forward is compiled for head dims {dims} (V's the same)"
+    for name, t in (("q", q), ("k", k)):
+        reason = _tma_unreadable(name, t)
+        if reason is not None:
+            return reason
+    return None
+
+
 def fwd_unsupported_reason(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: Mapping[str, object]
 ) -> str | None:
