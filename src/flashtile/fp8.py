@@ -25,7 +25,8 @@ FP8_MAX = 448.0
 FP8_MAX_HEAD_DIM = 256
 # Float8 matrix products need compute capability 8.9 (Ada) or 9.x (Hopper) and later.
 FP8_MIN_CAPABILITY = (8, 9)
-# "portable": the portable Triton forward on Hopper too, not the Gluon one (read at each call).
+# "gluon": the Gluon (Hopper) forward where it takes the call, else the portable Triton one, which is the
+# default: on an H200 the Gluon one read 0.94-0.99 of its speed (docs/design/fp8.md). Read at each call.
 FP8_KERNEL_ENV = "FLASHTILE_FP8_KERNEL"
 _FP8_KERNEL = Knob(FP8_KERNEL_ENV)
 
@@ -96,10 +97,11 @@ def _check_fp8_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Non
 
 
 def _fp8_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    """``hopper``, ``triton`` or ``reference`` for these float8 inputs: the Gluon forward on Hopper where it
-    takes the call (:func:`flashtile.kernels.hopper.support.fp8_unsupported_reason`) unless
-    FP8_KERNEL_ENV is ``portable``, the portable Triton forward on other CUDA devices of compute
-    capability ≥ 8.9, PyTorch on the reference backend. A forced ``hopper`` raises where it cannot run."""
+    """``hopper``, ``triton`` or ``reference`` for these float8 inputs: the portable Triton forward on CUDA
+    devices of compute capability ≥ 8.9, or on Hopper with FP8_KERNEL_ENV ``gluon`` (or a forced
+    ``hopper`` backend) the Gluon forward where it takes the call
+    (:func:`flashtile.kernels.hopper.support.fp8_unsupported_reason`), PyTorch on the reference backend. A
+    forced ``hopper`` raises where it cannot run."""
     device = q.device
     choice = _backend.resolve(device)
     if choice == "reference":
@@ -115,10 +117,9 @@ def _fp8_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
 
         reason = fp8_unsupported_reason(q, k, v)
         forced = _backend.requested() == "hopper"
-        if reason is None and (forced or _FP8_KERNEL.get("gluon").strip() != "portable"):
+        if reason is None and (forced or _FP8_KERNEL.get("portable").strip() == "gluon"):
             return "hopper"
         if forced:
-            reason = reason or f"{FP8_KERNEL_ENV}=portable"
             raise FlashtileValueError(f"{_backend.ENV_VAR}=hopper was asked for, but {reason}")
     return "triton"
 
@@ -174,8 +175,10 @@ def flash_attn_fp8_func(
 
     Returns ``out`` (batch_size, seqlen_q, nheads, headdim_v) bfloat16 [and the LSE]. On CUDA (compute
     capability ≥ 8.9) the portable Triton forward runs it, P entering the second product in V's float8
-    dtype; with ``FLASHTILE_BACKEND=reference`` (and on the CPU) PyTorch computes it in float32 from the
-    dequantised inputs. Under torch.compile it runs eagerly behind a graph break.
+    dtype; ``FLASHTILE_FP8_KERNEL=gluon`` (or ``FLASHTILE_BACKEND=hopper``) runs the Gluon forward instead on
+    Hopper, at head dims 64, 128 and 256; with ``FLASHTILE_BACKEND=reference`` (and on the CPU) PyTorch
+    computes it in float32 from the dequantised inputs. Under torch.compile it runs eagerly behind a graph
+    break.
     """
     _check_fp8_tensors(q, k, v)
     batch, heads, heads_kv = q.shape[0], q.shape[2], k.shape[2]
