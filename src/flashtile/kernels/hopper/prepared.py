@@ -104,10 +104,11 @@ class PlainAttention:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
     ) -> tuple:
         """The forward kernel's pointer arguments (kernels/hopper/fwd.py's FWD_POINTERS) for a dense call
-        without slopes, packed batch, block mask or dropout: the LSE stands in for each absent tensor."""
+        without slopes, packed batch, block mask, dropout or float8 descales: the LSE stands in for each
+        absent tensor."""
         return (
             self._q.over(q), self._k.over(k), self._v.over(v), self._o.over(out), lse, lse, lse, lse, lse,
-            lse, lse, lse, lse, self._aux, lse,
+            lse, lse, lse, lse, self._aux, lse, lse,
         )  # fmt: skip
 
     def forward(
