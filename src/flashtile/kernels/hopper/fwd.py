@@ -515,8 +515,8 @@ def _softmax_step(
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
         cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-    # qk_scale > 0 (the launcher makes it so): the row max commutes with the scaling, which folds into one
-    # FMA per score below; so does softcap's factor.
+    # qk_scale > 0 (the launcher makes it so, but for float8: SCALE_FIRST): the row max commutes with the
+    # scaling, which folds into one FMA per score below; so does softcap's factor.
     s_scale = qk_scale
     if SCALE_FIRST and not HAS_SOFTCAP:
         # Float8: the scale times the caller's descales may have either sign, so it scales the scores
@@ -964,6 +964,10 @@ def attn_fwd_kernel(
     CONSUMERS (2, or 3 at D = 64 with no softcap, ALiBi, dropout, packed batch or block mask:
     :func:`consumer_count`): consumer warpgroups of WG_ROWS query rows each, so a work tile has
     CONSUMERS · WG_ROWS rows. PINGPONG (two consumers): they issue their wgmmas of each key tile in turn.
+
+    Float8 e4m3 q, k (dense, one program a work tile; docs/design/fp8.md): v_desc is over Vᵀ (B, H_KV, D, N)
+    in [1, 1, D, BLOCK_N] boxes, ``descale_ptr`` the fp32 descales (B, H, 3) of q, k and v per query head,
+    o_desc bf16. Otherwise descale_ptr is unused (any pointer).
 
     Work tiles: num_m_blocks · B · H = ``total_work``; PERSISTENT: the grid's P programs take tiles pid,
     pid + P, …, else program pid takes tile pid (P = total_work)."""
