@@ -178,16 +178,34 @@ def test_bad_inputs_get_clear_errors(monkeypatch):
         flash_attn_fp8_func(*fp8)
 
 
-def test_under_torch_compile_runs_eagerly_behind_a_graph_break(monkeypatch):
-    monkeypatch.setenv(backend.ENV_VAR, "reference")
-    fp8, descales = _problem((16, 24, 16, "gqa", True, (-1, -1), 0.0), "cpu")
+@pytest.mark.parametrize("cpu_backend", ["triton", "reference"], indirect=True)
+def test_torch_compile_traces_it_whole(cpu_backend):
+    fp8_inputs, descales = _problem((16, 24, 16, "gqa", True, (-1, -1), 0.0), "cpu")
 
     def attend(q8, k8, v8, qd, kd, vd):
-        return flash_attn_fp8_func(q8, k8, v8, qd, kd, vd, causal=True) * 2
+        out, lse = flash_attn_fp8_func(q8, k8, v8, qd, kd, vd, causal=True, return_softmax_lse=True)
+        return out * 2, lse
 
     torch._dynamo.reset()
-    compiled = torch.compile(attend, backend="aot_eager")
-    assert torch.equal(compiled(*fp8, *descales), attend(*fp8, *descales))
+    compiled = torch.compile(attend, backend="aot_eager", fullgraph=True)
+    (out_c, lse_c), (out_e, lse_e) = compiled(*fp8_inputs, *descales), attend(*fp8_inputs, *descales)
+    assert torch.equal(out_c, out_e) and torch.equal(lse_c, lse_e)
+
+
+@pytest.mark.parametrize("cpu_backend", ["triton", "reference"], indirect=True)
+def test_the_custom_op_passes_opcheck(cpu_backend):
+    fp8_inputs, descales = _problem((17, 33, 16, "gqa", False, (-1, -1), 0.0), "cpu")
+    descale = torch.stack(descales, dim=-1)
+    for args in (
+        (*fp8_inputs, descale, 0.25, True, -1, 0, 0.0),
+        (*fp8_inputs, descale, 0.25, False, 7, 3, 5.0),
+    ):
+        # (test_schema perturbs the inputs with arithmetic PyTorch has no float8 kernels for on the CPU.)
+        torch.library.opcheck(
+            fp8.fp8_fwd,
+            args,
+            test_utils=("test_faketensor", "test_aot_dispatch_dynamic", "test_autograd_registration"),
+        )
 
 
 @pytest.mark.gpu

@@ -145,7 +145,6 @@ def rounded_like_the_kernel(
     return out.to(torch.bfloat16)
 
 
-@torch.compiler.disable
 def flash_attn_fp8_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -177,8 +176,8 @@ def flash_attn_fp8_func(
     capability ≥ 8.9) the portable Triton forward runs it, P entering the second product in V's float8
     dtype; ``FLASHTILE_FP8_KERNEL=gluon`` (or ``FLASHTILE_BACKEND=hopper``) runs the Gluon forward instead on
     Hopper, at head dims 64, 128 and 256; with ``FLASHTILE_BACKEND=reference`` (and on the CPU) PyTorch
-    computes it in float32 from the dequantised inputs. Under torch.compile it runs eagerly behind a graph
-    break.
+    computes it in float32 from the dequantised inputs. A custom op (``flashtile::fp8_fwd``): torch.compile
+    traces it, ``fullgraph=True`` included.
     """
     _check_fp8_tensors(q, k, v)
     batch, heads, heads_kv = q.shape[0], q.shape[2], k.shape[2]
@@ -191,25 +190,65 @@ def flash_attn_fp8_func(
     )
     return_lse = validation.check_flag("return_softmax_lse", return_softmax_lse)
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
+    left, right = options.window_size
+    out, lse = fp8_fwd(
+        q, k, v, torch.stack(descales, dim=-1), scale, options.causal, left, right, options.softcap
+    )
+    return (out, lse) if return_lse else out
+
+
+def _run_fp8_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    descale: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float8 forward on checked arguments (:func:`flash_attn_fp8_func`): ``descale`` (B, H_KV, 3),
+    the window normalised. ``(out, lse)``: bf16 (B, N_q, H, D_v) and fp32 (B, H, N_q)."""
+    window = (window_left, window_right)
     backend = _fp8_backend(q, k, v)
     if backend == "reference":
-        group = heads // heads_kv
+        group = q.shape[2] // k.shape[2]
+        descales = descale.unbind(-1)
         groups = (group, 1, 1)
         q32, k32, v32 = (_dequantized(t, d, g) for t, d, g in zip((q, k, v), descales, groups, strict=True))
         out, lse = naive.attention(
-            q32, k32, v32, softmax_scale=scale, causal=options.causal, window_size=options.window_size,
-            softcap=options.softcap,
-        )  # fmt: skip
-        out = out.to(torch.bfloat16)
+            q32, k32, v32, softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap
+        )
+        return out.to(torch.bfloat16, memory_format=torch.contiguous_format), lse.contiguous()
+    if backend == "hopper":
+        from flashtile.kernels.hopper.fwd import attn_fwd
     else:
-        if backend == "hopper":
-            from flashtile.kernels.hopper.fwd import attn_fwd
-        else:
-            from flashtile.kernels.fwd import attn_fwd
+        from flashtile.kernels.fwd import attn_fwd
 
-            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        out, lse = attn_fwd(
-            q, k, v, scale, options.causal, window_size=options.window_size, softcap=options.softcap,
-            descale=torch.stack(descales, dim=-1).contiguous(),
-        )  # fmt: skip
-    return (out, lse) if return_lse else out
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return attn_fwd(
+        q, k, v, softmax_scale, causal, window_size=window, softcap=softcap, descale=descale.contiguous()
+    )
+
+
+# A custom op, so that torch.compile traces flash_attn_fp8_func whole (fullgraph=True included): the
+# checks above run at trace time on the tensors' metadata, the kernels inside the op.
+fp8_fwd = torch.library.custom_op("flashtile::fp8_fwd", _run_fp8_fwd, mutates_args=())
+
+
+@fp8_fwd.register_fake
+def _fp8_fwd_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    descale: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, seqlen_q, heads, _ = q.shape
+    out = q.new_empty((batch, seqlen_q, heads, v.shape[-1]), dtype=torch.bfloat16)
+    return out, q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
