@@ -709,8 +709,9 @@ class _Runner:
             detail += f"; timed {place + 1} of {len(ready)}, median of rounds {rounds} ms"
             if self.device.type == "cuda" and timing.host_ms is not None:
                 detail += host_note(timing.host_ms, timing.p50_ms)
-            if peer.note:
-                detail = f"{peer.note}; {detail}"
+            note = peer.cell_note(config) if peer.cell_note is not None else peer.note
+            if note:
+                detail = f"{note}; {detail}"
             done.append(Result(config, peer.name, "ok", detail, timing=timing))
         del ready
         self._free()

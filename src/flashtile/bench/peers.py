@@ -13,6 +13,7 @@ A peer whose import fails is still listed, with ``unavailable`` set to the reaso
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ class Peer:
     note: str = ""
     default: bool = True
     options: frozenset[str] = frozenset()
+    # The note of one cell, where it differs from ``note`` (flashtile's float8 cells name their kernel).
+    cell_note: Callable[[Config], str] | None = None
 
     def lacks(self, config: Config) -> str | None:
         """Why this peer cannot run ``config``'s options, or None."""
@@ -125,10 +128,21 @@ def flashtile_peer(device: str) -> Peer:
         return None
 
     try:
-        note = f"backend {resolve(torch.device(device))}"
+        backend = resolve(torch.device(device))
     except ValueError as exc:
         return _unavailable("flashtile", exc)
-    return Peer("flashtile", fn, supports, note=note, options=frozenset(OPTIONS))
+
+    def cell_note(config: Config) -> str:
+        if not config.fp8:
+            return f"backend {backend}"
+        # flashtile.fp8's choice: the portable forward unless FLASHTILE_FP8_KERNEL=gluon on Hopper.
+        gluon = backend == "hopper" and os.environ.get(flashtile.fp8.FP8_KERNEL_ENV, "").strip() == "gluon"
+        kernel = "reference" if backend == "reference" else "hopper (Gluon)" if gluon else "triton"
+        return f"float8 forward {kernel}"
+
+    return Peer(
+        "flashtile", fn, supports, note=f"backend {backend}", options=frozenset(OPTIONS), cell_note=cell_note
+    )
 
 
 def sdpa_peer(name: str, backend_name: str) -> Peer:
