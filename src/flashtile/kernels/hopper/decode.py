@@ -195,7 +195,7 @@ def _decode_steps(
         s = mma_v2(q, k_t, gl.zeros([q.shape[0], BLOCK_N], gl.float32, mma))
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, None, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
-            BLOCK_N, None, None, False, 1, 1,
+            BLOCK_N, None, None, False, 1, 1, False,
         )  # fmt: skip
         if MASKED:
             # Slots past the sequence may hold anything, NaN included: their P is 0, and 0·NaN must not be.
