@@ -72,11 +72,7 @@ def _check_descale(
 def _check_fp8_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     validation.check_tensors(q=q, k=k, v=v)
     validation.check_same_device(q=q, k=k, v=v)
-    dtypes = {q.dtype, k.dtype, v.dtype}
-    if len(dtypes) > 1:
-        raise FlashtileTypeError(
-            f"q, k, v must have the same dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}"
-        )
+    validation.check_same_dtype(q=q, k=k, v=v)
     if q.dtype not in FP8_DTYPES:
         raise FlashtileTypeError(
             f"q.dtype is {q.dtype}; flash_attn_fp8_func takes {', '.join(map(str, FP8_DTYPES))} "

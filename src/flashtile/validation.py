@@ -90,12 +90,17 @@ def check_same_device(**tensors: torch.Tensor) -> None:
         raise FlashtileValueError(f"{', '.join(tensors)} must be on the same device; got {listed}")
 
 
-def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
-    """All tensors share one dtype, and ``backend`` supports it on their device."""
+def check_same_dtype(**tensors: torch.Tensor) -> None:
+    """All tensors share one dtype."""
     dtypes = {t.dtype for t in tensors.values()}
     if len(dtypes) > 1:
         listed = ", ".join(f"{name} {t.dtype}" for name, t in tensors.items())
         raise FlashtileTypeError(f"{', '.join(tensors)} must have the same dtype; got {listed}")
+
+
+def check_dtypes(backend: str, **tensors: torch.Tensor) -> None:
+    """All tensors share one dtype, and ``backend`` supports it on their device."""
+    check_same_dtype(**tensors)
     name, first = next(iter(tensors.items()))
     accepted = supported_dtypes(backend, first.device)
     if first.dtype not in accepted:
