@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -2054,8 +2054,46 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     gpu_tests_step 330 tests/test_gpu_api.py tests/test_prepared_calls.py tests/test_launch_cache.py
     finish
     ;;
+  s28a)
+    # The twenty-seventh session's last changes on a GPU (the Gluon decode given _softmax_step's SCALE_FIRST,
+    # the float8 custom op), then Nsight Compute on the paper grid's weakest cells: flashtile's D = 64
+    # causal N = 512 forward sampled instruction by instruction and cuDNN's in sections, the launch
+    # statistics of cuDNN's kernels (its tiling: grid, block, registers, shared memory) beside flashtile's,
+    # and the softcap forward sampled (scripts/cell_profile.py, scripts/ncu_source_top.py).
+    begin
+    gpu_tests_step 180 tests/test_gpu_kvcache.py tests/test_fp8.py tests/test_gpu_api.py
+    step sampled_d64c512 90 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
+      --import-source no -f -o "$work/d64c512" python3 scripts/cell_profile.py --head-dim 64 --seqlen 512 \
+      --causal
+    step source_d64c512 60 bash -c "ncu -i '$work/d64c512.ncu-rep' --page source --print-source sass --csv \
+      > '$work/d64c512_source.csv'; python3 scripts/ncu_source_top.py '$work/d64c512_source.csv' --top 60; \
+      ncu -i '$work/d64c512.ncu-rep' --page details --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats"
+    cp "$work/source_d64c512.log" "$OUT/"
+    step sampled_cudnn_d64c512 60 ncu --nvtx --nvtx-include "profiled/" --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      python3 scripts/cell_profile.py --impl cudnn --head-dim 64 --seqlen 512 --causal
+    cp "$work/sampled_cudnn_d64c512.log" "$OUT/"
+    for cell in "cudnn fwd 64 512 --causal" "cudnn fwd 64 2048 --causal" "cudnn fwd 64 512" \
+      "cudnn fwd 128 512" "cudnn bwd 128 16384" "cudnn bwd 256 4096 --causal" "cudnn bwd 256 4096" \
+      "flashtile bwd 256 4096 --causal" "flashtile bwd 128 16384"; do
+      set -- $cell
+      step "launch_$1_$2_d$3_n$4${5:+_causal}" 40 ncu --nvtx --nvtx-include "profiled/" --section LaunchStats \
+        --section Occupancy --section SpeedOfLight python3 scripts/cell_profile.py --impl "$1" --mode "$2" \
+        --head-dim "$3" --seqlen "$4" $5
+    done
+    cat "$work"/launch_*.log > "$OUT/launch_stats.log"
+    step sampled_softcap 90 ncu --kernel-name regex:attn_fwd --launch-skip 3 --launch-count 1 --set full \
+      --import-source no -f -o "$work/softcap" python3 scripts/option_loop_profile.py --option softcap
+    step source_softcap 60 bash -c "ncu -i '$work/softcap.ncu-rep' --page source --print-source sass --csv \
+      > '$work/softcap_source.csv'; python3 scripts/ncu_source_top.py '$work/softcap_source.csv' --top 60"
+    cp "$work/source_softcap.log" "$OUT/"
+    # The reports and the pages' CSVs stay on the device (too large to bring back).
+    rm -f "$work"/*.ncu-rep "$work"/*_source.csv
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
