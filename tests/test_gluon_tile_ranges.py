@@ -72,6 +72,7 @@ def _in_python(jit_fn, gl_namespace):
 
 key_tiles = _in_python(fwd._key_tiles, _SCALAR_GL)
 masked_steps = _in_python(fwd._masked_steps, _SCALAR_GL)
+first_tile_partial = _in_python(fwd._first_tile_partial, _SCALAR_GL)
 row_terms = _in_python(fwd._row_terms, _ARRAY_GL)
 visible = _in_python(fwd._visible, _ARRAY_GL)
 
@@ -131,12 +132,14 @@ def check_tile_ranges(seqlen_q: int, seqlen_k: int, window: tuple[int, int], cau
             wg_rows = np.arange(row0, row0 + WG_ROWS)
             # The masked step's mask: the window as the kernel has it (bounds clamped) for all 64 rows,
             # flash_attn's for the rows below N_q.
-            rows = row_terms(wg_rows, int(diag), int(lo_diag), int(hi_diag), seqlen_k, has_left, True)
+            rows = row_terms(
+                wg_rows, int(diag), int(lo_diag), int(hi_diag), seqlen_k, is_local, has_left, True
+            )
             assert (rows[3] == wg_rows + seqlen_k - seqlen_q).all()
             truth = _truth(wg_rows, all_cols, seqlen_q, seqlen_k, left, right)
             kernel_truth = _truth(wg_rows, all_cols, seqlen_q, seqlen_k, *_clamped(args, has_left, is_local))
             # Dense, the mask is one row that the scores broadcast.
-            keep = visible(all_cols, rows, seqlen_k, int(hi_diag), is_local, has_left)
+            keep = visible(all_cols, rows, seqlen_k, is_local, has_left)
             keep = np.broadcast_to(keep, truth.shape)
             valid = wg_rows < seqlen_q
             assert (keep == kernel_truth).all(), f"{case} wg={wg}: mask differs from the clamped window"
@@ -146,6 +149,11 @@ def check_tile_ranges(seqlen_q: int, seqlen_k: int, window: tuple[int, int], cau
             whole = kernel_truth.reshape(WG_ROWS, k_tiles, block_n).all(axis=(0, 2))
             for i in range(1, n_tiles):
                 assert whole[t_lo + i] == (a <= i < b), f"{case} wg={wg}: tile {t_lo + i} misfiled"
+            # (4) The first tile skips the mask exactly where all 64 rows see it whole.
+            partial = first_tile_partial(
+                row0, t_lo, CheckedInt(seqlen_k), lo_diag, hi_diag, block_n, is_local, has_left
+            )
+            assert bool(partial) == (not whole[t_lo]), f"{case} wg={wg}: first tile partial={partial}"
 
 
 WINDOWS = [(-1, -1), (-1, 0), (0, 0), (256, 0), (100, 50), (-1, 37), (17, -1), (0, -1), (-1, 1), (1, 1)]
