@@ -132,14 +132,12 @@ def check_tile_ranges(seqlen_q: int, seqlen_k: int, window: tuple[int, int], cau
             wg_rows = np.arange(row0, row0 + WG_ROWS)
             # The masked step's mask: the window as the kernel has it (bounds clamped) for all 64 rows,
             # flash_attn's for the rows below N_q.
-            rows = row_terms(
-                wg_rows, int(diag), int(lo_diag), int(hi_diag), seqlen_k, is_local, has_left, True
-            )
+            rows = row_terms(wg_rows, int(diag), int(lo_diag), int(hi_diag), seqlen_k, has_left, True)
             assert (rows[3] == wg_rows + seqlen_k - seqlen_q).all()
             truth = _truth(wg_rows, all_cols, seqlen_q, seqlen_k, left, right)
             kernel_truth = _truth(wg_rows, all_cols, seqlen_q, seqlen_k, *_clamped(args, has_left, is_local))
             # Dense, the mask is one row that the scores broadcast.
-            keep = visible(all_cols, rows, seqlen_k, is_local, has_left)
+            keep = visible(all_cols, rows, seqlen_k, int(hi_diag), is_local, has_left)
             keep = np.broadcast_to(keep, truth.shape)
             valid = wg_rows < seqlen_q
             assert (keep == kernel_truth).all(), f"{case} wg={wg}: mask differs from the clamped window"

@@ -194,8 +194,8 @@ def _decode_steps(
         k_t = k_smem.index(slot).permute((1, 0)).load(b_operand)
         s = mma_v2(q, k_t, gl.zeros([q.shape[0], BLOCK_N], gl.float32, mma))
         p, m_i, l_i, alpha = _softmax_step(
-            s, m_i, l_i, n0, rows, scores, None, True, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
-            HAS_ALIBI, BLOCK_N, None, None, False, 1, 1, False,
+            s, m_i, l_i, n0, rows, scores, None, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+            BLOCK_N, None, None, False, 1, 1, False,
         )  # fmt: skip
         if MASKED:
             # Slots past the sequence may hold anything, NaN included: their P is 0, and 0·NaN must not be.
@@ -327,7 +327,7 @@ def attn_decode_tma_kernel(
     if HAS_ALIBI:
         slopes = gl.load(alibi_ptr + b * stride_alibi_b + heads, mask=row_ok, other=0.0) * LOG2_E_C
         alibi_slope = gl.expand_dims(slopes, 1)
-    row_terms = _row_terms(rows_i, diag_offset, lo_diag, hi_diag, n_k, IS_LOCAL, HAS_WINDOW_LEFT, HAS_ALIBI)
+    row_terms = _row_terms(rows_i, diag_offset, lo_diag, hi_diag, n_k, HAS_WINDOW_LEFT, HAS_ALIBI)
     # ALiBi's entry is (slope,): the forward's column offsets are for its own tiles (fwd._softmax_step).
     scores = (n_k, hi_diag, qk_scale, softcap_qk, softcap_out, (alibi_slope,), 0)
 

@@ -415,20 +415,16 @@ def _produce_tile(
 
 @gluon.jit
 def _row_terms(
-    rows, diag, lo_diag, hi_diag, seqlen_k, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    HAS_ALIBI: gl.constexpr,
-):  # fmt: skip
-    """(rows, first visible key, last visible key, i + N_k − N_q) of each query row i: the first under
-    HAS_WINDOW_LEFT, the last (below N_k too) under IS_LOCAL or HAS_WINDOW_LEFT, the ALiBi distance's origin
-    under HAS_ALIBI; ``rows`` stands in for those a kernel does not use."""
+    rows, diag, lo_diag, hi_diag, seqlen_k, HAS_WINDOW_LEFT: gl.constexpr, HAS_ALIBI: gl.constexpr
+):
+    """(rows, first visible key, last visible key, i + N_k − N_q) of each query row i: the bounds under
+    HAS_WINDOW_LEFT (the last also below N_k), the ALiBi distance's origin under HAS_ALIBI; ``rows``
+    stands in for those a kernel does not use."""
     lo_rows = rows
     hi_rows = rows
     alibi_rows = rows
     if HAS_WINDOW_LEFT:
         lo_rows = rows + lo_diag
-    if IS_LOCAL or HAS_WINDOW_LEFT:
-        # N_k's bound folded into the row's: a masked score takes one compare, not two (sm_90 SASS of the
-        # causal step: 681 → 585 instructions a key tile at D = 64).
         hi_rows = gl.minimum(rows + hi_diag, seqlen_k - 1)
     if HAS_ALIBI:
         alibi_rows = rows + diag
@@ -436,7 +432,7 @@ def _row_terms(
 
 
 @gluon.jit
-def _visible(cols, rows, seqlen_k, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr):
+def _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr):
     """Which (query, key) pairs of a tile exist and are visible: ``cols`` the tile's keys, ``rows`` the
     :func:`_row_terms` of its query rows; query i sees key j < N_k iff i + lo_diag ≤ j ≤ i + hi_diag."""
     rows, lo_rows, hi_rows, _ = rows
@@ -444,10 +440,10 @@ def _visible(cols, rows, seqlen_k, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.c
     if HAS_WINDOW_LEFT:
         # The per-row bounds hold the window and N_k.
         keep = (cols >= gl.expand_dims(lo_rows, 1)) & (cols <= gl.expand_dims(hi_rows, 1))
-    elif IS_LOCAL:
-        keep = cols <= gl.expand_dims(hi_rows, 1)
     else:
         keep = cols < seqlen_k
+        if IS_LOCAL:
+            keep = keep & (cols <= gl.expand_dims(rows, 1) + hi_diag)
     return keep
 
 
@@ -520,7 +516,7 @@ def _pass_turn(turn, WG: gl.constexpr):
 
 @gluon.jit
 def _softmax_step(
-    s, m_i, l_i, n0, rows, scores, mod_args, partial, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
+    s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
     SPARSE_TILES: gl.constexpr, SCALE_FIRST: gl.constexpr,
@@ -533,10 +529,9 @@ def _softmax_step(
     MASK_BITS where the block mask's bits (``aux``) say so, when the ``use_mod`` of ``mod_args`` = (b, h, N_q,
     aux, use_mod, m0) holds. ``scores``' last entry, dropout's, is the caller's (:func:`_draw_tile`): ℓ sums
     every entry (the softmax before dropout); its ALiBi entry is (slope,) or (slope, the float column
-    offsets 0 … BLOCK_N − 1). A MASKED step applies the mask only where ``partial`` (a runtime bool) holds:
-    the first tile, always a masked step, is often seen whole."""
+    offsets 0 … BLOCK_N − 1)."""
     alibi_rows = rows[3]
-    seqlen_k, _, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
+    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
         cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
     # qk_scale > 0 (the launcher makes it so, but for float8: SCALE_FIRST): the row max commutes with the
@@ -566,21 +561,19 @@ def _softmax_step(
             cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
             dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
         s = s + (-alibi_slope / s_scale) * dist
-    # Nested: MASKED is a compile-time switch (the unmasked steps have no branch), ``partial`` a runtime one.
-    if MASKED:  # noqa: SIM102
-        if partial:
-            keep = _visible(cols, rows, seqlen_k, IS_LOCAL, HAS_WINDOW_LEFT)
-            if MASK_MOD is not None or MASK_BITS:
-                b, h, seqlen_q, aux, use_mod, m0 = mod_args
-                if MASK_BITS:
-                    seen = _bits_seen(aux, m0, n0, rows[0], cols, SPARSE_BLOCK_M, SPARSE_TILES * BLOCK_N)
-                else:
-                    seen = call_mod(
-                        None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k,
-                        aux, MASK_MOD, MASK_MOD_AUX,
-                    )  # fmt: skip
-                keep = keep & (seen | (use_mod == 0))
-            s = gl.where(keep, s, -float("inf"))
+    if MASKED:
+        keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
+        if MASK_MOD is not None or MASK_BITS:
+            b, h, seqlen_q, aux, use_mod, m0 = mod_args
+            if MASK_BITS:
+                seen = _bits_seen(aux, m0, n0, rows[0], cols, SPARSE_BLOCK_M, SPARSE_TILES * BLOCK_N)
+            else:
+                seen = call_mod(
+                    None, b, h, gl.expand_dims(rows[0], 1), gl.expand_dims(cols, 0), seqlen_q, seqlen_k, aux,
+                    MASK_MOD, MASK_MOD_AUX,
+                )  # fmt: skip
+            keep = keep & (seen | (use_mod == 0))
+        s = gl.where(keep, s, -float("inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
@@ -644,7 +637,7 @@ def _attn_fwd_steps(
         s = warpgroup_mma_wait(1, deps=[s_tok])
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, m_i, l_i, alpha = _softmax_step(
-            s, m_i, l_i, n0, rows, scores, mod_args, True, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
             v_smem.dtype == gl.float8e4nv,
         )  # fmt: skip
@@ -787,7 +780,7 @@ def _attn_fwd_tile(
     # Bottom-right alignment: query i sees key j iff i + lo_diag ≤ j ≤ i + hi_diag (each bound if present).
     rows = _row_terms(
         row0 + gl.arange(0, WG_ROWS, layout=s_rows), seqlen_k - seqlen_q, lo_diag, hi_diag, seqlen_k,
-        IS_LOCAL, HAS_WINDOW_LEFT, HAS_ALIBI,
+        HAS_WINDOW_LEFT, HAS_ALIBI,
     )  # fmt: skip
     alibi_slope = 0.0
     if HAS_ALIBI:
@@ -821,9 +814,17 @@ def _attn_fwd_tile(
         a, b_full = _masked_steps(
             row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
-        first_partial = _first_tile_partial(
-            row0, t_lo, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
-        )
+        # Tile 0 skips the mask where it can in plain kernels with two consumers only (windows and causal
+        # included): beside an option's or a packed batch's values, or in three consumers' 160 registers,
+        # the second softmax step grew ptxas's stack frames (to 184 B at D = 128 with softcap and ALiBi,
+        # 1 KB at D = 256 with dropout, 64 B at D = 64 causal with three consumers).
+        first_partial = True
+        if not (
+            HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or IS_VARLEN or q_smem.shape[0] // q_bar.shape[0] == 3
+        ):
+            first_partial = _first_tile_partial(
+                row0, t_lo, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+            )
 
     if MASK_BITS:
         # The tile ids of this query block's row (the ids have the kv lists' layout), and the words.
@@ -855,11 +856,20 @@ def _attn_fwd_tile(
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(it % STAGES), count=1)
         n_first = _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES)
-        p, m_i, l_i, _ = _softmax_step(
-            s, m_i, l_i, n_first, rows, scores, mod_args, first_partial, True, IS_LOCAL, HAS_WINDOW_LEFT,
-            HAS_SOFTCAP, HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
-            v_smem.dtype == gl.float8e4nv,
-        )  # fmt: skip
+        # Two whole softmax steps, not a branch around the mask alone: with that, ptxas spilled the second
+        # consumer's key loops at D = 128 (69 local accesses, sm_90).
+        if first_partial:
+            p, m_i, l_i, _ = _softmax_step(
+                s, m_i, l_i, n_first, rows, scores, mod_args, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+                HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
+                v_smem.dtype == gl.float8e4nv,
+            )  # fmt: skip
+        else:
+            p, m_i, l_i, _ = _softmax_step(
+                s, m_i, l_i, n_first, rows, scores, mod_args, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+                HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
+                v_smem.dtype == gl.float8e4nv,
+            )  # fmt: skip
         if HAS_DROPOUT:
             p = gl.where(dropout.kept(*_draw_tile(drop, n_first, BLOCK_N, s_layout, HEAD_DIM)), p, 0.0)
         if P_OPERAND:
@@ -906,7 +916,9 @@ def _attn_fwd_tile(
     if HAS_DROPOUT:
         # The kept entries' 1 / (1 − p): out = acc / (ℓ · (1 − p)), once per row.
         l_o = l_o * drop_args[2]
-    out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+    # One reciprocal a row, then a multiply an element: a division an element compiled to three instructions
+    # (sm_90, div.full.f32's range scaling).
+    out = acc * gl.expand_dims(1.0 / gl.where(l_o == 0.0, 1.0, l_o), 1)
     if FP8:
         out = out * v_descale
     lse = (m_i + gl.log2(l_i)) * LN_2
