@@ -814,12 +814,14 @@ def _attn_fwd_tile(
         a, b_full = _masked_steps(
             row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
-        # Tile 0 skips the mask where it can in plain kernels with two consumers only (windows and causal
-        # included): beside an option's or a packed batch's values, or in three consumers' 160 registers,
-        # the second softmax step grew ptxas's stack frames (to 184 B at D = 128 with softcap and ALiBi,
-        # 1 KB at D = 256 with dropout, 64 B at D = 64 causal with three consumers).
+        # Tile 0 skips the mask where it can on the persistent grid (short rows at D = 128, every length at
+        # D = 64) in plain kernels with two consumers (windows and causal included). Beside an option's or a
+        # packed batch's values, or in three consumers' 160 registers, the second softmax step grew ptxas's
+        # stack frames (to 184 B at D = 128 with softcap and ALiBi, 1 KB at D = 256 with dropout, 64 B at
+        # D = 64 causal with three consumers); one program a tile at D = 128 ran 9-12 % slower with it at
+        # N = 4k-16k (H200, s28c) with key loops compiled to the same instructions.
         first_partial = True
-        if not (
+        if PERSISTENT and not (
             HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or IS_VARLEN or q_smem.shape[0] // q_bar.shape[0] == 3
         ):
             first_partial = _first_tile_partial(
@@ -916,9 +918,11 @@ def _attn_fwd_tile(
     if HAS_DROPOUT:
         # The kept entries' 1 / (1 − p): out = acc / (ℓ · (1 − p)), once per row.
         l_o = l_o * drop_args[2]
-    # One reciprocal a row, then a multiply an element: a division an element compiled to three instructions
-    # (sm_90, div.full.f32's range scaling).
-    out = acc * gl.expand_dims(1.0 / gl.where(l_o == 0.0, 1.0, l_o), 1)
+    l_o = gl.where(l_o == 0.0, 1.0, l_o)
+    # On the persistent grid one reciprocal a row, then a multiply an element: a division an element
+    # compiles to three instructions (sm_90, div.full.f32's range scaling). One program a tile keeps the
+    # division: its code stays that of the kernel measured before (see first_partial above).
+    out = acc * gl.expand_dims(1.0 / l_o, 1) if PERSISTENT else acc / gl.expand_dims(l_o, 1)
     if FP8:
         out = out * v_descale
     lse = (m_i + gl.log2(l_i)) * LN_2
