@@ -2077,10 +2077,11 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     for cell in "cudnn fwd 64 512 --causal" "cudnn fwd 64 2048 --causal" "cudnn fwd 64 512" \
       "cudnn fwd 128 512" "cudnn bwd 128 16384" "cudnn bwd 256 4096 --causal" "cudnn bwd 256 4096" \
       "flashtile bwd 256 4096 --causal" "flashtile bwd 128 16384"; do
+      # A cell's fifth word (--causal) may be absent: set -u wants it defaulted.
       set -- $cell
       step "launch_$1_$2_d$3_n$4${5:+_causal}" 40 ncu --nvtx --nvtx-include "profiled/" --section LaunchStats \
         --section Occupancy --section SpeedOfLight python3 scripts/cell_profile.py --impl "$1" --mode "$2" \
-        --head-dim "$3" --seqlen "$4" $5
+        --head-dim "$3" --seqlen "$4" ${5:-}
     done
     cat "$work"/launch_*.log > "$OUT/launch_stats.log"
     step sampled_softcap 90 ncu --kernel-name regex:attn_fwd --launch-skip 3 --launch-count 1 --set full \
