@@ -797,6 +797,8 @@ def _attn_fwd_tile(
     if HAS_ALIBI and HEAD_DIM > 64 and not (HAS_SOFTCAP or HAS_DROPOUT):
         alibi = (alibi_slope, gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32))
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
+    q_bufs: gl.constexpr = q_bar.shape[0]
+    consumers: gl.constexpr = q_smem.shape[0] // q_bufs
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
     if SPARSE_TILES:
@@ -814,16 +816,13 @@ def _attn_fwd_tile(
         a, b_full = _masked_steps(
             row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
-        # Tile 0 skips the mask where it can on the persistent grid (short rows at D = 128, every length at
-        # D = 64) in plain kernels with two consumers (windows and causal included). Beside an option's or a
-        # packed batch's values, or in three consumers' 160 registers, the second softmax step grew ptxas's
-        # stack frames (to 184 B at D = 128 with softcap and ALiBi, 1 KB at D = 256 with dropout, 64 B at
-        # D = 64 causal with three consumers); one program a tile at D = 128 ran 9-12 % slower with it at
-        # N = 4k-16k (H200, s28c) with key loops compiled to the same instructions.
+        # Tile 0 skips its mask where it can only on the persistent grid, in plain kernels with two
+        # consumers (windows and causal included): elsewhere the second softmax step grew ptxas's stack
+        # frames (184 B at D = 128 with softcap and ALiBi, 1 KB at D = 256 with dropout, 64 B with three
+        # consumers), and one program a tile at D = 128 ran 9-12 % slower at N = 4k-16k with key loops of
+        # the same instructions (docs/design/hopper.md, "The consumer's schedule").
         first_partial = True
-        if PERSISTENT and not (
-            HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or IS_VARLEN or q_smem.shape[0] // q_bar.shape[0] == 3
-        ):
+        if PERSISTENT and consumers == 2 and not (HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or IS_VARLEN):
             first_partial = _first_tile_partial(
                 row0, t_lo, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
             )
@@ -835,8 +834,6 @@ def _attn_fwd_tile(
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     m_i = gl.full([WG_ROWS], -float("inf"), gl.float32, s_rows)
     l_i = gl.zeros([WG_ROWS], gl.float32, s_rows)
-    q_bufs: gl.constexpr = q_bar.shape[0]
-    consumers: gl.constexpr = q_smem.shape[0] // q_bufs
     # A persistent program with two Q buffers and no output buffer of its own (D > 64) stages each tile's
     # output in that tile's Q buffer and releases it during the next tile.
     STAGED_IN_Q: gl.constexpr = PERSISTENT and q_bufs == 2 and HEAD_DIM > 64
