@@ -6,7 +6,9 @@ Compute to take every kernel of it:
         python scripts/cell_profile.py --impl cudnn --head-dim 64 --seqlen 512 --causal
 
 Nsight Compute's launch statistics name a peer's tiling (grid, block, registers, shared memory a program)
-where its source is closed; its warp-state sampling says where flashtile's kernel waits.
+where its source is closed; its warp-state sampling says where flashtile's kernel waits. ``--option``
+gives flashtile's call one of flash_attn's options (softcap 30, ALiBi slopes, dropout 0.1): at the
+defaults (D = 128, N = 4k) that is `flashtile bench --options`' forward cell.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from torch.nn.functional import scaled_dot_product_attention
 from flashtile import flash_attn_func
 
 TOKENS, WIDTH = 16384, 2048
+# flash_attn's options for --option (ALiBi's slopes are drawn per head at the call).
+OPTIONS = {
+    "plain": {},
+    "softcap": {"softcap": 30.0},
+    "alibi": {"alibi_slopes": None},
+    "dropout": {"dropout_p": 0.1},
+}
 
 
 def main() -> None:
@@ -30,17 +39,25 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=4096)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--calls", type=int, default=4)
+    parser.add_argument("--option", choices=sorted(OPTIONS), default="plain", help="flashtile only")
     args = parser.parse_args()
+    if args.option != "plain" and args.impl != "flashtile":
+        parser.error(
+            f"--option {args.option} is for --impl flashtile (SDPA has none of flash_attn's options)"
+        )
     batch, heads = TOKENS // args.seqlen, WIDTH // args.head_dim
     shape = (batch, args.seqlen, heads, args.head_dim)
     q, k, v = (
         torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=args.mode == "bwd")
         for _ in range(3)
     )
+    options = dict(OPTIONS[args.option])
+    if "alibi_slopes" in options:
+        options["alibi_slopes"] = torch.rand(heads, device="cuda", dtype=torch.float32)
 
     def forward() -> torch.Tensor:
         if args.impl == "flashtile":
-            return flash_attn_func(q, k, v, causal=args.causal)
+            return flash_attn_func(q, k, v, causal=args.causal, **options)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             # SDPA takes (B, H, N, D).
             out = scaled_dot_product_attention(
@@ -59,7 +76,10 @@ def main() -> None:
             with torch.cuda.nvtx.range("profiled" if last else "warm-up"):
                 out.backward(grad)
     torch.cuda.synchronize()
-    print(f"{args.impl} {args.mode}: {args.calls} calls at (B, N, H, D) = {shape}, causal {args.causal}")
+    print(
+        f"{args.impl} {args.mode}: {args.calls} calls at (B, N, H, D) = {shape}, causal {args.causal}, "
+        f"option {args.option}"
+    )
 
 
 if __name__ == "__main__":

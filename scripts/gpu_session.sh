@@ -1941,15 +1941,15 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     ;;
   s26c)
     # Where the options' forward key loops stall: Nsight Compute's warp-state and instruction sections on
-    # one launch of the Gluon forward, plain, softcap, dropout and ALiBi (scripts/option_loop_profile.py),
-    # if the machine has ncu.
+    # one launch of the Gluon forward, plain, softcap, dropout and ALiBi (at the time
+    # scripts/option_loop_profile.py, now scripts/cell_profile.py --option), if the machine has ncu.
     begin
     step tools 30 bash -c 'for t in ncu nsys compute-sanitizer; do command -v $t || echo "no $t"; done; ls /usr/local/cuda*/bin 2>/dev/null | grep -i -E "ncu|nsight" || true'
     for option in plain softcap dropout alibi; do
-      step "ncu_$option" 45 ncu --kernel-name regex:attn_fwd --launch-skip 3 --launch-count 1 \
+      step "ncu_$option" 45 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd \
         --section WarpStateStats --section SchedulerStats --section InstructionStats \
         --section ComputeWorkloadAnalysis --csv --page details \
-        python3 scripts/option_loop_profile.py --option "$option"
+        python3 scripts/cell_profile.py --option "$option"
       cp "$work/ncu_$option.log" "$OUT/" 2>/dev/null
     done
     finish
@@ -1958,12 +1958,12 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # (Prepared in the twenty-sixth session, not run there: its device time was spent.) The stall reasons
     # of the options' forward (s26c gave the sections' summaries only): every
     # smsp__average_warps_issue_stalled_*_per_issue_active ratio of one launch, plain, softcap, dropout and
-    # ALiBi (scripts/option_loop_profile.py).
+    # ALiBi (scripts/cell_profile.py --option).
     begin
     for option in plain softcap dropout alibi; do
-      step "stalls_$option" 60 ncu --kernel-name regex:attn_fwd --launch-skip 3 --launch-count 1 \
+      step "stalls_$option" 60 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd \
         --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio --csv --page raw \
-        python3 scripts/option_loop_profile.py --option "$option"
+        python3 scripts/cell_profile.py --option "$option"
       cp "$work/stalls_$option.log" "$OUT/" 2>/dev/null
     done
     finish
@@ -2084,8 +2084,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
         --head-dim "$3" --seqlen "$4" ${5:-}
     done
     cat "$work"/launch_*.log > "$OUT/launch_stats.log"
-    step sampled_softcap 90 ncu --kernel-name regex:attn_fwd --launch-skip 3 --launch-count 1 --set full \
-      --import-source no -f -o "$work/softcap" python3 scripts/option_loop_profile.py --option softcap
+    step sampled_softcap 90 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
+      --import-source no -f -o "$work/softcap" python3 scripts/cell_profile.py --option softcap
     step source_softcap 60 bash -c "ncu -i '$work/softcap.ncu-rep' --page source --print-source sass --csv \
       > '$work/softcap_source.csv'; python3 scripts/ncu_source_top.py '$work/softcap_source.csv' --top 60"
     cp "$work/source_softcap.log" "$OUT/"
