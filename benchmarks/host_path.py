@@ -170,6 +170,10 @@ def measure_hopper_api(reps: int) -> None:
             "backward (torch.autograd.grad)": lambda: torch.autograd.grad(
                 graph_out, (qg, kg, vg), dout, retain_graph=True
             ),
+            # A fresh graph each call, freed by its backward (the bench's fwd_bwd cells).
+            "forward + backward": lambda: torch.autograd.grad(
+                flash_attn_func(qg, kg, vg), (qg, kg, vg), dout
+            ),
         }
         shape = f"B={batch} N={seqlen} H={heads} D={head_dim}"
         print(f"\nthe API on the Hopper route, prepared calls ({shape} fp16;")
