@@ -1,5 +1,7 @@
-"""The instructions of an Nsight Compute source page (``ncu -i R --page source --print-source sass --csv``)
-that gather the most warp-stall samples, with their neighbours' text: where a kernel's warps wait.
+"""Where a kernel's warps wait, from an Nsight Compute source page (``ncu -i R --page source
+--print-source sass --csv``): the warp-stall samples summed by opcode, then the instructions that gather
+the most of them, in program order. A softmax's samples spread over thousands of instructions, so the
+opcode sums say more than any one line (the twenty-eighth session's first run printed the lines alone).
 
     python scripts/ncu_source_top.py source.csv --top 40
 """
@@ -7,6 +9,7 @@ that gather the most warp-stall samples, with their neighbours' text: where a ke
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 
 
@@ -35,6 +38,12 @@ def main() -> None:
 
     total = sum(samples(r) for r in rows)
     print(f"{column}: {total:.0f} samples over {len(rows)} instructions")
+    by_opcode = collections.Counter()
+    for row in rows:
+        # "@!P0 BRA ..." → BRA; "HGMMA.64x128x16.F32.BF16 ..." → HGMMA.
+        words = [w for w in row.get("Source", "").split() if not w.startswith("@")]
+        by_opcode[words[0].split(".")[0] if words else "?"] += samples(row)
+    print("by opcode:", ", ".join(f"{op} {n / total:.1%}" for op, n in by_opcode.most_common(20)))
     ranked = sorted(range(len(rows)), key=lambda i: -samples(rows[i]))[: args.top]
     for i in sorted(ranked):
         row = rows[i]
