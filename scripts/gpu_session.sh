@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -2132,8 +2132,50 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       --seqlens 512 1024 4096 16384 --only-grid --baseline build/ungated_fwd.py --csv "$OUT/ungated.csv"
     finish
     ;;
+  s29b)
+    # (Branch exp/causal-mask-local, prepared in the twenty-eighth session.) The causal mask as one compare
+    # of the tile's key offsets (hopper/fwd.py, _visible) against main's forward (`git show
+    # main:src/flashtile/kernels/hopper/fwd.py > build/main_fwd.py`, carried), kernel time, causal cells
+    # at D = 64, 128 and 256; then the Gluon forward's and the KV cache's GPU tests (the decode kernel
+    # shares the mask).
+    begin
+    step causal_mask 220 python3 scripts/hopper_persistent_check.py --head-dims 64 128 256 --causal-only \
+      --seqlens 512 1024 2048 4096 16384 --baseline build/main_fwd.py --csv "$OUT/causal_mask.csv"
+    gpu_tests_step 280 tests/test_gpu_hopper.py tests/test_gpu_kvcache.py
+    finish
+    ;;
+  s29c)
+    # (Twenty-ninth session, on branch exp/causal-mask-local, whose D = 128 / 256 compile to main's code.)
+    # s29a's and s29b's timings in one call: the ungated tile 0 (42d8e39, build/ungated_fwd.py) against the
+    # landed forward at D = 128 / 256, then the one-compare causal mask against main's (build/main_fwd.py).
+    begin
+    step ungated 200 python3 scripts/hopper_persistent_check.py --head-dims 128 256 \
+      --seqlens 512 1024 4096 16384 --only-grid --baseline build/ungated_fwd.py --csv "$OUT/ungated.csv"
+    step causal_mask 220 python3 scripts/hopper_persistent_check.py --head-dims 64 128 256 --causal-only \
+      --seqlens 512 1024 2048 4096 16384 --baseline build/main_fwd.py --csv "$OUT/causal_mask.csv"
+    finish
+    ;;
+  s29d)
+    # (Twenty-ninth session, on branch exp/causal-mask-local.) The Gluon forward's and the KV cache's GPU
+    # tests under the one-compare causal mask, then Nsight Compute on the softcap forward (D = 128, N = 4k,
+    # `bench --options`' cell; s28a's loop stopped before it) and on the plain one of the same cell: where
+    # softcap's extra time goes, summed by opcode (scripts/ncu_source_top.py).
+    begin
+    gpu_tests_step 280 tests/test_gpu_hopper.py tests/test_gpu_kvcache.py
+    for opt in softcap plain; do
+      step "sampled_$opt" 90 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
+        --import-source no -f -o "$work/$opt" python3 scripts/cell_profile.py --option "$opt"
+      step "source_$opt" 60 bash -c "ncu -i '$work/$opt.ncu-rep' --page source --print-source sass --csv \
+        > '$work/${opt}_source.csv'; python3 scripts/ncu_source_top.py '$work/${opt}_source.csv' --top 40; \
+        ncu -i '$work/$opt.ncu-rep' --page details --section WarpStateStats --section SchedulerStats \
+        --section ComputeWorkloadAnalysis --section LaunchStats"
+      cp "$work/source_$opt.log" "$OUT/"
+    done
+    rm -f "$work"/*.ncu-rep "$work"/*_source.csv
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac

@@ -137,8 +137,20 @@ def check_tile_ranges(seqlen_q: int, seqlen_k: int, window: tuple[int, int], cau
             truth = _truth(wg_rows, all_cols, seqlen_q, seqlen_k, left, right)
             kernel_truth = _truth(wg_rows, all_cols, seqlen_q, seqlen_k, *_clamped(args, has_left, is_local))
             # Dense, the mask is one row that the scores broadcast.
-            keep = visible(all_cols, rows, seqlen_k, int(hi_diag), is_local, has_left)
+            keep = visible(0, all_cols, rows, seqlen_k, int(hi_diag), is_local, has_left)
             keep = np.broadcast_to(keep, truth.shape)
+            # The causal mask's two forms (the key offsets against the row's last key, or two compares),
+            # tile by tile as the kernel calls it.
+            for t in range(k_tiles):
+                n0 = t * block_n
+                for form in (True, False):
+                    tile = visible(
+                        n0, np.arange(block_n), rows, seqlen_k, int(hi_diag), is_local, has_left, form
+                    )
+                    want = keep[:, n0 : n0 + block_n]
+                    assert (np.broadcast_to(tile, want.shape) == want).all(), (
+                        f"{case} wg={wg}: tile {t}, {form}"
+                    )
             valid = wg_rows < seqlen_q
             assert (keep == kernel_truth).all(), f"{case} wg={wg}: mask differs from the clamped window"
             assert (keep[valid] == truth[valid]).all(), f"{case} wg={wg}: mask differs from the window"

@@ -432,15 +432,28 @@ def _row_terms(
 
 
 @gluon.jit
-def _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr):
-    """Which (query, key) pairs of a tile exist and are visible: ``cols`` the tile's keys, ``rows`` the
-    :func:`_row_terms` of its query rows; query i sees key j < N_k iff i + lo_diag ≤ j ≤ i + hi_diag."""
+def _visible(
+    n0, offsets, rows, seqlen_k, hi_diag, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    LOCAL_OFFSETS: gl.constexpr = True,
+):  # fmt: skip
+    """Which (query, key) pairs of a tile exist and are visible: the tile's keys n0 + ``offsets`` (0 …
+    BLOCK_N − 1), ``rows`` the :func:`_row_terms` of its query rows; query i sees key j < N_k iff
+    i + lo_diag ≤ j ≤ i + hi_diag."""
     rows, lo_rows, hi_rows, _ = rows
-    cols = gl.expand_dims(cols, 0)
+    offsets = gl.expand_dims(offsets, 0)
     if HAS_WINDOW_LEFT:
         # The per-row bounds hold the window and N_k.
+        cols = n0 + offsets
         keep = (cols >= gl.expand_dims(lo_rows, 1)) & (cols <= gl.expand_dims(hi_rows, 1))
+    elif IS_LOCAL and LOCAL_OFFSETS:
+        # One compare a score: the row's last key (N_k's bound folded in) counted from the tile's first,
+        # against the offsets, which stay in registers from tile to tile. Compared as keys, ptxas computed
+        # the compares before the S wgmma's wait and packed their predicates into registers (sm_90 SASS,
+        # D = 64 causal: 551 instructions a masked step, against 690 with two compares, 666-812 with one).
+        last = gl.minimum(rows + hi_diag, seqlen_k - 1) - n0
+        keep = offsets <= gl.expand_dims(last, 1)
     else:
+        cols = n0 + offsets
         keep = cols < seqlen_k
         if IS_LOCAL:
             keep = keep & (cols <= gl.expand_dims(rows, 1) + hi_diag)
@@ -519,7 +532,7 @@ def _softmax_step(
     s, m_i, l_i, n0, rows, scores, mod_args, MASKED: gl.constexpr, IS_LOCAL: gl.constexpr,
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    SPARSE_TILES: gl.constexpr, SCALE_FIRST: gl.constexpr,
+    SPARSE_TILES: gl.constexpr, SCALE_FIRST: gl.constexpr, LOCAL_OFFSETS: gl.constexpr = False,
 ):  # fmt: skip
     """Fold the raw scores ``s`` of keys [n0, n0 + BLOCK_N) into (m, ℓ); return P, m, ℓ and the factor α
     that rescales the running output. Base 2: m is the running max of the scores times log2(e), ``s ·
@@ -533,7 +546,8 @@ def _softmax_step(
     alibi_rows = rows[3]
     seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
     if MASKED:
-        cols = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+        offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+        cols = n0 + offsets
     # qk_scale > 0 (the launcher makes it so, but for float8: SCALE_FIRST): the row max commutes with the
     # scaling, which folds into one FMA per score below; so does softcap's factor.
     s_scale = qk_scale
@@ -562,7 +576,7 @@ def _softmax_step(
             dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
         s = s + (-alibi_slope / s_scale) * dist
     if MASKED:
-        keep = _visible(cols, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT)
+        keep = _visible(n0, offsets, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT, LOCAL_OFFSETS)
         if MASK_MOD is not None or MASK_BITS:
             b, h, seqlen_q, aux, use_mod, m0 = mod_args
             if MASK_BITS:
@@ -600,7 +614,7 @@ def _attn_fwd_steps(
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr,
+    HAS_DROPOUT: gl.constexpr, LOCAL_OFFSETS: gl.constexpr = False,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
     softmax(j) while the P·V wgmma runs, both issued in consumer WG's turn under ping-pong
@@ -639,7 +653,7 @@ def _attn_fwd_steps(
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
-            v_smem.dtype == gl.float8e4nv,
+            v_smem.dtype == gl.float8e4nv, LOCAL_OFFSETS,
         )  # fmt: skip
         if HAS_DROPOUT:
             if P_OPERAND:
@@ -799,6 +813,12 @@ def _attn_fwd_tile(
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
     q_bufs: gl.constexpr = q_bar.shape[0]
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
+    # The causal mask compares the tile's key offsets, held in registers (_visible), at D = 64 with two
+    # consumers and no option only: elsewhere the 16 registers grew ptxas's stack frames (sm_90: 32 B at
+    # D = 128 causal, 40 B with three consumers, local accesses in the float8 key loop).
+    LOCAL_OFFSETS: gl.constexpr = (
+        HEAD_DIM == 64 and consumers == 2 and not (HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or FP8)
+    )
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
     if SPARSE_TILES:
@@ -891,7 +911,7 @@ def _attn_fwd_tile(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, b_full,
             n_tiles, t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
-            HAS_DROPOUT,
+            HAS_DROPOUT, LOCAL_OFFSETS,
         )  # fmt: skip
         if PERSISTENT and not STAGED_IN_Q:
             # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
