@@ -334,7 +334,7 @@ THREE_CONSUMER_CASES = [
     (2, 203, 113, True, "3"),
     (2, 113, 203, False, "3"),
     (3, 1023, 1025, True, "3"),
-    (1, 4100, 4099, True, None),
+    (1, 8200, 8199, True, None),
     (2, 2048, 3000, False, None),
 ]
 

@@ -75,7 +75,8 @@ CONSUMER_REGS_3 = gl.constexpr(160)
 # N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
-# kernel time against two: 3-8 % faster from N = 2k without a mask, 5-8 % from 8k causal, slower below.
+# kernel time against two: 3-8 % faster from N = 2k without a mask; causal, 2 % faster at 8k and 4 % at
+# 16k, 3-6 % slower at 4k since two consumers got the one-compare mask (twenty-ninth session).
 # FLASHTILE_HOPPER_FWD_CONSUMERS = 2 or 3 overrides the lengths (read at each launch).
 CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 # The two consumers' wgmma issues take turns (ping-pong, :func:`pingpong`) with softcap, ALiBi or dropout;
@@ -83,7 +84,7 @@ CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 PINGPONG_ENV = "FLASHTILE_HOPPER_FWD_PINGPONG"
 _PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), Knob(PINGPONG_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
-THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
+THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
 # program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
 PERSISTENT_SMEM = 200 * 1024
@@ -1204,7 +1205,7 @@ def consumer_count(
     fp8: bool = False,
 ) -> int:
     """Consumer warpgroups a program has (``window_size`` normalised, causal (−1, 0)). Three, in 192-row
-    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 4096 causal: their
+    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 8192 causal: their
     160 registers a thread hold D = 64's accumulators with P as the wgmma operand, and the third warpgroup
     hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, causal or in a
     window, to the key tiles a warpgroup steps through wholly masked (docs/design/hopper.md, "Three
