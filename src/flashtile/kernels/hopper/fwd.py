@@ -814,11 +814,14 @@ def _attn_fwd_tile(
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
     q_bufs: gl.constexpr = q_bar.shape[0]
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
-    # The causal mask compares the tile's key offsets, held in registers (_visible), at D = 64 with two
-    # consumers and no option only: elsewhere the 16 registers grew ptxas's stack frames (sm_90: 32 B at
-    # D = 128 causal, 40 B with three consumers, local accesses in the float8 key loop).
+    # The causal mask compares the tile's key offsets, held in registers (_visible), at D = 64 and 256 with
+    # two consumers and no option only (H200 kernel time: D = 64 causal 3-5 % faster at N <= 2k, D = 256
+    # 3 % at 512): elsewhere the registers grew ptxas's stack frames (sm_90: 32 B at D = 128 causal, 40 B
+    # with three consumers or packed at D = 256, local accesses in the float8 key loop).
     LOCAL_OFFSETS: gl.constexpr = (
-        HEAD_DIM == 64 and consumers == 2 and not (HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or FP8)
+        (HEAD_DIM == 64 or (HEAD_DIM == 256 and not (IS_VARLEN or SPARSE_TILES)))
+        and consumers == 2
+        and not (HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or FP8)
     )
     # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
