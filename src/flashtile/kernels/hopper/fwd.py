@@ -435,7 +435,7 @@ def _row_terms(
 @gluon.jit
 def _visible(
     n0, offsets, rows, seqlen_k, hi_diag, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
-    LOCAL_OFFSETS: gl.constexpr = True,
+    LOCAL_OFFSETS: gl.constexpr = False,
 ):  # fmt: skip
     """Which (query, key) pairs of a tile exist and are visible: the tile's keys n0 + ``offsets`` (0 …
     BLOCK_N − 1), ``rows`` the :func:`_row_terms` of its query rows; query i sees key j < N_k iff
