@@ -244,6 +244,21 @@ gpu_tests_step() {
   cp "$work/gpu_tests_$part.xml" "$OUT"/ 2>/dev/null
 }
 
+# Nsight Compute's launch statistics (grid, block, registers, shared memory, occupancy) of each cell,
+# "impl mode D N [--causal]" as scripts/cell_profile.py takes them, gathered into launch_stats.log.
+#     launch_stats_steps CELL...
+launch_stats_steps() {
+  local cell
+  for cell in "$@"; do
+    # A cell's fifth word (--causal) may be absent: set -u wants it defaulted.
+    set -- $cell
+    step "launch_$1_$2_d$3_n$4${5:+_causal}" 60 ncu --nvtx --nvtx-include "profiled/" --section LaunchStats \
+      --section Occupancy --section SpeedOfLight python3 scripts/cell_profile.py --impl "$1" --mode "$2" \
+      --head-dim "$3" --seqlen "$4" ${5:-}
+  done
+  cat "$work"/launch_*.log > "$OUT/launch_stats.log"
+}
+
 # The GPU tests named by the arguments under the experiment (build/exp_src), time-boxed, their JUnit XML
 # brought back as gpu_tests_exp.xml.
 #     gpu_tests_exp_step BOX_S [pytest arguments]
@@ -2074,16 +2089,9 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       python3 scripts/cell_profile.py --impl cudnn --head-dim 64 --seqlen 512 --causal
     cp "$work/sampled_cudnn_d64c512.log" "$OUT/"
-    for cell in "cudnn fwd 64 512 --causal" "cudnn fwd 64 2048 --causal" "cudnn fwd 64 512" \
+    launch_stats_steps "cudnn fwd 64 512 --causal" "cudnn fwd 64 2048 --causal" "cudnn fwd 64 512" \
       "cudnn fwd 128 512" "cudnn bwd 128 16384" "cudnn bwd 256 4096 --causal" "cudnn bwd 256 4096" \
-      "flashtile bwd 256 4096 --causal" "flashtile bwd 128 16384"; do
-      # A cell's fifth word (--causal) may be absent: set -u wants it defaulted.
-      set -- $cell
-      step "launch_$1_$2_d$3_n$4${5:+_causal}" 40 ncu --nvtx --nvtx-include "profiled/" --section LaunchStats \
-        --section Occupancy --section SpeedOfLight python3 scripts/cell_profile.py --impl "$1" --mode "$2" \
-        --head-dim "$3" --seqlen "$4" ${5:-}
-    done
-    cat "$work"/launch_*.log > "$OUT/launch_stats.log"
+      "flashtile bwd 256 4096 --causal" "flashtile bwd 128 16384"
     step sampled_softcap 90 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
       --import-source no -f -o "$work/softcap" python3 scripts/cell_profile.py --option softcap
     step source_softcap 60 bash -c "ncu -i '$work/softcap.ncu-rep' --page source --print-source sass --csv \
@@ -2182,15 +2190,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     step three 150 python3 scripts/hopper_persistent_check.py --head-dims 64 --consumers --only-grid \
       --seqlens 2048 4096 16384 --baseline build/main_fwd.py --csv "$OUT/three.csv"
-    for cell in "cudnn bwd 256 4096 --causal" "flashtile bwd 256 4096 --causal" "cudnn bwd 128 16384" \
-      "flashtile bwd 128 16384"; do
-      # A cell's fifth word (--causal) may be absent: set -u wants it defaulted.
-      set -- $cell
-      step "launch_$1_$2_d$3_n$4${5:+_causal}" 60 ncu --nvtx --nvtx-include "profiled/" --section LaunchStats \
-        --section Occupancy --section SpeedOfLight python3 scripts/cell_profile.py --impl "$1" --mode "$2" \
-        --head-dim "$3" --seqlen "$4" ${5:-}
-    done
-    cat "$work"/launch_*.log > "$OUT/launch_stats.log"
+    launch_stats_steps "cudnn bwd 256 4096 --causal" "flashtile bwd 256 4096 --causal" "cudnn bwd 128 16384" \
+      "flashtile bwd 128 16384"
     finish
     ;;
   s29f)
@@ -2207,14 +2208,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       --mode fwd --causal true --seqlen 4096 8192 16384 --peers flashtile sdpa-cudnn --out-dir "$work/bench_two"
     cp "$work"/bench/bench.csv "$OUT"/bench_d64_fwd.csv
     cp "$work"/bench_two/bench.csv "$OUT"/bench_two.csv
-    for cell in "cudnn bwd 256 4096 --causal" "flashtile bwd 256 4096 --causal" "cudnn bwd 128 16384" \
-      "flashtile bwd 128 16384"; do
-      set -- $cell
-      step "launch_$1_$2_d$3_n$4${5:+_causal}" 60 ncu --nvtx --nvtx-include "profiled/" --section LaunchStats \
-        --section Occupancy --section SpeedOfLight python3 scripts/cell_profile.py --impl "$1" --mode "$2" \
-        --head-dim "$3" --seqlen "$4" ${5:-}
-    done
-    cat "$work"/launch_*.log > "$OUT/launch_stats.log"
+    launch_stats_steps "cudnn bwd 256 4096 --causal" "flashtile bwd 256 4096 --causal" "cudnn bwd 128 16384" \
+      "flashtile bwd 128 16384"
     finish
     ;;
   s29g)
