@@ -32,10 +32,23 @@ def work_tiles(seqlen: int) -> int:
 
 
 @pytest.mark.parametrize(
-    ("head_dim", "seqlen"), [(64, 512), (64, 16384), (128, 1024), (128, 2048), (128, 777)]
+    ("head_dim", "seqlen"), [(64, 512), (64, 16384), (128, 1024), (128, 2048), (128, 777), (256, 1024)]
 )
 def test_plain_attention_at_short_keys_or_d64_runs_one_program_an_sm(head_dim, seqlen):
     assert grid(head_dim, seqlen) == (SMS,)
+
+
+@pytest.mark.parametrize(("head_dim", "expected"), [(64, 1), (128, 1), (256, fwd.OUTPUT_IN_Q.value)])
+def test_only_d256_stages_its_output_in_its_one_q_buffer(head_dim, expected):
+    # At D = 256 a second row buffer does not fit beside the K/V ring: the output goes through Q's.
+    cfg = configs.hopper_fwd_config(head_dim)
+    launch = fwd._fwd_launch(
+        CPU, 2, 1024, 1024, 8, 2, head_dim, 0.125, False, (-1, -1), 0.0, None, cfg.BLOCK_N, cfg.STAGES
+    )  # fmt: skip
+    values = dict(
+        zip(fwd.attn_fwd_kernel.arg_names, launch.arguments((None,) * len(fwd.FWD_POINTERS)), strict=True)
+    )
+    assert values["PERSISTENT"] == expected
 
 
 @pytest.mark.parametrize(
@@ -56,7 +69,7 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
         (128, 16384, {}),
         # Causal at D = 128: half of N_k a tile on average, past the key bound.
         (128, 4200, {"causal": True}),
-        (256, 1024, {}),
+        (256, 4096, {}),
         (64, 1024, {"window": (17, -1)}),
         (64, 1024, {"window": (300, 200)}),
         (128, 16384, {"window": (1100, 900)}),
@@ -69,7 +82,7 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
         "long-keys",
         "16k",
         "causal-past-the-bound",
-        "d256",
+        "d256-long-keys",
         "left-only",
         "wide-window",
         "long-window",

@@ -324,6 +324,11 @@ PERSISTENT_CASES = [
     (13, 1500, 777, 128, "mqa", torch.bfloat16, True, (-1, 0)),
     (16, 777, 900, 64, "mqa", torch.float16, False, (-1, 100)),
     (5, 4100, 4099, 64, "mqa", torch.bfloat16, True, (-1, 0)),
+    # D = 256: the output staged in the one Q buffer (fwd.output_in_q), K/V loaded ahead of Q; causal with
+    # rows that see no key (N_q > N_k: tiles without key tiles, whose zeros go out through Q's buffer too).
+    (8, 1023, 1025, 256, "gqa", torch.bfloat16, False, (-1, -1)),
+    (12, 1100, 1100, 256, "mha", torch.float16, True, (-1, 0)),
+    (13, 1500, 777, 256, "mqa", torch.bfloat16, True, (-1, 0)),
 ]
 
 

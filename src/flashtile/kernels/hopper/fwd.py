@@ -72,7 +72,8 @@ CONSUMER_REGS_3 = gl.constexpr(160)
 # (docs/design/hopper.md, "Persistent forward"), H200: D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k;
 # D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at
 # D = 128. H100, causal with row blocks dealt out in pairs (_paired_tile): D = 64 18 / 6 / 5 / 3 % at
-# N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k.
+# N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k. H200, D = 256 (output
+# staged in the one Q buffer, output_in_q): 4 % / 0.5 % / 0 at N = 512 / 1k / 2k, causal 8-11 % to 4k.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
 # Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
 # kernel time against two: 3-8 % faster from N = 2k without a mask; causal, 2 % faster at 8k and 4 % at
@@ -86,8 +87,11 @@ _PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), 
 THREE_CONSUMERS_MIN_ROWS = 2048
 THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
-# program may have; the rest is for the mbarriers and the compiler's scratch): D = 64 and 128, not 256.
+# program may have; the rest is for the mbarriers and the compiler's scratch): at D = 256 only with one
+# Q buffer staging the output (output_in_q).
 PERSISTENT_SMEM = 200 * 1024
+# PERSISTENT's value for a persistent program whose one Q buffer stages the output (output_in_q).
+OUTPUT_IN_Q = gl.constexpr(2)
 PERSISTENT_MAX_KEYS = 2048
 # Two Q buffers at D = 128 up to this many keys (q_buffers).
 Q_BUFS_MAX_KEYS_D128 = 1024
@@ -379,6 +383,17 @@ def _produce_tile(
     if PERSISTENT:
         live = work[8]
     if live:
+        h_kv = h // group
+        kv = (
+            k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b, k_start, h_kv, t_lo, tiles
+        )  # fmt: skip
+        # With the output staged in the one Q buffer, that buffer comes back only once the last tile's
+        # store has read it: the first K/V tiles load before, while the consumers finish the last tile.
+        ahead = 0
+        if PERSISTENT == OUTPUT_IN_Q:
+            ahead = gl.minimum(n_tiles, STAGES)
+            for j in range(ahead):
+                _load_kv_tile(kv, it, j, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)
         if PERSISTENT:
             # An mbarrier starts with its phase-1 wait complete: the first tile finds Q's buffer free.
             mbarrier.wait(q_empty.index(q_buf), ((n_live // q_bufs) & 1) ^ 1)
@@ -391,27 +406,36 @@ def _produce_tile(
                 _load_rows(q_desc, b, q_start, row, h, q_bar.index(q_buf), q_part, IS_VARLEN)
         elif PERSISTENT:
             mbarrier.arrive(q_bar.index(q_buf), count=1)
-        h_kv = h // group
-        for j in range(n_tiles):
-            slot = (it + j) % STAGES
-            phase = ((it + j) // STAGES) & 1
-            n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
-            mbarrier.wait(k_empty.index(slot), phase ^ 1)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
-            mbarrier.wait(v_empty.index(slot), phase ^ 1)
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            if v_desc.dtype == gl.float8e4nv:
-                # Vᵀ (B, H_KV, D, N): a [D, BLOCK_N] box of head h_kv's columns n0 … (_v_operand).
-                vt_view = v_smem.index(slot)._reinterpret(
-                    v_desc.dtype, [1, 1, v_smem.shape[1], v_smem.shape[2]], v_desc.layout
-                )
-                tma.async_copy_global_to_shared(v_desc, [b, h_kv, 0, n0], v_ready.index(slot), vt_view)
-            else:
-                _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
+        for j in range(ahead, n_tiles):
+            _load_kv_tile(kv, it, j, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES)
         if PERSISTENT:
             it += n_tiles
     return it, n_live
+
+
+@gluon.jit
+def _load_kv_tile(
+    kv, it, j, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+    SPARSE_TILES: gl.constexpr,
+):  # fmt: skip
+    """Key tile j of the work tile (ring entry it + j): K and V into their ring slot once it is free."""
+    k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, b, k_start, h_kv, t_lo, tiles = kv
+    slot = (it + j) % STAGES
+    phase = ((it + j) // STAGES) & 1
+    n0 = _tile_start(j, t_lo, tiles, BLOCK_N, SPARSE_TILES)
+    mbarrier.wait(k_empty.index(slot), phase ^ 1)
+    mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+    _load_rows(k_desc, b, k_start, n0, h_kv, k_ready.index(slot), k_smem.index(slot), IS_VARLEN)
+    mbarrier.wait(v_empty.index(slot), phase ^ 1)
+    mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+    if v_desc.dtype == gl.float8e4nv:
+        # Vᵀ (B, H_KV, D, N): a [D, BLOCK_N] box of head h_kv's columns n0 … (_v_operand).
+        vt_view = v_smem.index(slot)._reinterpret(
+            v_desc.dtype, [1, 1, v_smem.shape[1], v_smem.shape[2]], v_desc.layout
+        )
+        tma.async_copy_global_to_shared(v_desc, [b, h_kv, 0, n0], v_ready.index(slot), vt_view)
+    else:
+        _load_rows(v_desc, b, k_start, n0, h_kv, v_ready.index(slot), v_smem.index(slot), IS_VARLEN)
 
 
 @gluon.jit
@@ -736,7 +760,8 @@ def _consume_tile(
 @gluon.jit
 def _release_staged_q(q_turn, q_empty, q_bufs: gl.constexpr):
     """Under STAGED_IN_Q: the previous live tile's Q buffer staged its output; once that TMA store has read
-    it (every warp's wait done first: the warp that issued it may lag), the producer may load Q into it."""
+    it (every warp's wait done first: the warp that issued it may lag), the producer may load Q into it.
+    Under PERSISTENT = OUTPUT_IN_Q (one buffer, q_turn the next tile's): at the end of the tile."""
     tma.store_wait(0)
     gl.thread_barrier()
     if q_turn > 0:
@@ -816,8 +841,8 @@ def _attn_fwd_tile(
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
     # The causal mask compares the tile's key offsets, held in registers (_visible), at D = 64 and 256 with
     # two consumers and no option only (H200 kernel time: D = 64 causal 3-5 % faster at N <= 2k, D = 256
-    # 3 % at 512): elsewhere the registers grew ptxas's stack frames (sm_90: 32 B at D = 128 causal, 40 B
-    # with three consumers or packed at D = 256, local accesses in the float8 key loop).
+    # 1-3 % at 512 and 16k): elsewhere the registers grew ptxas's stack frames (sm_90: 32 B at D = 128
+    # causal, 40 B with three consumers or packed at D = 256, local accesses in the float8 key loop).
     LOCAL_OFFSETS: gl.constexpr = (
         (HEAD_DIM == 64 or (HEAD_DIM == 256 and not (IS_VARLEN or SPARSE_TILES)))
         and consumers == 2
@@ -861,6 +886,8 @@ def _attn_fwd_tile(
     # A persistent program with two Q buffers and no output buffer of its own (D > 64) stages each tile's
     # output in that tile's Q buffer and releases it during the next tile.
     STAGED_IN_Q: gl.constexpr = PERSISTENT and q_bufs == 2 and HEAD_DIM > 64
+    # The one Q buffer stages the output and goes back to the producer once the store has read it.
+    OUT_IN_Q: gl.constexpr = PERSISTENT == OUTPUT_IN_Q
     q_buf = q_turn % q_bufs
     q_phase = (q_turn // q_bufs) & 1
     q = q_smem.index(q_buf * consumers + WG)
@@ -917,7 +944,7 @@ def _attn_fwd_tile(
             HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
             HAS_DROPOUT, LOCAL_OFFSETS,
         )  # fmt: skip
-        if PERSISTENT and not STAGED_IN_Q:
+        if PERSISTENT and not (STAGED_IN_Q or OUT_IN_Q):
             # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
             mbarrier.arrive(q_empty.index(q_buf), count=1)
         last = (it + n_tiles - 1) % STAGES
@@ -931,7 +958,7 @@ def _attn_fwd_tile(
         mbarrier.wait(q_bar.index(q_buf), q_phase)
         if STAGED_IN_Q:
             _release_staged_q(q_turn, q_empty, q_bufs)
-        else:
+        elif not OUT_IN_Q:
             mbarrier.arrive(q_empty.index(q_buf), count=1)
 
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
@@ -955,7 +982,7 @@ def _attn_fwd_tile(
     else:
         lse_row = lse_ptr + bh.to(gl.int64) * seqlen_q
     gl.store(lse_row + out_rows, lse, mask=out_rows < seqlen_q)
-    if PERSISTENT and not STAGED_IN_Q:
+    if PERSISTENT and not (STAGED_IN_Q or OUT_IN_Q):
         # The staging buffer: this warpgroup's own, which the last tile's store must have read (every
         # warp's wait done before any warp writes: the warp that issued the store may be behind).
         staged = o_smem.index(WG)
@@ -990,6 +1017,8 @@ def _attn_fwd_tile(
         tma.async_copy_shared_to_global(o_desc, [b, row0, h, 0], _tile_view(staged, o_desc))
         if not PERSISTENT:
             tma.store_wait(0)
+        if OUT_IN_Q:
+            _release_staged_q(q_turn + 1, q_empty, q_bufs)
 
 
 # Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
@@ -1056,9 +1085,10 @@ def attn_fwd_kernel(
     # it is done with this tile's key tiles, not once the consumers release Q.
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     o_smem = q_smem
-    if PERSISTENT and (HEAD_DIM <= 64 or Q_BUFS == 1):
+    if PERSISTENT and (HEAD_DIM <= 64 or Q_BUFS == 1) and PERSISTENT != OUTPUT_IN_Q:
         # The output's own staging buffer; at D = 128 it does not fit beside two Q buffers, and each tile's
-        # output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q).
+        # output is staged in its Q buffer (_attn_fwd_tile's STAGED_IN_Q); at D = 256 not beside one
+        # (OUTPUT_IN_Q).
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], tile_q)
     if FP8:
         # The bf16 output's own staging buffer (Q's float8 one cannot hold it).
@@ -1230,15 +1260,35 @@ def runs_persistent(values: dict[str, object]) -> bool:
     equal cost (:func:`even_work`) on dense batches, with no other option and no block mask, whose Q, output
     and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
     not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
-    head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
-    # Q's buffers and the output's staging buffer (CONSUMERS · WG_ROWS rows each, as the kernel allocates
-    # them: two Q and one output at D = 64; at D = 128 two Q, or one Q and one output), and the K and V
-    # rings, 2-byte.
-    row_tiles = 3 if head_dim <= 64 else 2
-    tiles_bytes = 2 * (row_tiles * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
-    few_keys = head_dim <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
-    fits = tiles_bytes <= PERSISTENT_SMEM
+    # Q's buffers and the output's staging buffer (as the kernel allocates them: two Q and one output at
+    # D = 64; at D = 128 two Q, or one Q and one output), or at D = 256 one Q buffer staging the output
+    # (output_in_q).
+    row_tiles = 3 if values["HEAD_DIM"] <= 64 else 2
+    fits = _tiles_bytes(values, row_tiles) <= PERSISTENT_SMEM or output_in_q(values)
+    few_keys = values["HEAD_DIM"] <= 64 or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
     return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
+
+
+def _tiles_bytes(values: dict[str, object], row_tiles: int) -> int:
+    """Shared memory of ``row_tiles`` Q or output buffers (CONSUMERS · WG_ROWS rows each) and the K and V
+    rings, 2-byte."""
+    head_dim, block_n, stages = values["HEAD_DIM"], values["BLOCK_N"], values["STAGES"]
+    return 2 * (row_tiles * values["CONSUMERS"] * WG_ROWS.value + 2 * stages * block_n) * head_dim
+
+
+def output_in_q(values: dict[str, object]) -> bool:
+    """Whether a persistent program stages each tile's output in its one Q buffer and gives the buffer back
+    once the store has read it (the kernel's PERSISTENT = OUTPUT_IN_Q): where a second row buffer does not
+    fit beside the ring (D = 256), the producer loads the next tile's first K/V tiles before its Q."""
+    return values["HEAD_DIM"] > 64 and _tiles_bytes(values, 2) > PERSISTENT_SMEM >= _tiles_bytes(values, 1)
+
+
+def persistent_mode(values: dict[str, object], persistent: bool) -> int:
+    """The kernel's PERSISTENT: 0 one program a work tile, 1 persistent, OUTPUT_IN_Q persistent with the
+    output staged in the one Q buffer (:func:`output_in_q`)."""
+    if not persistent:
+        return 0
+    return OUTPUT_IN_Q.value if output_in_q(values) else 1
 
 
 def even_work(values: dict[str, object]) -> bool:
@@ -1257,7 +1307,7 @@ def q_buffers(values: dict[str, object]) -> int:
     (its output then staged in Q's buffer), else one. Kernel time against one buffer (docs/design/hopper.md,
     "Two Q buffers"): D = 64 4-13 % faster below 2k-4k and within ±1.5 % above (H200); D = 128 3-15 %
     faster up to 1k, 2-5 % slower at 2k-4k (H100)."""
-    if not values["PERSISTENT"]:
+    if not values["PERSISTENT"] or output_in_q(values):
         return 1
     return 2 if values["HEAD_DIM"] <= 64 or values["seqlen_k"] <= Q_BUFS_MAX_KEYS_D128 else 1
 
@@ -1414,7 +1464,7 @@ def _fwd_launch(
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     programs = persistent_programs(values, configs.multiprocessor_count(device))
     persistent = persistent and not fp8 and runs_persistent(values) and programs > 0
-    values["PERSISTENT"] = persistent
+    values["PERSISTENT"] = persistent_mode(values, persistent)
     values["Q_BUFS"] = q_buffers(values)
     values["PINGPONG"] = pingpong(values, pingpong_forced)
     grid = (programs if persistent else total_work,)

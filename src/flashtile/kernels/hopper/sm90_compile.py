@@ -189,7 +189,8 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     switches = {name: value for name, value in options.items() if name.isupper()}
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     # The grid the launcher picks: persistent for equal-cost work tiles (plain, sliding windows) that fit.
-    constexprs["PERSISTENT"] = not fp8 and fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
+    persistent = not fp8 and fwd.runs_persistent({**options, **constexprs, "seqlen_k": SEQLEN})
+    constexprs["PERSISTENT"] = fwd.persistent_mode(constexprs, persistent)
     constexprs["Q_BUFS"] = fwd.q_buffers({**constexprs, "seqlen_k": SEQLEN})
     constexprs["PINGPONG"] = fwd.pingpong(constexprs, os.environ.get(fwd.PINGPONG_ENV, ""))
     if options["MASK_BITS"]:
