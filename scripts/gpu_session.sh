@@ -2255,7 +2255,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     for round in 1 2; do
       for on in 0 1; do
         step "bwd_persistent_${on}_$round" 90 env FLASHTILE_HOPPER_BWD_PERSISTENT=$on python3 -m flashtile \
-          bench --head-dim 256 --mode bwd --causal both --seqlen 1024 4096 16384 --peers flashtile sdpa-cudnn \
+          bench --head-dim 256 --mode bwd --causal both --seqlen 512 1024 4096 16384 --peers flashtile sdpa-cudnn \
           --no-plot --out-dir "$work/bench" --name "bwd_persistent_$on"
       done
     done
