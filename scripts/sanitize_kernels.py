@@ -73,7 +73,7 @@ import triton.language as tl
 # later go last (`--only` picks them) so that earlier logs' case numbers, which `--start` takes, still hold.
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
-    "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256", "fp8",
+    "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256", "fp8", "hopper_d256_persistent",
 )  # fmt: skip
 
 SHAPES = [
@@ -719,12 +719,25 @@ PAIRED_CASES = [
 ]
 
 
+# D = 256 on the persistent forward grid (the output staged in the one Q buffer, K/V loaded ahead of Q):
+# several work tiles a program, dense and causal in pairs, N_q > N_k (tiles whose rows see no key).
+D256_PERSISTENT_CASES = [
+    (8, 1023, 1025, 4, 2, 256, False, (-1, -1), None),
+    (12, 1100, 1100, 4, 2, 256, True, (-1, 0), None),
+    (13, 1500, 777, 3, 1, 256, True, (-1, 0), None),
+]
+
+
 def hopper_three_cases() -> Iterator[Case]:
     return _consumer_cases("hopper_three", THREE_AND_WINDOW_CASES)
 
 
 def hopper_paired_cases() -> Iterator[Case]:
     return _consumer_cases("hopper_paired", PAIRED_CASES)
+
+
+def hopper_d256_persistent_cases() -> Iterator[Case]:
+    return _consumer_cases("hopper_d256_persistent", D256_PERSISTENT_CASES)
 
 
 def _consumer_cases(group: str, cases: list[tuple]) -> Iterator[Case]:
@@ -794,6 +807,7 @@ BUILDERS = {
     "hopper_three": hopper_three_cases,
     "hopper_paired": hopper_paired_cases,
     "hopper_d256": hopper_d256_cases,
+    "hopper_d256_persistent": hopper_d256_persistent_cases,
     "fp8": fp8_cases,
 }
 
