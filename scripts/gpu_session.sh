@@ -2303,6 +2303,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # (bwd.causal_head_group; head by head, the last heads' longest blocks start late: s30d's D = 256
     # causal kernel took 0.59 of the dense one's time at 4k against cuDNN's 0.50). The causal GPU tests
     # of the backward, then FLASHTILE_HOPPER_BWD_HEAD_GROUP=0 and 1 alternating twice against cuDNN.
+    # (Ran at 0544c28: no gain; the order and its knob were reverted, docs/design/hopper_bwd.md.)
     begin
     gpu_tests_step 170 tests/test_gpu_hopper_bwd.py -k "causal"
     for round in 1 2; do

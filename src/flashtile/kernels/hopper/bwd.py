@@ -42,7 +42,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from flashtile._environ import Knob
 from flashtile.errors import FlashtileValueError
-from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
@@ -81,11 +80,7 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
-# Causal key blocks numbered longest first across a group of heads (:func:`causal_head_group`), unless
-# FLASHTILE_HOPPER_BWD_HEAD_GROUP is "0" (head by head, as every other launch).
-HEAD_GROUP_ENV = "FLASHTILE_HOPPER_BWD_HEAD_GROUP"
 _VARIANT, _VARLEN_TMA_STORE = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV)
-_HEAD_GROUP = Knob(HEAD_GROUP_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -296,27 +291,6 @@ def _last_first_start(j, m_first, per_head, BM: gl.constexpr):
     comes last (H100, D = 256: +2-7 % causal, none without a mask; docs/design/hopper_bwd.md). The
     blocks are a range (no block mask in the "dim" split): :func:`_tile_start` of step per_head − 1 − j."""
     return _tile_start(per_head - 1 - j, m_first, 0, BM, 0)
-
-
-@gluon.jit
-def _key_block(pid, num_n_blocks, head_group, batch_heads):
-    """Program pid's (key block, b·H_KV + h_kv). Heads go in groups of ``head_group`` (the last group
-    also takes the heads left over), one group after the other; within a group the key blocks go in
-    order, each for every head of the group (a group of 1: head by head). Causal key block n is the
-    longest of its head, so a group numbers its longest blocks first, and the last group is large enough
-    for its longest blocks to end with the rest (:func:`causal_head_group`). Integer arithmetic only: the
-    tests run it in Python (``.fn``)."""
-    last_group_head = (batch_heads // head_group - 1) * head_group
-    if last_group_head < 0:
-        last_group_head = 0
-    first_head = pid // (head_group * num_n_blocks) * head_group
-    if first_head > last_group_head:
-        first_head = last_group_head
-    heads = head_group
-    if first_head == last_group_head:
-        heads = batch_heads - last_group_head
-    i = pid - first_head * num_n_blocks
-    return i // heads, first_head + i % heads
 
 
 @gluon.jit
@@ -875,14 +849,14 @@ def _consumer_dim(
 @gluon.jit(
     do_not_specialize=[
         "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "window_left", "window_right", "stride_alibi_b",
-        "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold", "head_group",
+        "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold",
     ]
 )  # fmt: skip
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
     alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr,
     q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux, rng_state_ptr,
-    seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, head_group, H, GROUP, qk_scale, softmax_scale,
+    seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac,
     list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr,
@@ -909,15 +883,11 @@ def attn_bwd_kernel(
     ``MASK_MOD(b, h, q_idx, kv_idx[, aux])`` is False (None: none). Otherwise the list pointers are unused;
     ``aux`` is the mask_mod's tensors or None."""
     pid = gl.program_id(0)
-    H_KV = H // GROUP
     # Head by head: the programs running at once share their head's Q and dO in L2 (numbering the key
-    # blocks across all heads first was 25-45 % slower at N = 1k-2k; docs/design/hopper_bwd.md).
+    # blocks across heads first was 25-45 % slower at N = 1k-2k; docs/design/hopper_bwd.md).
     n_block = pid % num_n_blocks
     bh_kv = pid // num_n_blocks
-    if IS_CAUSAL:
-        # Causal blocks differ in length: longest first across a few heads, so the last heads' longest
-        # blocks do not start when the other SMs are nearly done.
-        n_block, bh_kv = _key_block(pid, num_n_blocks, head_group, gl.num_programs(0) // num_n_blocks)
+    H_KV = H // GROUP
     b = bh_kv // H_KV
     h_kv = bh_kv % H_KV
     n0 = n_block * BN
@@ -1346,18 +1316,6 @@ def _stats_rows(seqlen_q: int, block_m: int, varlen: tuple[int, int, int] | None
     return varlen_stats_rows(seqlen_q, varlen[0], block_m)
 
 
-def causal_head_group(num_n_blocks: int, batch_heads: int, sms: int) -> int:
-    """How many heads a causal fused launch numbers together (:func:`_key_block`). Key block n of a head
-    of M blocks sees M − n query blocks; numbered head by head, the last head's longest blocks start when
-    every SM has about that much work left, and the launch ends a block's length late (7 % at N ≤ 2k,
-    D = 256, in a model of the GPU's scheduler handing the next program to the first free SM). A group
-    whose work is the SMs' count of longest blocks, G·M(M + 1)/2 ≥ SMs·M, gives the last group's longest
-    blocks about as much to run beside as they take (1-2 % late in the model); no more heads, so that the
-    programs running at once share a few heads' Q and dO in L2 (docs/design/hopper_bwd.md, "Causal
-    order")."""
-    return max(1, min(batch_heads, cdiv(2 * sms, num_n_blocks + 1)))
-
-
 # Everything but the tensors is a function of these arguments: one set of launches per call signature.
 @functools.lru_cache(maxsize=512)
 def _bwd_launches(
@@ -1377,7 +1335,6 @@ def _bwd_launches(
     varlen_tma_store: bool = False,
     sparse: Sparse | None = None,
     dropout_p: float = 0.0,
-    head_groups: bool = True,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1387,9 +1344,7 @@ def _bwd_launches(
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
     longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the packed epilogue's TMA
     boxes (``VARLEN_TMA_STORE_ENV``: on unless it is "0"); ``sparse``: a block mask's
-    :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout);
-    ``head_groups``: dense causal launches number their key blocks by :func:`causal_head_group`
-    (``HEAD_GROUP_ENV``: on unless it is "0")."""
+    :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout)."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1418,16 +1373,11 @@ def _bwd_launches(
     opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, *longest, dropout_p)
     # The plain causal mask keeps its own code (IS_CAUSAL); IS_LOCAL is any other window.
     opts["IS_LOCAL"] = opts["IS_LOCAL"] and not is_causal
-    batch_heads = sequences * heads_kv
-    head_group = 1
-    if head_groups and is_causal and varlen is None:
-        head_group = causal_head_group(num_n_blocks, batch_heads, configs.multiprocessor_count(device))
     fused = KernelLaunch(
-        attn_bwd_kernel, (num_n_blocks * batch_heads,), device, FUSED_POINTERS,
+        attn_bwd_kernel, (num_n_blocks * sequences * heads_kv,), device, FUSED_POINTERS,
         dict(
-            **sizes, num_n_blocks=num_n_blocks, head_group=head_group, **scales, HEAD_DIM=head_dim, BM=bm,
-            BN=bn, NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows,
-            DQ_COLS=dq_cols,
+            **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
+            NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
             VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
             **sparse_arguments(sparse, bm, "q"),
@@ -1516,7 +1466,6 @@ def _launch(
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
         varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p,
-        _HEAD_GROUP.get("").strip() != "0",
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

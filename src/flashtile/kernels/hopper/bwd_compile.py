@@ -27,9 +27,8 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
-    "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "head_group", "num_m_blocks", "H", "GROUP",
-    "window_left", "window_right", "stride_alibi_b", "list_stride_b", "list_stride_h", "list_row_len",
-    "dropout_threshold",
+    "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP", "window_left",
+    "window_right", "stride_alibi_b", "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold",
 )  # fmt: skip
 
 
