@@ -62,9 +62,12 @@ def run_cell(
     )
     results = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
-        out = flash_attn_func(*leaves, causal=causal)
-        results[name] = (out, *torch.autograd.grad(out, leaves, dout.to(dtype)))
+        # fp32 on the portable kernels: the Hopper backend, chosen by default on sm_90, takes fp16/bf16.
+        backend = {"FLASHTILE_BACKEND": "triton"} if dtype == torch.float32 else {}
+        with mock.patch.dict(os.environ, backend):
+            leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+            out = flash_attn_func(*leaves, causal=causal)
+            results[name] = (out, *torch.autograd.grad(out, leaves, dout.to(dtype)))
     local = [_shard(t, layout, rank, world).to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
     local_dout = _shard(dout, layout, rank, world).to(torch.bfloat16)
     attention = SCHEMES[scheme]
