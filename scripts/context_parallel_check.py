@@ -115,7 +115,8 @@ def run_cell(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seqlens", type=int, nargs="*", default=[8192, 32768])
+    # The fp32 reference materialises the scores: 32k would need a 68 GB matrix.
+    parser.add_argument("--seqlens", type=int, nargs="*", default=[8192])
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args()
     rank = int(os.environ["RANK"])

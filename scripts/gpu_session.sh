@@ -1988,8 +1988,9 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # nvidia-h200-x2): accuracy against one GPU's fp32 call under the 2×/3× rule, and the ring's time
     # against compute alone, the exchanges alone and one GPU (scripts/context_parallel_check.py).
     begin
+    # (8k only: the fp32 reference at 32k would hold a 68 GB score matrix; thirtieth session.)
     step context_parallel 300 python3 -m torch.distributed.run --nproc-per-node 2 \
-      scripts/context_parallel_check.py --csv "$OUT/context_parallel.csv"
+      scripts/context_parallel_check.py --seqlens 8192 --csv "$OUT/context_parallel.csv"
     finish
     ;;
   s27a)
