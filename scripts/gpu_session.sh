@@ -221,6 +221,21 @@ bench_main_exp() {
   done
 }
 
+# flashtile bench with ARGS under the knob ENV=0 and ENV=1 alternating, twice each; the steps are
+# NAME_0_1, NAME_1_1, NAME_0_2, NAME_1_2, the CSVs NAME_0.csv and NAME_1.csv, brought back.
+#     bench_knob_off_on ENV NAME BOX_S ARGS...
+bench_knob_off_on() {
+  local knob=$1 name=$2 box=$3 round on
+  shift 3
+  for round in 1 2; do
+    for on in 0 1; do
+      step "${name}_${on}_$round" "$box" env "$knob=$on" python3 -m flashtile bench "$@" --no-plot \
+        --out-dir "$work/bench" --name "${name}_$on"
+    done
+  done
+  cp "$work"/bench/"$name"_*.csv "$OUT"/
+}
+
 # The whole flashtile bench --decode grid, its CSV and plot brought back.
 bench_decode_step() {
   step bench_decode 330 python3 -m flashtile bench --decode --out-dir "$work/bench"
@@ -2253,14 +2268,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # the D = 256 backward against cuDNN with FLASHTILE_HOPPER_BWD_PERSISTENT=0 and 1 alternating, twice.
     begin
     gpu_tests_step 200 tests/test_gpu_hopper_bwd.py -k "256"
-    for round in 1 2; do
-      for on in 0 1; do
-        step "bwd_persistent_${on}_$round" 90 env FLASHTILE_HOPPER_BWD_PERSISTENT=$on python3 -m flashtile \
-          bench --head-dim 256 --mode bwd --causal both --seqlen 512 1024 4096 16384 --peers flashtile sdpa-cudnn \
-          --no-plot --out-dir "$work/bench" --name "bwd_persistent_$on"
-      done
-    done
-    cp "$work"/bench/bwd_persistent_*.csv "$OUT"/
+    bench_knob_off_on FLASHTILE_HOPPER_BWD_PERSISTENT bwd_persistent 90 --head-dim 256 --mode bwd \
+      --causal both --seqlen 512 1024 4096 16384 --peers flashtile sdpa-cudnn
     finish
     ;;
   s30b)
@@ -2307,14 +2316,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # (Ran at 0544c28: no gain; the order and its knob were reverted, docs/design/hopper_bwd.md.)
     begin
     gpu_tests_step 170 tests/test_gpu_hopper_bwd.py -k "causal"
-    for round in 1 2; do
-      for on in 0 1; do
-        step "head_group_${on}_$round" 100 env FLASHTILE_HOPPER_BWD_HEAD_GROUP=$on python3 -m flashtile \
-          bench --head-dim 64 128 256 --mode bwd --causal true --seqlen 512 1024 2048 4096 16384 \
-          --peers flashtile sdpa-cudnn --no-plot --out-dir "$work/bench" --name "head_group_$on"
-      done
-    done
-    cp "$work"/bench/head_group_*.csv "$OUT"/
+    bench_knob_off_on FLASHTILE_HOPPER_BWD_HEAD_GROUP head_group 100 --head-dim 64 128 256 --mode bwd \
+      --causal true --seqlen 512 1024 2048 4096 16384 --peers flashtile sdpa-cudnn
     finish
     ;;
   s31a)
