@@ -221,16 +221,16 @@ bench_main_exp() {
   done
 }
 
-# flashtile bench with ARGS under the knob ENV=0 and ENV=1 alternating, twice each; the steps are
-# NAME_0_1, NAME_1_1, NAME_0_2, NAME_1_2, the CSVs NAME_0.csv and NAME_1.csv, brought back.
-#     bench_knob_off_on ENV NAME BOX_S ARGS...
-bench_knob_off_on() {
-  local knob=$1 name=$2 box=$3 round on
-  shift 3
+# flashtile bench with ARGS under the knob ENV at each of VALUES ("0 1", say) in turn, twice over; the
+# steps are NAME_VALUE_ROUND, the CSVs NAME_VALUE.csv, brought back.
+#     bench_knob_values ENV "VALUES" NAME BOX_S ARGS...
+bench_knob_values() {
+  local knob=$1 values=$2 name=$3 box=$4 round value
+  shift 4
   for round in 1 2; do
-    for on in 0 1; do
-      step "${name}_${on}_$round" "$box" env "$knob=$on" python3 -m flashtile bench "$@" --no-plot \
-        --out-dir "$work/bench" --name "${name}_$on"
+    for value in $values; do
+      step "${name}_${value}_$round" "$box" env "$knob=$value" python3 -m flashtile bench "$@" --no-plot \
+        --out-dir "$work/bench" --name "${name}_$value"
     done
   done
   cp "$work"/bench/"$name"_*.csv "$OUT"/
@@ -2268,7 +2268,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # the D = 256 backward against cuDNN with FLASHTILE_HOPPER_BWD_PERSISTENT=0 and 1 alternating, twice.
     begin
     gpu_tests_step 200 tests/test_gpu_hopper_bwd.py -k "256"
-    bench_knob_off_on FLASHTILE_HOPPER_BWD_PERSISTENT bwd_persistent 90 --head-dim 256 --mode bwd \
+    bench_knob_values FLASHTILE_HOPPER_BWD_PERSISTENT "0 1" bwd_persistent 90 --head-dim 256 --mode bwd \
       --causal both --seqlen 512 1024 4096 16384 --peers flashtile sdpa-cudnn
     finish
     ;;
@@ -2316,7 +2316,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # (Ran at 0544c28: no gain; the order and its knob were reverted, docs/design/hopper_bwd.md.)
     begin
     gpu_tests_step 170 tests/test_gpu_hopper_bwd.py -k "causal"
-    bench_knob_off_on FLASHTILE_HOPPER_BWD_HEAD_GROUP head_group 100 --head-dim 64 128 256 --mode bwd \
+    bench_knob_values FLASHTILE_HOPPER_BWD_HEAD_GROUP "0 1" head_group 100 --head-dim 64 128 256 --mode bwd \
       --causal true --seqlen 512 1024 2048 4096 16384 --peers flashtile sdpa-cudnn
     finish
     ;;
