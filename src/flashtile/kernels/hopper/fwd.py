@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile._environ import Knob
+from flashtile.errors import FlashtileValueError
 from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS, KernelMods, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
@@ -84,6 +85,12 @@ CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 # FLASHTILE_HOPPER_FWD_PINGPONG = 0 or 1 overrides that (read at each launch).
 PINGPONG_ENV = "FLASHTILE_HOPPER_FWD_PINGPONG"
 _PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), Knob(PINGPONG_ENV)
+# Softcap's forward runs tanh and exp2 on the MUFU for every score, which then bounds the kernel; one in
+# SOFTCAP_POLY exponentials of its unmasked tiles runs on the FMA pipes instead (:func:`_exp2_shared`).
+# FLASHTILE_HOPPER_FWD_SOFTCAP_POLY = 0 keeps every one on the MUFU, 2 or 4 picks the share.
+SOFTCAP_POLY_ENV = "FLASHTILE_HOPPER_FWD_SOFTCAP_POLY"
+DEFAULT_SOFTCAP_POLY = 4
+_SOFTCAP_POLY = Knob(SOFTCAP_POLY_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
 THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
@@ -493,6 +500,51 @@ def _tanh(x):
     )
 
 
+# 2^f on [−0.5, 0.5] as c0 + f·(c1 + f·(c2 + f·c3)): a degree-3 fit of the relative error (7.5e-5 at most,
+# fp32 Horner included; docs/design/hopper.md, "Softcap's exponentials"), as fp32 bit patterns for PTX.
+_EXP2_POLY = ("0f3F7FFB4B", "0f3F31798E", "0f3E786ED1", "0f3D61FB35")
+
+
+def _exp2_poly_ptx(out: str, x: str) -> str:
+    """PTX for out = 2^x on the FMA and integer pipes, for x ≤ 0 (clamped at −125, whose 2^x ≈ 2e-38
+    stands for the underflow): j = round(x) by adding 1.5·2^23 (whose low mantissa bits then hold j),
+    2^(x − j) by the polynomial, and j added to its exponent field."""
+    c0, c1, c2, c3 = _EXP2_POLY
+    return (
+        f"{{ .reg .f32 x, t, j, f, p; .reg .b32 tb, pb; "
+        f"max.f32 x, {x}, 0fC2FA0000; add.rn.f32 t, x, 0f4B400000; sub.rn.f32 j, t, 0f4B400000; "
+        f"sub.rn.f32 f, x, j; fma.rn.f32 p, f, {c3}, {c2}; fma.rn.f32 p, p, f, {c1}; "
+        f"fma.rn.f32 p, p, f, {c0}; mov.b32 tb, t; mov.b32 pb, p; shl.b32 tb, tb, 23; "
+        f"add.s32 pb, pb, tb; mov.b32 {out}, pb; }}"
+    )
+
+
+def _exp2_shared_ptx(every: int) -> str:
+    """One asm instance over ``every`` consecutive elements: the first every − 1 on the MUFU
+    (``ex2.approx.ftz``, as ``gl.exp2``), the last by :func:`_exp2_poly_ptx`."""
+    mufu = " ".join(f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(every - 1))
+    return f"{mufu} {_exp2_poly_ptx(f'${every - 1}', f'${2 * every - 1}')}"
+
+
+_EXP2_SHARED_2 = gl.constexpr(_exp2_shared_ptx(2))
+_EXP2_SHARED_4 = gl.constexpr(_exp2_shared_ptx(4))
+
+
+@gluon.jit
+def _exp2_shared(x, EVERY: gl.constexpr):
+    """2^x (x ≤ 0, finite) with one element in EVERY (2 or 4) on the FMA pipes and the rest on the MUFU:
+    where softcap's tanh keeps the MUFU as busy as the tensor cores, this evens the two out."""
+    if EVERY == 2:
+        p = gl.inline_asm_elementwise(
+            _EXP2_SHARED_2, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=True, pack=2
+        )
+    else:
+        p = gl.inline_asm_elementwise(
+            _EXP2_SHARED_4, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True, pack=4
+        )
+    return p
+
+
 @gluon.jit
 def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
     """A block mask's bits (flashtile.block_mask.MaskBits; ``bits`` = (its tile ids' row of the program's
@@ -616,7 +668,12 @@ def _softmax_step(
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
+    if HAS_SOFTCAP > 1 and not MASKED:
+        # Unmasked softcap tiles (every score finite): HAS_SOFTCAP is the share's 2 or 4
+        # (:func:`softcap_exp2_share`).
+        p = _exp2_shared(s * s_scale - gl.expand_dims(m_ref, 1), HAS_SOFTCAP)
+    else:
+        p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -1226,6 +1283,16 @@ def option_arguments(
     )
 
 
+def softcap_exp2_share(forced: str) -> int:
+    """The forward's HAS_SOFTCAP under softcap: 1 (every exponential on the MUFU) where ``forced``
+    (SOFTCAP_POLY_ENV's value) is "0" or "1", else its 2 or 4, else DEFAULT_SOFTCAP_POLY: one exponential
+    in that many on the FMA pipes (:func:`_exp2_shared`)."""
+    share = forced.strip() or str(DEFAULT_SOFTCAP_POLY)
+    if share not in ("0", "1", "2", "4"):
+        raise FlashtileValueError(f"{SOFTCAP_POLY_ENV}={forced!r}; accepted: 0, 2 or 4")
+    return max(int(share), 1)
+
+
 def consumer_count(
     head_dim: int,
     seqlen_q: int,
@@ -1438,6 +1505,7 @@ def _fwd_launch(
     consumers: int = 2,
     pingpong_forced: str = "",
     fp8: bool = False,
+    softcap_poly: str = "",
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
@@ -1446,7 +1514,7 @@ def _fwd_launch(
     at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
     one program a work tile (PERSISTENT_ENV). ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`).
     ``fp8``: float8 inputs (one program a work tile: the bf16 output's staging buffer needs its own
-    shared memory)."""
+    shared memory). ``softcap_poly``: SOFTCAP_POLY_ENV's value (:func:`softcap_exp2_share`)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -1461,6 +1529,8 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
+    if values["HAS_SOFTCAP"]:
+        values["HAS_SOFTCAP"] = softcap_exp2_share(softcap_poly)
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     programs = persistent_programs(values, configs.multiprocessor_count(device))
     persistent = persistent and not fp8 and runs_persistent(values) and programs > 0
@@ -1501,6 +1571,7 @@ def launch_for(
         ),
         _PINGPONG.get(""),
         fp8,
+        _SOFTCAP_POLY.get(""),
     )  # fmt: skip
 
 
