@@ -1,5 +1,5 @@
 """The Gluon forward's exponential on the FMA pipes (hopper.fwd._exp2_poly_ptx), its arithmetic replayed in
-numpy fp32 step by step, and the knob choosing its share of softcap's exponentials."""
+numpy fp32 step by step, and the rule choosing its share of the exponentials."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _f32(bits: str) -> np.float32:
 def exp2_as_the_ptx(x: np.ndarray) -> np.ndarray:
     """The PTX's steps in fp32: clamp, round by 1.5·2^23, Horner (each FMA rounded once), the rounded
     integer shifted into the exponent field."""
-    c0, c1, c2, c3 = (_f32(c) for c in fwd._EXP2_POLY)
+    c0, c1, c2, c3 = (_f32(c) for c in fwd._EXP2_COEFFICIENTS)
     magic = _f32("0f4B400000")
     x = np.maximum(x, _f32("0fC2FA0000"))
     t = (x + magic).astype(np.float32)
@@ -50,7 +50,7 @@ def test_exponents_past_the_clamp_give_a_tiny_positive_number():
 
 
 def test_the_ptx_holds_every_share_and_the_polynomial_once_an_instance():
-    for every in (2, 4):
+    for every in (2, 4, 8):
         ptx = fwd._exp2_shared_ptx(every)
         assert ptx.count("ex2.approx.ftz.f32") == every - 1
         assert ptx.count("fma.rn.f32") == 3
@@ -58,14 +58,16 @@ def test_the_ptx_holds_every_share_and_the_polynomial_once_an_instance():
         assert f"mov.b32 ${every - 1}, pb;" in ptx and f"max.f32 x, ${2 * every - 1}," in ptx
 
 
-@pytest.mark.parametrize(("forced", "share"), [("", fwd.DEFAULT_SOFTCAP_POLY), ("0", 1), ("1", 1), ("2", 2),
-                                               (" 4 ", 4)])  # fmt: skip
-def test_the_knob_picks_the_share(forced, share):
-    assert fwd.softcap_exp2_share(forced) == share
+@pytest.mark.parametrize(
+    ("softcap", "forced", "share"),
+    [(True, "", fwd.SOFTCAP_EXP2_SHARE), (False, "", 0), (True, "0", 0), (False, " 8 ", 8), (True, "2", 2)],
+)
+def test_the_share_is_softcaps_by_default_and_the_knobs_where_set(softcap, forced, share):
+    assert fwd.exp2_share({"HAS_SOFTCAP": softcap}, forced) == share
 
 
 def test_the_knob_names_what_it_accepts():
     with pytest.raises(
-        FlashtileValueError, match=r"FLASHTILE_HOPPER_FWD_SOFTCAP_POLY='3'; accepted: 0, 2 or 4"
+        FlashtileValueError, match=r"FLASHTILE_HOPPER_FWD_EXP2_POLY='3'; accepted: 0, 2, 4 or 8"
     ):
-        fwd.softcap_exp2_share("3")
+        fwd.exp2_share({"HAS_SOFTCAP": True}, "3")
