@@ -59,11 +59,19 @@ def test_the_ptx_holds_every_share_and_the_polynomial_once_an_instance():
 
 
 @pytest.mark.parametrize(
-    ("softcap", "forced", "share"),
-    [(True, "", fwd.SOFTCAP_EXP2_SHARE), (False, "", 0), (True, "0", 0), (False, " 8 ", 8), (True, "2", 2)],
+    ("softcap", "head_dim", "forced", "share"),
+    [
+        (True, 64, "", fwd.SOFTCAP_EXP2_SHARE),
+        (True, 128, "", 0),
+        (True, 256, "", 0),
+        (False, 64, "", 0),
+        (True, 64, "0", 0),
+        (False, 128, " 8 ", 8),
+        (True, 256, "2", 2),
+    ],
 )
-def test_the_share_is_softcaps_by_default_and_the_knobs_where_set(softcap, forced, share):
-    assert fwd.exp2_share({"HAS_SOFTCAP": softcap}, forced) == share
+def test_the_share_is_softcaps_at_d64_by_default_and_the_knobs_where_set(softcap, head_dim, forced, share):
+    assert fwd.exp2_share({"HAS_SOFTCAP": softcap, "HEAD_DIM": head_dim}, forced) == share
 
 
 def test_the_knob_names_what_it_accepts():

@@ -86,11 +86,13 @@ CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 PINGPONG_ENV = "FLASHTILE_HOPPER_FWD_PINGPONG"
 _PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), Knob(PINGPONG_ENV)
 # One exponential in EXP2_SHARE of the unmasked tiles on the FMA pipes instead of the MUFU
-# (:func:`_exp2_shared`): by default under softcap, whose tanh and exp2 keep the MUFU as busy as the
-# tensor cores. FLASHTILE_HOPPER_FWD_EXP2_POLY = 0 (every one on the MUFU), 2, 4 or 8 forces a share on
-# every configuration (:func:`exp2_share`).
+# (:func:`_exp2_shared`): by default under softcap at D = 64, whose tanh and exp2 keep the MUFU busier
+# than the tensor cores (s31b: 5-9 % faster; D = 128 even, D = 256 and plain attention slower).
+# FLASHTILE_HOPPER_FWD_EXP2_POLY = 0 (every one on the MUFU), 2, 4 or 8 forces a share on every
+# configuration (:func:`exp2_share`).
 EXP2_POLY_ENV = "FLASHTILE_HOPPER_FWD_EXP2_POLY"
 SOFTCAP_EXP2_SHARE = 4
+SOFTCAP_EXP2_MAX_HEAD_DIM = 64
 _EXP2_POLY = Knob(EXP2_POLY_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
 THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
@@ -1292,13 +1294,14 @@ def option_arguments(
 def exp2_share(values: dict[str, object], forced: str = "") -> int:
     """The kernel's EXP2_SHARE: one exponential in that many of the unmasked tiles on the FMA pipes
     (:func:`_exp2_shared`), 0 for none. ``forced`` (EXP2_POLY_ENV's value) "0", "2", "4" or "8" decides;
-    otherwise SOFTCAP_EXP2_SHARE under softcap and none elsewhere."""
+    otherwise SOFTCAP_EXP2_SHARE under softcap up to SOFTCAP_EXP2_MAX_HEAD_DIM and none elsewhere."""
     forced = forced.strip()
     if forced:
         if forced not in ("0", "2", "4", "8"):
             raise FlashtileValueError(f"{EXP2_POLY_ENV}={forced!r}; accepted: 0, 2, 4 or 8")
         return int(forced)
-    return SOFTCAP_EXP2_SHARE if values["HAS_SOFTCAP"] else 0
+    mufu_bound = values["HAS_SOFTCAP"] and values["HEAD_DIM"] <= SOFTCAP_EXP2_MAX_HEAD_DIM
+    return SOFTCAP_EXP2_SHARE if mufu_bound else 0
 
 
 def consumer_count(
