@@ -281,6 +281,26 @@ def test_consumers_taking_turns_change_no_bit(seed, monkeypatch, head_dim, optio
                        extra.get("alibi_slopes"))  # fmt: skip
 
 
+@pytest.mark.parametrize("share", ["0", "2", "4", "8"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_exponentials_on_the_fma_pipes_match_oracle(seed, monkeypatch, dtype, head_dim, causal, share):
+    # FLASHTILE_HOPPER_FWD_EXP2_POLY: one exponential in 2, 4 or 8 of the unmasked tiles by a polynomial
+    # (hopper.fwd._exp2_shared), 0 every one on the MUFU. Plain attention, a typical softcap, and one
+    # whose capped scores span ±100 (base-2 exponents down to −288: past the polynomial's clamp at −125);
+    # odd lengths, N_q ≠ N_k, GQA.
+    from flashtile.kernels.hopper import fwd
+
+    monkeypatch.setenv(fwd.EXP2_POLY_ENV, share)
+    q = torch.randn(2, 1000, 4, head_dim, dtype=dtype, device="cuda") * 3
+    k, v = (torch.randn(2, 1300, 2, head_dim, dtype=dtype, device="cuda") for _ in range(2))
+    window = (-1, 0) if causal else (-1, -1)
+    for softcap, scale in ((0.0, head_dim**-0.5), (30.0, head_dim**-0.5), (100.0, 1.0)):
+        _check_options(q, k, v, scale, causal, seed, window, softcap, None)
+
+
 @pytest.mark.parametrize("softcap", [5.0, 0.0])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_rows_outside_the_window_give_zero_output_and_minus_inf_lse(

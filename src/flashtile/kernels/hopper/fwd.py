@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashtile._environ import Knob
+from flashtile.errors import FlashtileValueError
 from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS, KernelMods, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
@@ -84,6 +85,15 @@ CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 # FLASHTILE_HOPPER_FWD_PINGPONG = 0 or 1 overrides that (read at each launch).
 PINGPONG_ENV = "FLASHTILE_HOPPER_FWD_PINGPONG"
 _PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), Knob(PINGPONG_ENV)
+# One exponential in EXP2_SHARE of the unmasked tiles on the FMA pipes instead of the MUFU
+# (:func:`_exp2_shared`): by default under softcap at D = 64, whose tanh and exp2 keep the MUFU busier
+# than the tensor cores (s31b: 5-9 % faster; D = 128 even, D = 256 and plain attention slower).
+# FLASHTILE_HOPPER_FWD_EXP2_POLY = 0 (every one on the MUFU), 2, 4 or 8 forces a share on every
+# configuration (:func:`exp2_share`).
+EXP2_POLY_ENV = "FLASHTILE_HOPPER_FWD_EXP2_POLY"
+SOFTCAP_EXP2_SHARE = 4
+SOFTCAP_EXP2_MAX_HEAD_DIM = 64
+_EXP2_POLY = Knob(EXP2_POLY_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
 THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
@@ -493,6 +503,57 @@ def _tanh(x):
     )
 
 
+# 2^f on [−0.5, 0.5] as c0 + f·(c1 + f·(c2 + f·c3)): a degree-3 fit of the relative error (7.5e-5 at most,
+# fp32 Horner included; docs/design/hopper.md, "Softcap's exponentials"), as fp32 bit patterns for PTX.
+_EXP2_COEFFICIENTS = ("0f3F7FFB4B", "0f3F31798E", "0f3E786ED1", "0f3D61FB35")
+
+
+def _exp2_poly_ptx(out: str, x: str) -> str:
+    """PTX for out = 2^x on the FMA and integer pipes, for x ≤ 0 (clamped at −125, whose 2^x ≈ 2e-38
+    stands for the underflow): j = round(x) by adding 1.5·2^23 (whose low mantissa bits then hold j),
+    2^(x − j) by the polynomial, and j added to its exponent field."""
+    c0, c1, c2, c3 = _EXP2_COEFFICIENTS
+    return (
+        f"{{ .reg .f32 x, t, j, f, p; .reg .b32 tb, pb; "
+        f"max.f32 x, {x}, 0fC2FA0000; add.rn.f32 t, x, 0f4B400000; sub.rn.f32 j, t, 0f4B400000; "
+        f"sub.rn.f32 f, x, j; fma.rn.f32 p, f, {c3}, {c2}; fma.rn.f32 p, p, f, {c1}; "
+        f"fma.rn.f32 p, p, f, {c0}; mov.b32 tb, t; mov.b32 pb, p; shl.b32 tb, tb, 23; "
+        f"add.s32 pb, pb, tb; mov.b32 {out}, pb; }}"
+    )
+
+
+def _exp2_shared_ptx(every: int) -> str:
+    """One asm instance over ``every`` consecutive elements: the first every − 1 on the MUFU
+    (``ex2.approx.ftz``, as ``gl.exp2``), the last by :func:`_exp2_poly_ptx`."""
+    mufu = " ".join(f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(every - 1))
+    return f"{mufu} {_exp2_poly_ptx(f'${every - 1}', f'${2 * every - 1}')}"
+
+
+_EXP2_SHARED_2 = gl.constexpr(_exp2_shared_ptx(2))
+_EXP2_SHARED_4 = gl.constexpr(_exp2_shared_ptx(4))
+_EXP2_SHARED_8 = gl.constexpr(_exp2_shared_ptx(8))
+_CONSTRAINTS_8 = gl.constexpr(",".join(["=r"] * 8 + ["r"] * 8))
+
+
+@gluon.jit
+def _exp2_shared(x, EVERY: gl.constexpr):
+    """2^x (x ≤ 0, finite) with one element in EVERY (2, 4 or 8) on the FMA pipes and the rest on the MUFU:
+    where the MUFU is as busy as the tensor cores (softcap's tanh and exp2), this evens the two out."""
+    if EVERY == 2:
+        p = gl.inline_asm_elementwise(
+            _EXP2_SHARED_2, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=True, pack=2
+        )
+    elif EVERY == 4:
+        p = gl.inline_asm_elementwise(
+            _EXP2_SHARED_4, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True, pack=4
+        )
+    else:
+        p = gl.inline_asm_elementwise(
+            _EXP2_SHARED_8, _CONSTRAINTS_8, [x], dtype=gl.float32, is_pure=True, pack=8
+        )
+    return p
+
+
 @gluon.jit
 def _bits_seen(bits, m0, n0, rows, cols, SPARSE_BLOCK_M: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr):
     """A block mask's bits (flashtile.block_mask.MaskBits; ``bits`` = (its tile ids' row of the program's
@@ -569,7 +630,7 @@ def _softmax_step(
     every entry (the softmax before dropout); its ALiBi entry is (slope,) or (slope, the float column
     offsets 0 … BLOCK_N − 1)."""
     alibi_rows = rows[3]
-    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _ = scores
+    seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, _, EXP2_SHARE = scores
     if MASKED:
         offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
         cols = n0 + offsets
@@ -616,7 +677,11 @@ def _softmax_step(
     m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
-    p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
+    if EXP2_SHARE > 1 and not MASKED:
+        # Unmasked tiles (every score finite): one exponential in EXP2_SHARE on the FMA pipes.
+        p = _exp2_shared(s * s_scale - gl.expand_dims(m_ref, 1), EXP2_SHARE)
+    else:
+        p = gl.exp2(s * s_scale - gl.expand_dims(m_ref, 1))
     alpha = gl.exp2(m_i - m_ref)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -787,7 +852,7 @@ def _attn_fwd_tile(
     seqlen_q, seqlen_k = work[6:8]
     lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
-    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr = options
+    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr, EXP2_SHARE = options
     q_smem, o_smem, k_smem, v_smem = smem
     # Float8 q, k, v (docs/design/fp8.md): the fp32 descales of (batch, query head) at descale_ptr, (B, H, 3)
     # (q's, k's, v's), fold into the scale and the output; the output is staged in a buffer of its own
@@ -836,7 +901,7 @@ def _attn_fwd_tile(
     alibi = (alibi_slope,)
     if HAS_ALIBI and HEAD_DIM > 64 and not (HAS_SOFTCAP or HAS_DROPOUT):
         alibi = (alibi_slope, gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32))
-    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop)
+    scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop, EXP2_SHARE)
     q_bufs: gl.constexpr = q_bar.shape[0]
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
     # The causal mask compares the tile's key offsets, held in registers (_visible), at D = 64 and 256 with
@@ -1037,7 +1102,7 @@ def attn_fwd_kernel(
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
     MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
-    Q_BUFS: gl.constexpr, PINGPONG: gl.constexpr,
+    Q_BUFS: gl.constexpr, PINGPONG: gl.constexpr, EXP2_SHARE: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
@@ -1144,7 +1209,7 @@ def attn_fwd_kernel(
             return
     program = (o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, seqlen_q, qk_scale)
     drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
-    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr)
+    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr, EXP2_SHARE)
     consumer_smem = (q_smem, o_smem, k_smem, v_smem)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands the consumer warpgroups CONSUMER_REGS registers a thread.
@@ -1224,6 +1289,19 @@ def option_arguments(
         HAS_ALIBI=switches["HAS_ALIBI"],
         HAS_DROPOUT=switches["HAS_DROPOUT"],
     )
+
+
+def exp2_share(values: dict[str, object], forced: str = "") -> int:
+    """The kernel's EXP2_SHARE: one exponential in that many of the unmasked tiles on the FMA pipes
+    (:func:`_exp2_shared`), 0 for none. ``forced`` (EXP2_POLY_ENV's value) "0", "2", "4" or "8" decides;
+    otherwise SOFTCAP_EXP2_SHARE under softcap up to SOFTCAP_EXP2_MAX_HEAD_DIM and none elsewhere."""
+    forced = forced.strip()
+    if forced:
+        if forced not in ("0", "2", "4", "8"):
+            raise FlashtileValueError(f"{EXP2_POLY_ENV}={forced!r}; accepted: 0, 2, 4 or 8")
+        return int(forced)
+    mufu_bound = values["HAS_SOFTCAP"] and values["HEAD_DIM"] <= SOFTCAP_EXP2_MAX_HEAD_DIM
+    return SOFTCAP_EXP2_SHARE if mufu_bound else 0
 
 
 def consumer_count(
@@ -1438,6 +1516,7 @@ def _fwd_launch(
     consumers: int = 2,
     pingpong_forced: str = "",
     fp8: bool = False,
+    exp2_forced: str = "",
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
@@ -1446,7 +1525,7 @@ def _fwd_launch(
     at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
     one program a work tile (PERSISTENT_ENV). ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`).
     ``fp8``: float8 inputs (one program a work tile: the bf16 output's staging buffer needs its own
-    shared memory)."""
+    shared memory). ``exp2_forced``: EXP2_POLY_ENV's value (:func:`exp2_share`)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -1461,6 +1540,7 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n),
     )  # fmt: skip
+    values["EXP2_SHARE"] = exp2_share(values, exp2_forced)
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     programs = persistent_programs(values, configs.multiprocessor_count(device))
     persistent = persistent and not fp8 and runs_persistent(values) and programs > 0
@@ -1501,6 +1581,7 @@ def launch_for(
         ),
         _PINGPONG.get(""),
         fp8,
+        _EXP2_POLY.get(""),
     )  # fmt: skip
 
 
