@@ -110,8 +110,8 @@ Q_BUFS_MAX_KEYS_D128 = 1024
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
 # A block mask's list strides and row length: runtime values too (0 where broadcast).
 LIST_ARGS = ["list_stride_b", "list_stride_h", "list_row_len"]
-# The launcher's magic numbers for dividing by M and by H (divider_arguments), any int32 values.
-DIVIDER_ARGS = ["m_magic", "m_shift", "h_magic", "h_shift"]
+# The launcher's magic numbers for dividing by M, by H and by the programs (divider_arguments), any int32.
+DIVIDER_ARGS = ["m_magic", "m_shift", "h_magic", "h_shift", "p_magic", "p_shift"]
 
 
 @gluon.jit
@@ -295,7 +295,7 @@ def _work_slots(sched, PAIRED: gl.constexpr):
 
 @gluon.jit
 def _work_tile(
-    w, r, sched, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    w, sched, BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     IS_VARLEN: gl.constexpr, SPARSE_TILES: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
     CONSUMERS: gl.constexpr, PAIRED: gl.constexpr,
 ):  # fmt: skip
@@ -313,7 +313,9 @@ def _work_tile(
     cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
     BLOCK_M: gl.constexpr = CONSUMERS * WG_ROWS
     if PAIRED:
-        unit = (r >> 1) * sched[10] + sched[9]
+        # Slot w = r·P + p: round r of program p, whose unit is (r // 2)·P + p.
+        r, p = _divmod(w, sched[14])
+        unit = (r >> 1) * sched[10] + p
         pair, k = _divmod(unit, sched[12])
         bh, m_block, live = _paired_tile(r, unit, pair, k, num_m_blocks, sched[11] // num_m_blocks)
     elif HAS_WINDOW_LEFT:
@@ -379,19 +381,15 @@ def _attn_fwd_producer(
         pid, num_programs = sched[9:11]
         it = 0
         n_live = 0
-        # Slot w's round r, which the causal slot map takes (counted, not divided).
-        r = 0
         for w in range(pid, _work_slots(sched, PAIRED), num_programs):
             tile = _work_tile(
-                w, r, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN,
-                SPARSE_TILES, SPARSE_BLOCK_M, CONSUMERS, PAIRED,
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
+                CONSUMERS, PAIRED,
             )  # fmt: skip
             it, n_live = _produce_tile(
                 tile, it, n_live, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT,
                 CONSUMERS,
             )  # fmt: skip
-            if PAIRED:
-                r += 1
     else:
         _produce_tile(
             work, 0, 0, descs, smem, bars, BLOCK_N, STAGES, IS_VARLEN, SPARSE_TILES, PERSISTENT, CONSUMERS
@@ -805,20 +803,16 @@ def _attn_fwd_consumer(
         pid, num_programs = sched[9:11]
         it = 0
         n_live = 0
-        # Slot w's round r, which the causal slot map takes (counted, not divided).
-        r = 0
         for w in range(pid, _work_slots(sched, PAIRED), num_programs):
             tile = _work_tile(
-                w, r, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN,
-                SPARSE_TILES, SPARSE_BLOCK_M, CONSUMERS, PAIRED,
+                w, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES, SPARSE_BLOCK_M,
+                CONSUMERS, PAIRED,
             )  # fmt: skip
             it, n_live = _consume_tile(
                 tile, it, n_live, program, options, smem, bars, WG, HEAD_DIM, BLOCK_N, IS_LOCAL,
                 HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, P_OPERAND, STAGES, IS_VARLEN, SPARSE_TILES, MASK_MOD,
                 MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, HAS_DROPOUT, PERSISTENT,
             )  # fmt: skip
-            if PAIRED:
-                r += 1
         # The last tile's output store reads the staging buffer until it completes.
         tma.store_wait(0)
     else:
@@ -1127,9 +1121,9 @@ SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP",
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
     kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, descale_ptr,
-    seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, m_magic, m_shift, h_magic, h_shift, qk_scale,
-    window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac,
-    list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
+    seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, m_magic, m_shift, h_magic, h_shift, p_magic,
+    p_shift, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold,
+    dropout_keep_frac, list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
@@ -1224,9 +1218,10 @@ def attn_fwd_kernel(
     # Division by M and by H (_divmod): the launcher's magic numbers.
     divide_m = (num_m_blocks, m_magic, m_shift)
     divide_h = (H, h_magic, h_shift)
+    divide_p = (gl.num_programs(0), p_magic, p_shift)
     sched = (
         num_m_blocks, H, seqlen_q, seqlen_k, window_left, window_right, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-        lists, gl.program_id(0), gl.num_programs(0), total_work, divide_m, divide_h,
+        lists, gl.program_id(0), gl.num_programs(0), total_work, divide_m, divide_h, divide_p,
     )  # fmt: skip
     bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
     consumer_bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn)
@@ -1236,7 +1231,7 @@ def attn_fwd_kernel(
     work = gl.program_id(0)
     if not PERSISTENT:
         work = _work_tile(
-            gl.program_id(0), 0, sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
+            gl.program_id(0), sched, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT, IS_VARLEN, SPARSE_TILES,
             SPARSE_BLOCK_M, CONSUMERS, False,
         )  # fmt: skip
         # A block past its sequence's end has nothing to do.
@@ -1595,6 +1590,8 @@ def _fwd_launch(
     values["Q_BUFS"] = q_buffers(values)
     values["PINGPONG"] = pingpong(values, pingpong_forced)
     grid = (programs if persistent else total_work,)
+    # The causal slot map divides a slot by the persistent grid's programs.
+    values.update(divider_arguments("p", programs if persistent else 1))
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
 
