@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashtile.errors import FlashtileValueError
 from flashtile.kernels import configs
 from flashtile.kernels.hopper import fwd
 
@@ -185,7 +186,8 @@ def test_paired_slots_deal_every_row_block_once_in_balanced_units(programs, m_bl
     seen = []
     costs = []
     for pid in range(programs):
-        mine = [fwd._paired_tile.fn(w, programs, m_blocks, batch_heads) for w in range(pid, slots, programs)]
+        units = [(r, r // 2 * programs + pid) for r in range(-(-(slots - pid) // programs))]
+        mine = [fwd._paired_tile.fn(r, u, *divmod(u, m_blocks), m_blocks, batch_heads) for r, u in units]
         live = [(bh, m) for bh, m, alive in mine if alive]
         seen += live
         # A causal row block m visits about m + 1 key tiles.
@@ -205,6 +207,35 @@ def test_paired_slots_deal_every_row_block_once_in_balanced_units(programs, m_bl
     # half.
     assert max(costs) - min(costs) <= (m_blocks + 1) * 3 // 2
     assert slots == 2 * programs * -(-units // programs)
+
+
+def magic_quotient(n: int, divisor: int) -> int:
+    """fwd._divmod's quotient in Python from the launcher's arguments, 32-bit unsigned as the kernel
+    computes it."""
+    values = fwd.divider_arguments("m", divisor)
+    magic, shift = values["m_magic"] % 2**32, values["m_shift"]
+    assert -(2**31) <= values["m_magic"] < 2**31 and 0 <= shift < 32
+    high = n * magic >> 32
+    assert high + n < 2**32
+    return (high + n) >> shift
+
+
+@pytest.mark.parametrize("divisor", [1, 2, 3, 5, 7, 8, 31, 86, 127, 128, 129, 1000, 2**20 + 1, 2**30 - 1])
+def test_work_tiles_divide_by_multiply_high_exactly(divisor):
+    # The work tiles split a slot into (head, row block) and a head into (batch, head) by a multiply-high,
+    # an add and a shift (fwd.divider_arguments, fwd._divmod): exact for every n < 2³¹, checked at the
+    # edges of each quotient and over a random sample.
+    numerators = {0, 1, 2**31 - 1, 2**31 - 2}
+    for q in (0, 1, 2, 1000, (2**31 - 1) // divisor):
+        numerators |= {n for n in (q * divisor - 1, q * divisor, q * divisor + 1) if 0 <= n < 2**31}
+    numerators |= set(torch.randint(0, 2**31 - 1, (2000,)).tolist())
+    for n in sorted(numerators):
+        assert magic_quotient(n, divisor) == n // divisor, n
+
+
+def test_divisors_past_the_magic_numbers_range_are_refused():
+    with pytest.raises(FlashtileValueError, match="accepted: 1 to 2"):
+        fwd.divider_arguments("h", 2**30)
 
 
 @pytest.mark.parametrize(

@@ -110,6 +110,8 @@ Q_BUFS_MAX_KEYS_D128 = 1024
 WINDOW_ARGS = ["window_left", "window_right", "stride_alibi_b", "dropout_threshold"]
 # A block mask's list strides and row length: runtime values too (0 where broadcast).
 LIST_ARGS = ["list_stride_b", "list_stride_h", "list_row_len"]
+# The launcher's magic numbers for dividing by M, by H and by the programs (divider_arguments), any int32.
+DIVIDER_ARGS = ["m_magic", "m_shift", "h_magic", "h_shift", "p_magic", "p_shift"]
 
 
 @gluon.jit
@@ -237,31 +239,42 @@ def _tile_start(j, t_lo, tiles, TILE: gl.constexpr, SPARSE_TILES: gl.constexpr):
 
 
 @gluon.jit
-def _paired_tile(w, num_programs, num_m_blocks, batch_heads):
-    """Slot w of a persistent causal grid (round r = w // P, program w % P). A unit is row blocks k and
-    M − 1 − k of one head, about M + 1 key tiles whatever k; with M odd, the middle blocks of two heads make
-    one more. So the units cost about the same and dealing them out statically balances the programs. They
-    run two heads at a time (M units a pair of heads), so programs running side by side read the same keys
-    (L2); with an odd number of heads the last one's units come last, its middle block alone. Program p's
-    rounds 2i and 2i + 1 take unit i·P + p's longer block, then its other one. Returns (bh, m_block, live):
-    live False past the last unit. Integer arithmetic only: the tests run it in Python (``.fn``)."""
-    r = w // num_programs
-    half = r % 2
-    unit = (r // 2) * num_programs + w % num_programs
-    paired_units = batch_heads // 2 * num_m_blocks
+def _divmod(n, divider):
+    """``(n // d, n % d)`` for 0 ≤ n < 2³¹ by a multiply-high, an add and a shift: ``divider`` is
+    ``(d, magic, shift)`` (:func:`divider_arguments`, uint32 magic and shift). A division compiles to some
+    28 instructions (sm_90), and a persistent program's work tiles divided twice each on their way to the
+    first wgmma."""
+    d, magic, shift = divider
+    u = n.to(gl.uint32)
+    q = ((gl.umulhi(u, magic.to(gl.uint32, bitcast=True)) + u) >> shift.to(gl.uint32)).to(gl.int32)
+    return q, n - q * d
+
+
+@gluon.jit
+def _paired_tile(r, unit, pair, k, num_m_blocks, batch_heads):
+    """Round r of program p on a persistent causal grid (slot w = r·P + p): its unit (r // 2)·P + p, and
+    that unit's pair = unit // M and k = unit % M (:func:`_divmod`). A unit is row blocks k and M − 1 − k of
+    one head, about M + 1 key tiles whatever k; with M odd, the middle blocks of two heads make one more. So
+    the units cost about the same and dealing them out statically balances the programs. They run two heads
+    at a time (M units a pair of heads), so programs running side by side read the same keys (L2); with an
+    odd number of heads the last one's units come last, its middle block alone. Program p's rounds 2i and
+    2i + 1 take unit i·P + p's longer block, then its other one. Returns (bh, m_block, live): live False
+    past the last unit. Integer arithmetic only, r ≥ 0 (bit operations for its halvings): the tests run it
+    in Python (``.fn``)."""
+    half = r & 1
+    paired_units = (batch_heads >> 1) * num_m_blocks
     if unit < paired_units:
-        k = unit % num_m_blocks
         # 1 for the unit of the two middle blocks (its k is M − 1, M odd), else 0.
-        middle = (k + 1) // num_m_blocks * (num_m_blocks % 2)
-        bh = 2 * (unit // num_m_blocks) + k % 2 + middle * half
-        step = k // 2
+        middle = (k + 1 == num_m_blocks) * (num_m_blocks & 1)
+        bh = 2 * pair + (k & 1) + middle * half
+        step = k >> 1
         # True, as a value of the other branch's type.
         live = unit < paired_units
     else:
         step = unit - paired_units
         bh = batch_heads - 1
         alone = 2 * step + 1 == num_m_blocks
-        live = (batch_heads % 2 == 1) & ((2 * step + 1 < num_m_blocks) | (alone & (half == 0)))
+        live = ((batch_heads & 1) == 1) & ((2 * step + 1 < num_m_blocks) | (alone & (half == 0)))
     m_block = step + (1 - half) * (num_m_blocks - 1 - 2 * step)
     return bh, m_block, live
 
@@ -293,22 +306,35 @@ def _work_tile(
     tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
     ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
     is live and writes out 0, LSE −inf), the key tiles of :func:`_key_tiles` or of the block mask's lists,
-    ``tiles`` as :func:`_tile_start` takes them. PAIRED: w is a persistent program's slot
+    ``tiles`` as :func:`_tile_start` takes them. PAIRED: w is a persistent program's slot, its round r
     (:func:`_paired_tile`), not a work tile's index."""
-    num_m_blocks, H, total_q, total_k, window_left, window_right = sched[:6]
+    num_m_blocks = sched[0]
+    total_q, total_k, window_left, window_right = sched[2:6]
     cu_seqlens_q_ptr, cu_seqlens_k_ptr, lists = sched[6:9]
     BLOCK_M: gl.constexpr = CONSUMERS * WG_ROWS
     if PAIRED:
-        bh, m_block, live = _paired_tile(w, sched[10], num_m_blocks, sched[11] // num_m_blocks)
-    else:
+        # Slot w = r·P + p: round r of program p, whose unit is (r // 2)·P + p.
+        r, p = _divmod(w, sched[14])
+        unit = (r >> 1) * sched[10] + p
+        pair, k = _divmod(unit, sched[12])
+        bh, m_block, live = _paired_tile(r, unit, pair, k, num_m_blocks, sched[11] // num_m_blocks)
+    elif HAS_WINDOW_LEFT:
+        # Windows bounded on the left keep the divisions: without them ptxas parked 8-24 B of the kernel's
+        # registers on the stack at D = 128 and 256 (sm_90).
         m_block = w % num_m_blocks
         bh = w // num_m_blocks
+        live = True
+    else:
+        bh, m_block = _divmod(w, sched[12])
         if IS_LOCAL and not HAS_WINDOW_LEFT:
             # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
             m_block = num_m_blocks - 1 - m_block
         live = True
-    b = bh // H
-    h = bh % H
+    if HAS_WINDOW_LEFT:
+        b = bh // sched[1]
+        h = bh % sched[1]
+    else:
+        b, h = _divmod(bh, sched[13])
     m0 = m_block * BLOCK_M
     if IS_VARLEN:
         q_start, q_end = _sequence_rows(cu_seqlens_q_ptr, b, total_q)
@@ -1088,16 +1114,16 @@ def _attn_fwd_tile(
 
 # Sizes stay runtime values: specialising on 1 or on multiples of 16 would only multiply the compiles (and
 # varlen training changes the totals, the block count and the batch at every step).
-SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP"]
+SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP", *DIVIDER_ARGS]
 
 
 @gluon.jit(do_not_specialize=[*SIZE_ARGS, *WINDOW_ARGS, *LIST_ARGS])
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
     kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, descale_ptr,
-    seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, qk_scale, window_left, window_right, softcap_qk,
-    softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h,
-    list_row_len, HEAD_DIM: gl.constexpr,
+    seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, m_magic, m_shift, h_magic, h_shift, p_magic,
+    p_shift, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold,
+    dropout_keep_frac, list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
@@ -1189,9 +1215,13 @@ def attn_fwd_kernel(
         kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, list_stride_b, list_stride_h,
         list_row_len,
     )  # fmt: skip
+    # Division by M and by H (_divmod): the launcher's magic numbers.
+    divide_m = (num_m_blocks, m_magic, m_shift)
+    divide_h = (H, h_magic, h_shift)
+    divide_p = (gl.num_programs(0), p_magic, p_shift)
     sched = (
         num_m_blocks, H, seqlen_q, seqlen_k, window_left, window_right, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-        lists, gl.program_id(0), gl.num_programs(0), total_work,
+        lists, gl.program_id(0), gl.num_programs(0), total_work, divide_m, divide_h, divide_p,
     )  # fmt: skip
     bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
     consumer_bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn)
@@ -1253,6 +1283,18 @@ def _descriptor(t: torch.Tensor, rows: int) -> CheckedDescriptor:
     over packed (total, H, D) ``t`` moving [rows, 1, D] boxes (reads past total are zeros)."""
     box = (1, rows, 1, t.shape[-1]) if t.dim() == 4 else (rows, 1, t.shape[-1])
     return descriptor(t, t.shape, t.stride(), box)
+
+
+def divider_arguments(name: str, divisor: int) -> dict[str, int]:
+    """The kernel's ``{name}_magic`` and ``{name}_shift`` for :func:`_divmod` by ``divisor`` (1 ≤ d < 2³⁰):
+    Granlund and Montgomery's division by an invariant integer, q = (umulhi(n, magic) + n) >> shift for
+    0 ≤ n < 2³¹, with shift = ⌈log2 d⌉ and magic = ⌊2³² · (2^shift − d) / d⌋ + 1 < 2³², passed as the
+    int32 of its bits."""
+    if not 1 <= divisor < 2**30:
+        raise FlashtileValueError(f"the forward's work tiles divide by {divisor}; accepted: 1 to 2**30 - 1")
+    shift = (divisor - 1).bit_length()
+    magic = (((1 << shift) - divisor) << 32) // divisor + 1
+    return {f"{name}_magic": magic - 2**32 if magic >= 2**31 else magic, f"{name}_shift": shift}
 
 
 # Called once per prepared launch (_fwd_launch is cached), so it needs no cache of its own.
@@ -1534,7 +1576,7 @@ def _fwd_launch(
     total_work = num_m_blocks * batch * heads
     values = dict(
         seqlen_q=totals[0], seqlen_k=totals[1], num_m_blocks=num_m_blocks, total_work=total_work, H=heads,
-        GROUP=heads // heads_kv,
+        GROUP=heads // heads_kv, **divider_arguments("m", num_m_blocks), **divider_arguments("h", heads),
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
         IS_VARLEN=varlen is not None, CONSUMERS=consumers,
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
@@ -1548,6 +1590,8 @@ def _fwd_launch(
     values["Q_BUFS"] = q_buffers(values)
     values["PINGPONG"] = pingpong(values, pingpong_forced)
     grid = (programs if persistent else total_work,)
+    # The causal slot map divides a slot by the persistent grid's programs.
+    values.update(divider_arguments("p", programs if persistent else 1))
     return KernelLaunch(attn_fwd_kernel, grid, device, FWD_POINTERS, values, {"num_warps": NUM_WARPS})
 
 

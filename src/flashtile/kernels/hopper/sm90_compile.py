@@ -165,6 +165,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         total_work="i32",
         H="i32",
         GROUP="i32",
+        **dict.fromkeys(fwd.DIVIDER_ARGS, "i32"),
         qk_scale="fp32",
         window_left="i32",
         window_right="i32",
