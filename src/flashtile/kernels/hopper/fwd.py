@@ -306,7 +306,7 @@ def _work_tile(
     tiles)``: seqlen_q/k the sequence's lengths (its packed rows from q_start / k_start under IS_VARLEN),
     ``live`` False for a block past its sequence's end (nothing to do; a block of a sequence without keys
     is live and writes out 0, LSE −inf), the key tiles of :func:`_key_tiles` or of the block mask's lists,
-    ``tiles`` as :func:`_tile_start` takes them. PAIRED: w is a persistent program's slot, its round r
+    ``tiles`` as :func:`_tile_start` takes them. PAIRED: w is a persistent program's slot
     (:func:`_paired_tile`), not a work tile's index."""
     num_m_blocks = sched[0]
     total_q, total_k, window_left, window_right = sched[2:6]
@@ -326,7 +326,7 @@ def _work_tile(
         live = True
     else:
         bh, m_block = _divmod(w, sched[12])
-        if IS_LOCAL and not HAS_WINDOW_LEFT:
+        if IS_LOCAL:
             # The longest rows (most key tiles) start first, so the short ones fill the tail of the grid.
             m_block = num_m_blocks - 1 - m_block
         live = True
@@ -1215,7 +1215,7 @@ def attn_fwd_kernel(
         kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, list_stride_b, list_stride_h,
         list_row_len,
     )  # fmt: skip
-    # Division by M and by H (_divmod): the launcher's magic numbers.
+    # Division by M, by H and by the programs (_divmod): the launcher's magic numbers.
     divide_m = (num_m_blocks, m_magic, m_shift)
     divide_h = (H, h_magic, h_shift)
     divide_p = (gl.num_programs(0), p_magic, p_shift)
