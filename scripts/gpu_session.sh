@@ -221,6 +221,15 @@ bench_main_exp() {
   done
 }
 
+# The paper grid's forward (flashtile bench --paper --mode fwd) in a box of BOX_S; its CSV (bench_fwd.csv)
+# and plot brought back.
+#     paper_fwd_step BOX_S
+paper_fwd_step() {
+  step bench_fwd "$1" python3 -m flashtile bench --paper --mode fwd --out-dir "$work/bench"
+  cp "$work"/bench/bench.csv "$OUT"/bench_fwd.csv
+  cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
+}
+
 # flashtile bench with ARGS under the knob ENV at each of VALUES ("0 1", say) in turn, twice over; the
 # steps are NAME_VALUE_ROUND, the CSVs NAME_VALUE.csv, brought back.
 #     bench_knob_values ENV "VALUES" NAME BOX_S ARGS...
@@ -2245,9 +2254,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # kernels did not change since s28d) for the README.
     begin
     gpu_tests_step 260 tests/test_gpu_hopper.py
-    step bench_fwd 260 python3 -m flashtile bench --paper --mode fwd --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_fwd.csv
-    cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
+    paper_fwd_step 260
     finish
     ;;
   s29i)
@@ -2395,9 +2402,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     gpu_tests_step 170 tests/test_gpu_hopper.py \
       -k "not (persistent_grid or gluon_fwd_matches or three_consumer or gluon_fwd_options)"
-    step bench_fwd 180 python3 -m flashtile bench --paper --mode fwd --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_fwd.csv
-    cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
+    paper_fwd_step 180
     finish
     ;;
   s32a)
@@ -2407,9 +2412,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     gpu_tests_step 260 tests/test_gpu_hopper.py tests/test_gpu_hopper_block_sparse.py tests/test_fp8.py \
       -k "varlen or through_the_api or three_stage or block_mask or mask_mod or fp8"
-    step bench_fwd 230 python3 -m flashtile bench --paper --mode fwd --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_fwd.csv
-    cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
+    paper_fwd_step 230
     finish
     ;;
   *)
