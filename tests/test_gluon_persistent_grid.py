@@ -233,6 +233,32 @@ def test_work_tiles_divide_by_multiply_high_exactly(divisor):
         assert magic_quotient(n, divisor) == n // divisor, n
 
 
+@pytest.mark.parametrize(
+    ("seqlen", "options", "varlen"),
+    [(2100, {}, None), (777, {"causal": True}, None), (300, {"window": (17, 5)}, None),
+     (0, {"causal": True}, (3000, 2000, 1024, 1024)), (1000, {"softcap": 30.0}, None)],
+    ids=["plain", "causal-paired", "window", "varlen", "one-program-a-tile"],
+)  # fmt: skip
+def test_each_launch_passes_magic_numbers_for_its_own_divisors(seqlen, options, varlen):
+    # The kernel divides by the row blocks M, the heads H and the programs P with the launcher's magic
+    # numbers (fwd._divmod): each pair must be the one for that launch's divisor.
+    window = (-1, 0) if options.get("causal") else options.get("window", (-1, -1))
+    cfg = configs.hopper_fwd_config(64)
+    launch = fwd._fwd_launch(
+        CPU, 3, seqlen, seqlen, 6, 2, 64, 0.125, bool(options.get("causal")), window,
+        options.get("softcap", 0.0), None, cfg.BLOCK_N, cfg.STAGES, varlen,
+    )  # fmt: skip
+    arguments = launch.arguments((None,) * len(fwd.FWD_POINTERS))
+    values = dict(zip(fwd.attn_fwd_kernel.arg_names, arguments, strict=True))
+    programs = launch.grid[0] if values["PERSISTENT"] else 1
+    for name, divisor in (("m", values["num_m_blocks"]), ("h", values["H"]), ("p", programs)):
+        assert {key: values[key] for key in (f"{name}_magic", f"{name}_shift")} == fwd.divider_arguments(
+            name, divisor
+        )
+        for n in (0, divisor - 1, divisor, 7 * divisor + 3, values["total_work"] * 2):
+            assert magic_quotient(n, divisor) == n // divisor
+
+
 def test_divisors_past_the_magic_numbers_range_are_refused():
     with pytest.raises(FlashtileValueError, match="accepted: 1 to 2"):
         fwd.divider_arguments("h", 2**30)
