@@ -6,9 +6,10 @@ Every rank builds the same global q, k, v and dO (bf16, B = 1, H = 16, D = 128) 
 Ulysses) on its shards. Accuracy: the output and gradients against the single-GPU call in fp32 (the
 reference backend), within 2× (3× for gradients) the error of the single-GPU bf16 call, as the test suite's
 rule (``--seqlens``; ``--time-seqlens`` are timed only, where the fp32 reference's scores would not fit).
-Time (CUDA events, median of 10 calls after 3): the forward and forward + backward on W GPUs; for the ring
-the same with the exchanges replaced by no-ops (compute alone) and the exchanges alone (W − 1 K/V passes);
-the single-GPU call on the whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
+Time (CUDA events on each rank, the slowest rank's per call, median of 10 calls after 3): the forward and
+forward + backward on W GPUs; for the ring the same with the exchanges replaced by no-ops (compute alone)
+and the exchanges alone (W − 1 K/V passes); the single-GPU call on the
+whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ SCHEMES = {"ring": ring_flash_attn_func, "ulysses": ulysses_flash_attn_func}
 
 
 def _time_ms(fn, calls: int = 10, warmup: int = 3) -> float:
+    """Median over calls of the slowest rank's time: a call ends when every rank has finished, and with a
+    causal contiguous split rank 0 finishes long before the others."""
     for _ in range(warmup):
         fn()
     times = []
@@ -41,7 +44,9 @@ def _time_ms(fn, calls: int = 10, warmup: int = 3) -> float:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    slowest = torch.tensor(times, device="cuda")
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return statistics.median(slowest.tolist())
 
 
 def _shard(x: torch.Tensor, layout: str, rank: int, world: int) -> torch.Tensor:
