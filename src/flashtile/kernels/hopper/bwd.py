@@ -50,8 +50,10 @@ from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper import dropout
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
 from flashtile.kernels.hopper.fwd import (
+    WG_THREADS,
     Sparse,
     _block_list,
+    _release,
     _sequence_rows,
     _tanh,
     _tile_start,
@@ -657,7 +659,7 @@ def _consumer(
                     )  # fmt: skip
             # The register operands stay alive until their dots complete.
             dv, dk, _, _ = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))
-            mbarrier.arrive(qdo_empty.index(s))
+            _release(qdo_empty.index(s))
             dq = warpgroup_mma_wait(0, deps=(dq,))
             # The previous block's reduce must have read the staging tile before it is overwritten.
             tma.store_wait(0)
@@ -670,7 +672,7 @@ def _consumer(
             _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
         else:
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
-            mbarrier.arrive(qdo_empty.index(s))
+            _release(qdo_empty.index(s))
     tma.store_wait(0)
 
     if IS_VARLEN:
@@ -929,8 +931,9 @@ def attn_bwd_kernel(
     for i in gl.static_range(NSTAGE):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
-        # One arrival per consumer partition.
-        mbarrier.init(qdo_empty.index(i), count=2)
+        # "keys": every thread of both consumer partitions arrives (_release); "dim": one arrival a
+        # partition (per-thread arrivals there grew the loops' spills from 56 to 187, sm_90 compile).
+        mbarrier.init(qdo_empty.index(i), count=2 * WG_THREADS if SPLIT == "keys" else 2)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
 

@@ -35,6 +35,7 @@ import math
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -60,6 +61,8 @@ LN_2 = gl.constexpr(math.log(2.0))
 LOG2_E_C = gl.constexpr(LOG2_E)
 # Query rows per consumer warpgroup (one m64nNk16 wgmma row block); a program has two.
 WG_ROWS = gl.constexpr(64)
+# Threads of a consumer warpgroup: each arrives on the K/V slots' "empty" barriers (_release).
+WG_THREADS = gl.constexpr(128)
 # The default partition: the producer. Each consumer partition has 4 warps (a warpgroup) as well.
 NUM_WARPS = 4
 # Registers per consumer thread after setmaxnreg, with two or three consumer warpgroups; the producer
@@ -714,6 +717,20 @@ def _softmax_step(
 
 
 @gluon.jit
+def _release(bar, PER_THREAD: gl.constexpr = True):
+    """Every thread of a consumer arrives on a ring slot's "empty" barrier (K or V here, Q/dO in the
+    backward; it counts WG_THREADS a consumer), after the wgmmas that read the slot have completed: no
+    partition-wide bar.sync before the arrive, which Gluon's one-thread ``mbarrier.arrive`` places. The
+    slot was only read, so the arrive publishes no data of the consumer's (docs/design/hopper.md,
+    "Releasing a ring slot"). Without PER_THREAD, Gluon's one-thread arrive (the barrier counts one a
+    consumer)."""
+    if PER_THREAD:
+        async_copy.mbarrier_arrive(bar, increment_count=False)
+    else:
+        mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
 def _draw_tile(drop, n0, BLOCK_N: gl.constexpr, layout: gl.constexpr, HEAD_DIM: gl.constexpr):
     """Dropout's keep bits (hopper/dropout.py) of the consumer's rows and the keys [n0, n0 + BLOCK_N);
     ``drop`` = (seed, offset, threshold, bh, the consumer's first row)."""
@@ -730,7 +747,7 @@ def _attn_fwd_steps(
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr, LOCAL_OFFSETS: gl.constexpr = False,
+    HAS_DROPOUT: gl.constexpr, LOCAL_OFFSETS: gl.constexpr = False, THREAD_RELEASE: gl.constexpr = True,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
     softmax(j) while the P·V wgmma runs, both issued in consumer WG's turn under ping-pong
@@ -765,7 +782,7 @@ def _attn_fwd_steps(
             drawn = _draw_tile(scores[6], n0, BLOCK_N, s_layout, acc.type.shape[1])
         # wgmma groups retire in order: one left outstanding is the P·V just issued.
         s = warpgroup_mma_wait(1, deps=[s_tok])
-        mbarrier.arrive(k_empty.index(slot), count=1)
+        _release(k_empty.index(slot), THREAD_RELEASE)
         p, m_i, l_i, alpha = _softmax_step(
             s, m_i, l_i, n0, rows, scores, mod_args, MASKED, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, BLOCK_N, MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_BLOCK_M, SPARSE_TILES,
@@ -778,7 +795,7 @@ def _attn_fwd_steps(
             else:
                 p = gl.where(dropout.kept(*drawn), p, 0.0)
         acc = _wait_pv(o_tok, p_op)
-        mbarrier.arrive(v_empty.index(prev), count=1)
+        _release(v_empty.index(prev), THREAD_RELEASE)
         if P_OPERAND:
             p = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
@@ -891,7 +908,7 @@ def _attn_fwd_tile(
         qk_scale = qk_scale * qk_descale
         softcap_qk = softcap_qk * qk_descale
         v_descale = gl.load(descales + 2)
-    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
+    q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, THREAD_RELEASE = bars
     # The wgmma instruction's K: 16 for 16-bit operands, 32 for float8.
     MMA_K: gl.constexpr = 256 // v_smem.dtype.primitive_bitwidth
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -995,7 +1012,7 @@ def _attn_fwd_tile(
         if STAGED_IN_Q:
             _release_staged_q(q_turn, q_empty, q_bufs)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        mbarrier.arrive(k_empty.index(it % STAGES), count=1)
+        _release(k_empty.index(it % STAGES), THREAD_RELEASE)
         n_first = _tile_start(0, t_lo, tiles, BLOCK_N, SPARSE_TILES)
         # Two whole softmax steps, not a branch around the mask alone: with that, ptxas spilled the second
         # consumer's key loops at D = 128 (69 local accesses, sm_90).
@@ -1022,18 +1039,19 @@ def _attn_fwd_tile(
                 acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, 1, a,
                 t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
                 HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                SPARSE_BLOCK_M, HAS_DROPOUT,
+                SPARSE_BLOCK_M, HAS_DROPOUT, THREAD_RELEASE=THREAD_RELEASE,
             )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, a, b_full,
             t_lo, tiles, rows, scores, mod_args, WG, False, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
             P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M, HAS_DROPOUT,
+            THREAD_RELEASE=THREAD_RELEASE,
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, b_full,
             n_tiles, t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
-            HAS_DROPOUT, LOCAL_OFFSETS,
+            HAS_DROPOUT, LOCAL_OFFSETS, THREAD_RELEASE,
         )  # fmt: skip
         if PERSISTENT and not (STAGED_IN_Q or OUT_IN_Q):
             # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
@@ -1043,7 +1061,7 @@ def _attn_fwd_tile(
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last)), acc, is_async=True)
         acc = _wait_pv(o_tok, p_op)
-        mbarrier.arrive(v_empty.index(last), count=1)
+        _release(v_empty.index(last), THREAD_RELEASE)
     elif PERSISTENT:
         # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
         mbarrier.wait(q_bar.index(q_buf), q_phase)
@@ -1206,8 +1224,8 @@ def attn_fwd_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS)
-        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS * WG_THREADS if CONSUMERS == 2 else CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS * WG_THREADS if CONSUMERS == 2 else CONSUMERS)
     fence_async_shared()
 
     # The program's work tiles: pid, pid + P, … of total_work (P programs; one per tile without persistence).
@@ -1224,7 +1242,10 @@ def attn_fwd_kernel(
         lists, gl.program_id(0), gl.num_programs(0), total_work, divide_m, divide_h, divide_p,
     )  # fmt: skip
     bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
-    consumer_bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn)
+    # Two consumers release K/V slots thread by thread (_release); three (128 registers a thread) keep
+    # the one-thread arrive, with which ptxas keeps the causal kernel's stack at 8 B (40 B otherwise).
+    THREAD_RELEASE: gl.constexpr = CONSUMERS == 2
+    consumer_bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, THREAD_RELEASE)
     # One program a tile: the tile's indices here, before the partitions split (as captured values they
     # cost the consumers fewer registers than computed in each).
     # (The persistent partitions find their tiles themselves: any value will do.)
