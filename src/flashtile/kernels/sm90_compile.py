@@ -68,6 +68,8 @@ class CompileReport:
     loop_spills: int = 0
     # wgmma on float8 e4m3 operands (the float8 forward's two products).
     has_fp8_wgmma: bool = False
+    # Ring slots released by every consumer thread (hopper.fwd._release: cp.async.mbarrier.arrive.noinc).
+    thread_arrives: bool = False
 
 
 def _signature(fn, constexprs: dict, dtype: str) -> dict[str, str]:
@@ -208,6 +210,7 @@ def report(kernel: str, compiled) -> CompileReport:
         has_fp8_wgmma=re.search(r"wgmma\.mma_async\S*\.e4m3\.e4m3", ptx) is not None,
         has_tma="cp.async.bulk.tensor" in ptx,
         loop_spills=loop_spills(sass),
+        thread_arrives="cp.async.mbarrier.arrive.noinc" in ptx,
     )
 
 
