@@ -8,8 +8,8 @@ reference backend), within 2× (3× for gradients) the error of the single-GPU b
 rule (``--seqlens``; ``--time-seqlens`` are timed only, where the fp32 reference's scores would not fit).
 Time (CUDA events on each rank, the slowest rank's per call, median of 10 calls after 3): the forward and
 forward + backward on W GPUs; for the ring the same with the exchanges replaced by no-ops (compute alone)
-and the exchanges alone (W − 1 K/V passes); the single-GPU call on the
-whole sequence. Rank 0 prints a line per cell and appends it to ``--csv``.
+and the exchanges alone (W − 1 K/V passes); the single-GPU call on the whole sequence. Rank 0 prints a
+line per cell and appends it to ``--csv``.
 """
 
 from __future__ import annotations
