@@ -61,9 +61,10 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
     assert report.loop_spills <= loop_spills_allowed, f"{case}: {report.loop_spills} local accesses in a loop"
     assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"
-    # Two consumers release K/V slots thread by thread; three keep the one-thread arrive (fwd._release).
-    three = "three" in case[1].split("+")
-    assert report.thread_arrives != three, f"{case}: per-thread slot releases {report.thread_arrives}"
+    # Two consumers at D = 64 release K/V slots thread by thread; three consumers and the other head dims
+    # keep the one-thread arrive (fwd._release, the rule in attn_fwd_kernel).
+    per_thread = case[0] == 64 and "three" not in case[1].split("+")
+    assert report.thread_arrives == per_thread, f"{case}: per-thread slot releases {report.thread_arrives}"
 
 
 def test_option_variants_are_covered():

@@ -473,7 +473,7 @@ def _consumer(
     MASK_MOD is False (``lists[-1]``: its aux)."""
     dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
-    kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
+    kv_bar, q_ready, do_ready, qdo_empty, ds_ready, THREAD_RELEASE = bars
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args = options
     WG_ROWS: gl.constexpr = BN // 2
@@ -659,7 +659,7 @@ def _consumer(
                     )  # fmt: skip
             # The register operands stay alive until their dots complete.
             dv, dk, _, _ = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))
-            _release(qdo_empty.index(s))
+            _release(qdo_empty.index(s), THREAD_RELEASE)
             dq = warpgroup_mma_wait(0, deps=(dq,))
             # The previous block's reduce must have read the staging tile before it is overwritten.
             tma.store_wait(0)
@@ -672,7 +672,7 @@ def _consumer(
             _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
         else:
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
-            _release(qdo_empty.index(s))
+            _release(qdo_empty.index(s), THREAD_RELEASE)
     tma.store_wait(0)
 
     if IS_VARLEN:
@@ -927,18 +927,21 @@ def attn_bwd_kernel(
     do_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    # Q/dO slots released by every thread of both consumers (_release) in the "keys" split at D = 128,
+    # measured on an H200 (s33c: +1-2 %); at D = 64 it was 8 % slower (causal), and in the "dim" split
+    # (D = 256) it grew the loops' spills from 56 to 187 (sm_90 compile): one arrival a partition there.
+    THREAD_RELEASE: gl.constexpr = SPLIT == "keys" and HEAD_DIM == 128
     mbarrier.init(kv_bar, count=1)
     for i in gl.static_range(NSTAGE):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
-        # "keys": every thread of both consumer partitions arrives (_release); "dim": one arrival a
-        # partition (per-thread arrivals there grew the loops' spills from 56 to 187, sm_90 compile).
-        mbarrier.init(qdo_empty.index(i), count=2 * WG_THREADS if SPLIT == "keys" else 2)
+        mbarrier.init(qdo_empty.index(i), count=2 * WG_THREADS if THREAD_RELEASE else 2)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
 
     descs = (dq_desc, dk_desc, dv_desc)
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
+    keys_bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready, THREAD_RELEASE)
     sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
@@ -981,16 +984,16 @@ def attn_bwd_kernel(
         keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq)
         gl.warp_specialize(
             [
-                (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
-                             BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
-                             0)),
-                (_consumer, (keys_descs, smem, bars, keys_sizes, qk_scale, softmax_scale, options, HEAD_DIM,
-                             BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT,
-                             HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists,
-                             SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT,
-                             1)),
+                (_consumer, (keys_descs, smem, keys_bars, keys_sizes, qk_scale, softmax_scale, options,
+                             HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
+                             HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
+                             lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
+                             HAS_DROPOUT, 0)),
+                (_consumer, (keys_descs, smem, keys_bars, keys_sizes, qk_scale, softmax_scale, options,
+                             HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
+                             HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
+                             lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
+                             HAS_DROPOUT, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False)),
             ],

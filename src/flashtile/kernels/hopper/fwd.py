@@ -1221,11 +1221,15 @@ def attn_fwd_kernel(
         mbarrier.init(q_bar.index(i), count=1)
         # Each consumer partition arrives once per tile.
         mbarrier.init(q_empty.index(i), count=CONSUMERS)
+    # K/V slots released thread by thread (_release) at D = 64 with two consumers only: measured on an
+    # H200 (s33b) +1-3 % at N = 512-1k there, 1-4 % slower at D = 128; three consumers (128 registers a
+    # thread) keep the one-thread arrive, with which ptxas keeps the causal stack at 8 B (40 B otherwise).
+    THREAD_RELEASE: gl.constexpr = CONSUMERS == 2 and HEAD_DIM == 64
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS * WG_THREADS if CONSUMERS == 2 else CONSUMERS)
-        mbarrier.init(v_empty.index(i), count=CONSUMERS * WG_THREADS if CONSUMERS == 2 else CONSUMERS)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS * WG_THREADS if THREAD_RELEASE else CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS * WG_THREADS if THREAD_RELEASE else CONSUMERS)
     fence_async_shared()
 
     # The program's work tiles: pid, pid + P, … of total_work (P programs; one per tile without persistence).
@@ -1242,9 +1246,6 @@ def attn_fwd_kernel(
         lists, gl.program_id(0), gl.num_programs(0), total_work, divide_m, divide_h, divide_p,
     )  # fmt: skip
     bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty)
-    # Two consumers release K/V slots thread by thread (_release); three (128 registers a thread) keep
-    # the one-thread arrive, with which ptxas keeps the causal kernel's stack at 8 B (40 B otherwise).
-    THREAD_RELEASE: gl.constexpr = CONSUMERS == 2
     consumer_bars = (q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, THREAD_RELEASE)
     # One program a tile: the tile's indices here, before the partitions split (as captured values they
     # cost the consumers fewer registers than computed in each).
