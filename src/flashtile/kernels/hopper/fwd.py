@@ -648,30 +648,35 @@ def _alibi_scores(s, n0, alibi_rows, alibi, s_scale, BLOCK_N: gl.constexpr):
     keys j = n0 + c, c < BLOCK_N: (t, shift) with s_total = t + shift / s_scale, the shift one value a row,
     so that the row max is max(t)·s_scale + shift and the exponent t·s_scale − (m − shift). ``alibi`` =
     (slope, the consumer's first i′, whether every visible key is at or left of its row's i′[, the columns'
-    offsets 0 … BLOCK_N − 1 as floats]). Where the whole tile lies on one side of every row's i′ (each tile
-    under causal; all but the diagonal's under full attention), |i′ − j| = ±(i′ − n0 − c) and a score costs
-    one FMA (t = s ± a·c, a = slope / s_scale); the tiles across the diagonal take the absolute value, one
+    offsets 0 … BLOCK_N − 1 as floats]), or (slopes,) from the decode kernel (a slope a row, rows of several
+    heads). Where the whole tile lies on one side of every row's i′ (each tile under causal; all but the
+    diagonal's under full attention), |i′ − j| = ±(i′ − n0 − c) and a score costs one FMA (t = s ± a·c,
+    a = slope / s_scale); the tiles across the diagonal, and decoding's, take the absolute value, one
     subtraction and one FMA a score. Positions convert to fp32 per row and per column (exact below 2^24)."""
-    alibi_slope, row0, left_always = alibi[0], alibi[1], alibi[2]
     if len(alibi) == 4:
         offsets = alibi[3]
     else:
         offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout)).to(gl.float32)
-    a = alibi_slope / s_scale
+    a = alibi[0] / s_scale
     rows_f = (alibi_rows - n0).to(gl.float32)
-    # Rows i′ ∈ [row0, row0 + rows − 1]; keys [n0, n0 + BLOCK_N − 1].
-    left = left_always | (n0 + (BLOCK_N - 1) <= row0)
-    right = n0 >= row0 + (s.type.shape[0] - 1)
-    if left | right:
-        side = -a
-        if left:
-            side = a
-        # Left: −a·(i′ − n0 − c) = a·c − a·(i′ − n0); right: the opposite signs.
-        t = s + side * gl.expand_dims(offsets, 0)
-        shift = (-side * s_scale) * rows_f
-    else:
+    if len(alibi) == 1:
         t = s - a * gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(offsets, 0))
         shift = rows_f * 0.0
+    else:
+        row0, left_always = alibi[1], alibi[2]
+        # Rows i′ ∈ [row0, row0 + rows − 1]; keys [n0, n0 + BLOCK_N − 1].
+        left = left_always | (n0 + (BLOCK_N - 1) <= row0)
+        right = n0 >= row0 + (s.type.shape[0] - 1)
+        if left | right:
+            side = -a
+            if left:
+                side = a
+            # Left: −a·(i′ − n0 − c) = a·c − a·(i′ − n0); right: the opposite signs.
+            t = s + side * gl.expand_dims(offsets, 0)
+            shift = (-side * s_scale) * rows_f
+        else:
+            t = s - a * gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(offsets, 0))
+            shift = rows_f * 0.0
     return t, shift
 
 
