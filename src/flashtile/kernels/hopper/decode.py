@@ -328,9 +328,9 @@ def attn_decode_tma_kernel(
         slopes = gl.load(alibi_ptr + b * stride_alibi_b + heads, mask=row_ok, other=0.0) * LOG2_E_C
         alibi_slope = gl.expand_dims(slopes, 1)
     row_terms = _row_terms(rows_i, diag_offset, lo_diag, hi_diag, n_k, HAS_WINDOW_LEFT, HAS_ALIBI)
-    # ALiBi's entry is (slopes,), a slope a row (fwd._alibi_scores): the forward's row range and column
-    # offsets are for its own tiles; no dropout; every exponential on the MUFU (EXP2_SHARE 0: decoding is
-    # bound by reading the cache).
+    # ALiBi's entry is (slopes,), a slope a row, so fwd._softmax_step takes the absolute value a score (the
+    # forward's row range and column offsets are for its own tiles); no dropout; every exponential on the
+    # MUFU (EXP2_SHARE 0: decoding is bound by reading the cache).
     scores = (n_k, hi_diag, qk_scale, softcap_qk, softcap_out, (alibi_slope,), 0, 0)
 
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_of)

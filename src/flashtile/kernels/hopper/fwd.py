@@ -648,10 +648,9 @@ def _alibi_scores(s, n0, alibi_rows, alibi, s_scale, BLOCK_N: gl.constexpr):
     keys j = n0 + c, c < BLOCK_N: (t, shift) with s_total = t + shift / s_scale, the shift one value a row,
     so that the row max is max(t)·s_scale + shift and the exponent t·s_scale − (m − shift). ``alibi`` =
     (slope, the consumer's first i′, whether every visible key is at or left of its row's i′[, the columns'
-    offsets 0 … BLOCK_N − 1 as floats]), or (slopes,) from the decode kernel (a slope a row, rows of several
-    heads). Where the whole tile lies on one side of every row's i′ (each tile under causal; all but the
-    diagonal's under full attention), |i′ − j| = ±(i′ − n0 − c) and a score costs one FMA (t = s ± a·c,
-    a = slope / s_scale); the tiles across the diagonal, and decoding's, take the absolute value, one
+    offsets 0 … BLOCK_N − 1 as floats]). Where the whole tile lies on one side of every row's i′ (each tile
+    under causal; all but the diagonal's under full attention), |i′ − j| = ±(i′ − n0 − c) and a score costs
+    one FMA (t = s ± a·c, a = slope / s_scale); the tiles across the diagonal take the absolute value, one
     subtraction and one FMA a score. Positions convert to fp32 per row and per column (exact below 2^24)."""
     if len(alibi) == 4:
         offsets = alibi[3]
@@ -659,24 +658,20 @@ def _alibi_scores(s, n0, alibi_rows, alibi, s_scale, BLOCK_N: gl.constexpr):
         offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout)).to(gl.float32)
     a = alibi[0] / s_scale
     rows_f = (alibi_rows - n0).to(gl.float32)
-    if len(alibi) == 1:
+    row0, left_always = alibi[1], alibi[2]
+    # Rows i′ ∈ [row0, row0 + rows − 1]; keys [n0, n0 + BLOCK_N − 1].
+    left = left_always | (n0 + (BLOCK_N - 1) <= row0)
+    right = n0 >= row0 + (s.type.shape[0] - 1)
+    if left | right:
+        side = -a
+        if left:
+            side = a
+        # Left: −a·(i′ − n0 − c) = a·c − a·(i′ − n0); right: the opposite signs.
+        t = s + side * gl.expand_dims(offsets, 0)
+        shift = (-side * s_scale) * rows_f
+    else:
         t = s - a * gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(offsets, 0))
         shift = rows_f * 0.0
-    else:
-        row0, left_always = alibi[1], alibi[2]
-        # Rows i′ ∈ [row0, row0 + rows − 1]; keys [n0, n0 + BLOCK_N − 1].
-        left = left_always | (n0 + (BLOCK_N - 1) <= row0)
-        right = n0 >= row0 + (s.type.shape[0] - 1)
-        if left | right:
-            side = -a
-            if left:
-                side = a
-            # Left: −a·(i′ − n0 − c) = a·c − a·(i′ − n0); right: the opposite signs.
-            t = s + side * gl.expand_dims(offsets, 0)
-            shift = (-side * s_scale) * rows_f
-        else:
-            t = s - a * gl.abs(gl.expand_dims(rows_f, 1) - gl.expand_dims(offsets, 0))
-            shift = rows_f * 0.0
     return t, shift
 
 
@@ -714,9 +709,19 @@ def _softmax_step(
         # which the same FMA applies.
         s = _tanh(s * softcap_qk)
         s_scale = softcap_out
-    if HAS_ALIBI:
-        # The score plus a per-row shift (scaled like m): s_total = s + shift / s_scale (_alibi_scores).
+    # ALiBi as a score plus a per-row shift where ``alibi`` brings the consumer's rows (_alibi_scores).
+    ALIBI_SHIFT: gl.constexpr = HAS_ALIBI and len(alibi) > 1
+    if ALIBI_SHIFT:
+        # s_total = s + shift / s_scale, the shift scaled like m.
         s, shift = _alibi_scores(s, n0, alibi_rows, alibi, s_scale, BLOCK_N)
+    elif HAS_ALIBI:
+        # −slope·|i + N_k − N_q − j| (the slope times log2(e)), divided by the scale still to come: with
+        # softcap or dropout beside it, and in the decode kernel (a slope a row). Positions convert per row
+        # and per column, not per score: one subtraction and one FMA per score, in fp32 (exact distances
+        # below 2^24).
+        cols_f = (n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))).to(gl.float32)
+        dist = gl.abs(gl.expand_dims(alibi_rows.to(gl.float32), 1) - gl.expand_dims(cols_f, 0))
+        s = s + (-alibi[0] / s_scale) * dist
     if MASKED:
         keep = _visible(n0, offsets, rows, seqlen_k, hi_diag, IS_LOCAL, HAS_WINDOW_LEFT, LOCAL_OFFSETS)
         if MASK_MOD is not None or MASK_BITS:
@@ -730,14 +735,14 @@ def _softmax_step(
                 )  # fmt: skip
             keep = keep & (seen | (use_mod == 0))
         s = gl.where(keep, s, -float("inf"))
-    if HAS_ALIBI:
+    if ALIBI_SHIFT:
         m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale + shift)
     else:
         m_new = gl.maximum(m_i, gl.max(s, 1) * s_scale)
     # A row that has seen no visible key keeps m = −inf; subtracting 0 avoids −inf − (−inf).
     m_ref = gl.where(m_new == -float("inf"), 0.0, m_new) if MASKED else m_new
     # What each score's exponent subtracts: m, less ALiBi's row shift.
-    m_sub = m_ref - shift if HAS_ALIBI else m_ref
+    m_sub = m_ref - shift if ALIBI_SHIFT else m_ref
     if EXP2_SHARE > 1 and not MASKED:
         # Unmasked tiles (every score finite): one exponential in EXP2_SHARE on the FMA pipes.
         p = _exp2_shared(s * s_scale - gl.expand_dims(m_sub, 1), EXP2_SHARE)
@@ -973,18 +978,24 @@ def _attn_fwd_tile(
     # ALiBi's slope and the key tiles' column offsets as floats, the same for every tile: kept across the
     # key loops (32 registers a thread) where no softcap or dropout needs them; beside those, and at D = 64,
     # that spilled registers (sm_90), so each tile converts its own.
-    # ALiBi's distances count from the consumer's first row (i + N_k − N_q at row0); a right bound at or
-    # left of the diagonal (causal) puts every visible key at or left of its row's (_alibi_scores).
-    alibi_row0 = row0 + (seqlen_k - seqlen_q)
-    left_always = False
-    if IS_LOCAL:
-        left_always = hi_diag <= seqlen_k - seqlen_q
-    alibi = (alibi_slope, alibi_row0, left_always)
-    if HAS_ALIBI and HEAD_DIM > 64 and not (HAS_SOFTCAP or HAS_DROPOUT):
-        alibi = (
-            alibi_slope, alibi_row0, left_always,
-            gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32),
-        )  # fmt: skip
+    # ALiBi alone: its distances count from the consumer's first row (i + N_k − N_q at row0), and a right
+    # bound at or left of the diagonal (causal) puts every visible key at or left of its row's
+    # (_alibi_scores). Beside softcap or dropout the per-row shift spilled registers (sm_90: 8-216 B of
+    # stack, up to 125 local accesses in the key loops), so those keep the absolute value a score.
+    alibi = (alibi_slope,)
+    if HAS_ALIBI and not (HAS_SOFTCAP or HAS_DROPOUT):
+        alibi_row0 = row0 + (seqlen_k - seqlen_q)
+        left_always = False
+        if IS_LOCAL:
+            left_always = hi_diag <= seqlen_k - seqlen_q
+        alibi = (alibi_slope, alibi_row0, left_always)
+        if HEAD_DIM > 64:
+            # The key tiles' column offsets as floats, the same for every tile: kept across the key loops
+            # (32 registers a thread; at D = 64 that spilled registers, sm_90, so each tile converts its own).
+            alibi = (
+                alibi_slope, alibi_row0, left_always,
+                gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)).to(gl.float32),
+            )  # fmt: skip
     scores = (seqlen_k, hi_diag, qk_scale, softcap_qk, softcap_out, alibi, drop, EXP2_SHARE)
     q_bufs: gl.constexpr = q_bar.shape[0]
     consumers: gl.constexpr = q_smem.shape[0] // q_bufs
