@@ -975,9 +975,6 @@ def _attn_fwd_tile(
     if HAS_DROPOUT:
         seed, offset = dropout.load_rng_state(drop_args[0])
     drop = (seed, offset, drop_args[1], bh, row0)
-    # ALiBi's slope and the key tiles' column offsets as floats, the same for every tile: kept across the
-    # key loops (32 registers a thread) where no softcap or dropout needs them; beside those, and at D = 64,
-    # that spilled registers (sm_90), so each tile converts its own.
     # ALiBi alone: its distances count from the consumer's first row (i + N_k − N_q at row0), and a right
     # bound at or left of the diagonal (causal) puts every visible key at or left of its row's
     # (_alibi_scores). Beside softcap or dropout the per-row shift spilled registers (sm_90: 8-216 B of
