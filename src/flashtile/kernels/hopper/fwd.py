@@ -754,7 +754,7 @@ def _softmax_step(
 
 
 @gluon.jit
-def _release(bar, PER_THREAD: gl.constexpr = True):
+def _release(bar, PER_THREAD: gl.constexpr):
     """Every thread of a consumer arrives on a ring slot's "empty" barrier (K or V here, Q/dO in the
     backward; it counts WG_THREADS a consumer), after the wgmmas that read the slot have completed: no
     partition-wide bar.sync before the arrive, which Gluon's one-thread ``mbarrier.arrive`` places. The
@@ -784,7 +784,7 @@ def _attn_fwd_steps(
     HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
     P_OPERAND: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, SPARSE_BLOCK_M: gl.constexpr,
-    HAS_DROPOUT: gl.constexpr, LOCAL_OFFSETS: gl.constexpr = False, THREAD_RELEASE: gl.constexpr = True,
+    HAS_DROPOUT: gl.constexpr, LOCAL_OFFSETS: gl.constexpr = False, THREAD_RELEASE: gl.constexpr = False,
 ):  # fmt: skip
     """Tiles [lo, hi) (key tile t_lo + j, ring entry base + j): issue S(j), then O += P(j−1)·V(j−1),
     softmax(j) while the P·V wgmma runs, both issued in consumer WG's turn under ping-pong
