@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from flashtile.kernels.hopper.dropout import _draw_pair_ptx, _keep_pairs_ptx
-from flashtile.reference.dropout import dropout_keep, dropout_threshold
+from flashtile.reference.dropout import DROPOUT_ROUNDS, dropout_keep, dropout_threshold
 
 M32 = 0xFFFFFFFF
 KEY_A, KEY_B = 0x9E3779B9, 0xBB67AE85
@@ -103,7 +103,7 @@ def run_ptx(text: str, lanes: list[list[int]], first: int = 2) -> list[dict[str,
 
 def _key_schedule(seed: int) -> list[int]:
     k0, k1 = seed & M32, (seed >> 32) & M32
-    return [w for r in range(10) for w in (k0 + r * KEY_A & M32, k1 + r * KEY_B & M32)]
+    return [w for r in range(DROPOUT_ROUNDS) for w in (k0 + r * KEY_A & M32, k1 + r * KEY_B & M32)]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from flashtile.reference import naive, tiled
 from flashtile.reference.compare import compare
-from flashtile.reference.dropout import philox4x32
+from flashtile.reference.dropout import DROPOUT_ROUNDS, philox4x32
 from tests.helpers import assert_matches_oracle
 
 NEG_INF = float("-inf")
@@ -652,9 +652,9 @@ def test_dropout_mask_is_the_kernels_rule() -> None:
     assert mask.shape == (2, 3, 5, 7)
     # Entry [b, h, i, j] is philox counter (quad(j), quad(i), b·H + h, offset), quad(x) = (x // 16)·4 +
     # (x % 8) // 2: word 2·(i % 2) + j % 2, its byte 2·((i // 8) % 2) + (j // 8) % 2, kept iff ≥ floor(p·2⁸).
-    word = philox4x32((2024, 0), (3, 2, 1 * 3 + 2, 11))[0]
+    word = philox4x32((2024, 0), (3, 2, 1 * 3 + 2, 11), DROPOUT_ROUNDS)[0]
     assert bool(mask[1, 2, 4, 6]) == ((int(word) & 0xFF) >= math.floor(0.4 * 2**8))
-    word = philox4x32((2024, 0), (2, 1, 1 * 3 + 2, 11))[3]
+    word = philox4x32((2024, 0), (2, 1, 1 * 3 + 2, 11), DROPOUT_ROUNDS)[3]
     assert bool(mask[1, 2, 3, 5]) == ((int(word) & 0xFF) >= math.floor(0.4 * 2**8))
 
 

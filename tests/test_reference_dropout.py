@@ -1,4 +1,4 @@
-"""Dropout's random numbers: Philox4x32-10 against Random123's answers and Triton's ``tl.philox``."""
+"""Dropout's random numbers: Philox4x32 (10 rounds, dropout's 7) against Random123 and ``tl.philox``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtile.reference.dropout import dropout_keep, philox4x32
+from flashtile.reference.dropout import DROPOUT_ROUNDS, dropout_keep, philox4x32
 
 M32 = 0xFFFFFFFF
 
@@ -40,8 +40,11 @@ def test_philox_broadcasts_tensors_like_scalars() -> None:
 
 
 @triton.jit
-def _philox_grid_kernel(out_ptr, rng_state_ptr, NQ: tl.constexpr, NK: tl.constexpr, H: tl.constexpr):
-    """Writes tl.philox's four words for counter (j, i, b·H + h, offset) of one (b, h) program."""
+def _philox_grid_kernel(
+    out_ptr, rng_state_ptr, NQ: tl.constexpr, NK: tl.constexpr, H: tl.constexpr, ROUNDS: tl.constexpr
+):
+    """Writes tl.philox's four words (ROUNDS rounds) for counter (j, i, b·H + h, offset) of one (b, h)
+    program."""
     bh = tl.program_id(0)
     seed = tl.load(rng_state_ptr)
     offset = tl.load(rng_state_ptr + 1).to(tl.uint32)
@@ -49,7 +52,7 @@ def _philox_grid_kernel(out_ptr, rng_state_ptr, NQ: tl.constexpr, NK: tl.constex
     cols = tl.arange(0, NK)[None, :] + tl.zeros([NQ, NK], dtype=tl.int32)
     head = bh + tl.zeros([NQ, NK], dtype=tl.int32)
     off = offset + tl.zeros([NQ, NK], dtype=tl.uint32)
-    c0, c1, c2, c3 = tl.philox(seed, cols, rows, head, off)
+    c0, c1, c2, c3 = tl.philox(seed, cols, rows, head, off, n_rounds=ROUNDS)
     tile = out_ptr + bh * 4 * NQ * NK + rows * NK + cols
     tl.store(tile, c0.to(tl.int64))
     tl.store(tile + NQ * NK, c1.to(tl.int64))
@@ -65,17 +68,19 @@ RNG_STATES = {
 }
 
 
+@pytest.mark.parametrize("rounds", [10, DROPOUT_ROUNDS], ids=["10-rounds", "dropout-rounds"])
 @pytest.mark.parametrize("state", RNG_STATES.values(), ids=RNG_STATES.keys())
-def test_philox_equals_triton(state: tuple[int, int]) -> None:
-    """Bitwise agreement with tl.philox is what lets the kernels and the reference share masks."""
+def test_philox_equals_triton(state: tuple[int, int], rounds: int) -> None:
+    """Bitwise agreement with tl.philox is what lets the kernels and the reference share masks: at the
+    10 rounds of the known answers and at dropout's."""
     batch, nheads, seqlen_q, seqlen_k = 2, 3, 8, 16
     rng_state = torch.tensor(state, dtype=torch.int64)
     words = torch.zeros(batch * nheads, 4, seqlen_q, seqlen_k, dtype=torch.int64)
-    _philox_grid_kernel[(batch * nheads,)](words, rng_state, seqlen_q, seqlen_k, nheads)
+    _philox_grid_kernel[(batch * nheads,)](words, rng_state, seqlen_q, seqlen_k, nheads, rounds)
     seed, offset = state
     bh = torch.arange(batch * nheads)[:, None, None]
     ours = philox4x32(
-        (seed, seed >> 32), (torch.arange(seqlen_k), torch.arange(seqlen_q)[:, None], bh, offset)
+        (seed, seed >> 32), (torch.arange(seqlen_k), torch.arange(seqlen_q)[:, None], bh, offset), rounds
     )
     assert torch.equal(torch.stack(ours, dim=1), words)
 
@@ -92,7 +97,7 @@ def test_keep_rule_is_one_philox_call_per_block_of_sixteen() -> None:
         for i in rows:
             for j in cols:
                 i_quad, j_quad = (i // 16) * 4 + (i % 8) // 2, (j // 16) * 4 + (j % 8) // 2
-                words = philox4x32((99, 0), (j_quad, i_quad, b * nheads + h, 5))
+                words = philox4x32((99, 0), (j_quad, i_quad, b * nheads + h, 5), DROPOUT_ROUNDS)
                 byte = 2 * ((i // 8) % 2) + (j // 8) % 2
                 draw = (int(words[2 * (i % 2) + j % 2]) >> (8 * byte)) & 0xFF
                 expected[i, j] = draw >= math.floor(p * 2**8)

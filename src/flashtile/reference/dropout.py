@@ -1,11 +1,11 @@
-"""Dropout's keep mask: Philox4x32-10 in PyTorch integer arithmetic, bitwise equal to Triton's ``tl.philox``.
+"""Dropout's keep mask: Philox4x32-7 in PyTorch integer arithmetic, bitwise equal to Triton's ``tl.philox``.
 
 The kernels draw their mask with ``tl.philox(seed, c0, c1, c2, c3)``; this module computes the same 32-bit
 words on any device with int64 tensors, so the CPU backend, the interpreter and the GPU kernels keep the
 same entries of P for the same ``rng_state`` (``docs/design/options.md`` section 3).
 
-Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) maps a 128-bit
-counter ``(c0, c1, c2, c3)`` and a 64-bit key ``(k0, k1)`` through ten rounds of
+Philox4x32-R (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) maps a 128-bit
+counter ``(c0, c1, c2, c3)`` and a 64-bit key ``(k0, k1)`` through R rounds of
 
     c0, c1, c2, c3 ← hi(M1·c2) ^ c1 ^ k0,  lo(M1·c2),  hi(M0·c0) ^ c3 ^ k1,  lo(M0·c0)
     k0, k1 ← k0 + W0, k1 + W1                                  (mod 2³²)
@@ -13,6 +13,11 @@ counter ``(c0, c1, c2, c3)`` and a 64-bit key ``(k0, k1)`` through ten rounds of
 with ``M0 = 0xD2511F53``, ``M1 = 0xCD9E8D57``, ``W0 = 0x9E3779B9``, ``W1 = 0xBB67AE85``; ``hi``/``lo``
 are the upper and lower 32 bits of the 64-bit product. Triton takes the key from a 64-bit seed as
 ``k0 = seed & 0xffffffff``, ``k1 = seed >> 32``.
+
+Dropout runs DROPOUT_ROUNDS = 7 rounds, as flash_attn's CUDA kernels do (``philox.cuh``); the paper finds
+Philox4x32 passing TestU01's BigCrush from 7 rounds and recommends 10 (Random123's default, and
+``philox4x32``'s here, whose known answers are for 10) for a safety margin. Seven take 30 % off Philox's
+work in the kernels (docs/design/options.md §3).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ _MUL_B = 0xCD9E8D57
 _KEY_A = 0x9E3779B9
 _KEY_B = 0xBB67AE85
 _ROUNDS = 10
+# Rounds of the dropout mask's Philox calls (kernels/_dropout.py, kernels/hopper/dropout.py).
+DROPOUT_ROUNDS = 7
 
 IntLike = torch.Tensor | int
 
@@ -114,7 +121,7 @@ def dropout_keep(
 
     For batch (or varlen sequence) ``b``, query head ``h`` of ``nheads``, query ``i`` in ``rows`` and key
     ``j`` in ``cols`` (positions inside the sequence):
-    ``w = philox4x32_10(key=(seed & 0xffffffff, seed >> 32), counter=(quad(j), quad(i), b·nheads + h,
+    ``w = philox4x32_7(key=(seed & 0xffffffff, seed >> 32), counter=(quad(j), quad(i), b·nheads + h,
     offset))``; the draw is byte ``2·half(i) + half(j)`` (lowest first) of word ``2·(i % 2) + j % 2``, and
     the entry is kept iff the draw is ``≥ floor(p · 2⁸)``. One Philox call serves the sixteen entries
     {i, i + 1, i + 8, i + 9} × {j, j + 1, j + 8, j + 9}. Counter words are taken modulo 2³² (so an offset
@@ -138,7 +145,9 @@ def dropout_keep(
         return torch.as_tensor(x, dtype=torch.int64, device=device)
 
     rows, cols = index(rows), index(cols)
-    words = philox4x32((seed, seed >> 32), (quad(cols), quad(rows), index(b) * nheads + index(h), offset))
+    words = philox4x32(
+        (seed, seed >> 32), (quad(cols), quad(rows), index(b) * nheads + index(h), offset), DROPOUT_ROUNDS
+    )
     which = 2 * (rows % 2) + cols % 2
     word = words[0]
     for w in range(1, 4):

@@ -25,6 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from flashtile.kernels._dropout import keep_tile, kept, load_rng_state
+from flashtile.reference.dropout import DROPOUT_ROUNDS
 
 __all__ = ["draw", "keep_pairs", "kept", "load_rng_state"]
 
@@ -44,7 +45,7 @@ def _bytes_kept_ptx(word: str, out: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _draw_pair_ptx(rows_are_queries: bool, rounds: int = 10, key_schedule: bool = False) -> str:
+def _draw_pair_ptx(rows_are_queries: bool, rounds: int = DROPOUT_ROUNDS, key_schedule: bool = False) -> str:
     """kernels/_dropout.py's ``draw_bits`` for two points of a thread at once (``pack=2``: columns Q and
     Q + 1 of one row pair), one Philox call between a thread and its partner lane (lane ^ 4, the other row
     parity, the same calls): a thread of row parity p runs the call of its point p, keeps the two words of
@@ -105,6 +106,11 @@ DRAW_KEY_ROWS_PTX = gl.constexpr(_draw_pair_ptx(False))
 # Philox's key increments (Weyl constants) for the key schedule.
 KA = gl.constexpr(0x9E3779B9)
 KB = gl.constexpr(0xBB67AE85)
+# _draw_bits passes one key pair a round, written out for this many rounds: two outputs, and for each of
+# two points eight operands and the schedule's.
+SCHEDULE_ROUNDS = 7
+assert SCHEDULE_ROUNDS == DROPOUT_ROUNDS, "_draw_bits's key schedule is written for DROPOUT_ROUNDS rounds"
+DRAW_QUERY_ROWS_CONSTRAINTS = gl.constexpr("=r,=r" + ",r" * (2 * (8 + 2 * SCHEDULE_ROUNDS)))
 
 
 @gluon.jit
@@ -122,20 +128,19 @@ def _replicated(threshold):
 @gluon.jit
 def _draw_bits(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.constexpr):
     """kernels/_dropout.py's ``draw_bits`` (int32 counters, an int64 seed), one asm block per call; where
-    rows are queries (the forward), Philox's key schedule comes in as 20 operands (a kernel's uniform
-    values) instead of two additions a round."""
+    rows are queries (the forward), Philox's key schedule comes in as two operands a round (a kernel's
+    uniform values) instead of two additions a round."""
     k0 = c0 * 0 + seed.to(gl.int32)
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
     if ROWS_ARE_QUERIES:
         bits = gl.inline_asm_elementwise(
-            DRAW_QUERY_ROWS_PTX, "=r,=r" + ",r" * 56,
+            DRAW_QUERY_ROWS_PTX, DRAW_QUERY_ROWS_CONSTRAINTS,
             [
                 c0, c1, c2, c3, k0, k1, c0 * 0 + _replicated(threshold), parity,
                 _key(k0, 0, KA), _key(k1, 0, KB), _key(k0, 1, KA), _key(k1, 1, KB),
                 _key(k0, 2, KA), _key(k1, 2, KB), _key(k0, 3, KA), _key(k1, 3, KB),
                 _key(k0, 4, KA), _key(k1, 4, KB), _key(k0, 5, KA), _key(k1, 5, KB),
-                _key(k0, 6, KA), _key(k1, 6, KB), _key(k0, 7, KA), _key(k1, 7, KB),
-                _key(k0, 8, KA), _key(k1, 8, KB), _key(k0, 9, KA), _key(k1, 9, KB),
+                _key(k0, 6, KA), _key(k1, 6, KB),
             ],
             dtype=gl.int32, is_pure=True, pack=2,
         )  # fmt: skip
@@ -146,8 +151,8 @@ def _draw_bits(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.con
 
 @gluon.jit
 def _draw_bits_lean(seed, c0, c1, c2, c3, threshold, parity, ROWS_ARE_QUERIES: gl.constexpr):
-    """:func:`_draw_bits` with the key schedule computed in the asm block: 20 registers fewer across a key
-    loop, for the kernels that hold the most (the backward, the forward at D = 256)."""
+    """:func:`_draw_bits` with the key schedule computed in the asm block: two registers a round fewer across
+    a key loop, for the kernels that hold the most (the backward, the forward at D = 256)."""
     k0 = c0 * 0 + seed.to(gl.int32)
     k1 = c0 * 0 + (seed >> 32).to(gl.int32)
     return gl.inline_asm_elementwise(
