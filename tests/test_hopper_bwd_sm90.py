@@ -60,7 +60,7 @@ OPTION_JOBS = [
     (d, name, mask, False)
     for d in (64, 128)
     for name in bwd.VARIANTS[d]
-    for mask in ("causal+softcap", "local+softcap+alibi", "alibi")
+    for mask in ("causal+softcap", "local+softcap+alibi", "alibi", "causal+alibi")
 ]
 # Packed (varlen) batches: the "keys" split's default variants, plain, causal and with every option.
 OPTION_JOBS += [

@@ -453,6 +453,19 @@ def _producer(
 
 
 @gluon.jit
+def _alibi_probs(score, factor, lse, slope, rows, query_offsets, q0):
+    """Pᵀ of a causal "keys" tile with ALiBi: exp2(score·factor − slope·(i′ − j) − LSE) for keys j = ``rows``
+    and queries whose i′ = i + N_k − N_q = q0 + c, c = ``query_offsets`` (floats 0 … BM − 1). Every visible
+    key is left of its query's i′, so |i′ − j| = c − (j − q0) and the exponent is score·factor +
+    slope·(j − q0) − (LSE + slope·c): one FMA and one subtraction a score, the two parts once a row and
+    once a column, where the absolute value took three operations. The causal mask zeroes the keys right
+    of i′ after the exponential (their exponents may overflow to inf, which its select discards).
+    hopper.md, "One FMA a score on one side of the diagonal", has the forward's form."""
+    row_part = gl.expand_dims(slope * (rows - q0).to(gl.float32), 1)
+    return gl.exp2(score * factor + row_part - gl.expand_dims(lse + slope * query_offsets, 0))
+
+
+@gluon.jit
 def _consumer(
     descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
@@ -519,6 +532,10 @@ def _consumer(
     # another option, or with 128-query tiles, keeping them spilled less inside the loop (sm_90 compile:
     # docs/design/hopper_bwd.md, "ALiBi's registers"); plain ALiBi over 64-query tiles spilled less per tile.
     ALIBI_OFFSETS: gl.constexpr = HAS_ALIBI and (HAS_SOFTCAP or HAS_DROPOUT or IS_LOCAL or BM > 64)
+    # Causal ALiBi alone takes the one-sided form (_alibi_probs; sm_90, D = 128: 17 local accesses in the
+    # key loop against 8). Without the causal mask its branch between the forms grew them from 37 to 94,
+    # and beside softcap or dropout the forward's form spilled: those keep the absolute value.
+    ALIBI_SPLIT: gl.constexpr = HAS_ALIBI and IS_CAUSAL and not (HAS_SOFTCAP or HAS_DROPOUT or IS_LOCAL)
     if ALIBI_OFFSETS:
         alibi_cols = gl.arange(0, BM, layout=col_layout).to(gl.float32)
     dq3: gl.constexpr = dq_desc.layout
@@ -557,16 +574,25 @@ def _consumer(
                 score, factor = st, qk_scale
             if HAS_ALIBI:
                 slope = gl.load(alibi_ptr + seq * stride_alibi_b + h) * LOG2_E_C
-                # Distances from the tile's first query, whose offsets converted once: one subtraction and
-                # one FMA a score, exact in fp32 below 2^24.
+            if ALIBI_SPLIT:
+                # Causal ALiBi alone: the distance's row and column parts (_alibi_probs).
                 if ALIBI_OFFSETS:
-                    rows_f = (rows - (m0 + diag_offset)).to(gl.float32)
-                    dist = gl.abs(alibi_cols[None, :] - rows_f[:, None])
+                    query_offsets = alibi_cols
                 else:
-                    cols_f = (cols + diag_offset).to(gl.float32)
-                    dist = gl.abs(cols_f[None, :] - rows.to(gl.float32)[:, None])
-                score = score + (-slope / factor) * dist
-            pt = gl.exp2(score * factor - lse[None, :])
+                    query_offsets = gl.arange(0, BM, layout=col_layout).to(gl.float32)
+                pt = _alibi_probs(score, factor, lse, slope, rows, query_offsets, m0 + diag_offset)
+            else:
+                if HAS_ALIBI:
+                    # Distances from the tile's first query, whose offsets converted once: one subtraction
+                    # and one FMA a score, exact in fp32 below 2^24.
+                    if ALIBI_OFFSETS:
+                        rows_f = (rows - (m0 + diag_offset)).to(gl.float32)
+                        dist = gl.abs(alibi_cols[None, :] - rows_f[:, None])
+                    else:
+                        cols_f = (cols + diag_offset).to(gl.float32)
+                        dist = gl.abs(cols_f[None, :] - rows.to(gl.float32)[:, None])
+                    score = score + (-slope / factor) * dist
+                pt = gl.exp2(score * factor - lse[None, :])
             if IS_VARLEN and at_end:
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
             # Dense batches mask every tile, not only those across the diagonal: with that branch ptxas
