@@ -37,6 +37,9 @@ Groups (``--only`` takes a comma-separated subset):
   backward; skipped unless the GPU has compute capability 9.x;
 - ``hopper_d256``: the Gluon backward at D = 256 (the "dim" split, reduce and deterministic) at the
   ``hopper`` group's shapes; skipped unless the GPU has compute capability 9.x;
+- ``hopper_persistent_options``: softcap, ALiBi and dropout on the Gluon forward's persistent grid (D 64,
+  128, 256; causal in pairs, rows that see no key), each with its backward; skipped unless the GPU has
+  compute capability 9.x;
 - ``fp8``: the float8 forward (``flash_attn_fp8_func``, the portable kernel reading Vᵀ) at D 64/128/256,
   odd lengths, GQA/MQA, causal, windows and softcap, with descales.
 
@@ -74,6 +77,7 @@ import triton.language as tl
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
     "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256", "fp8", "hopper_d256_persistent",
+    "hopper_persistent_options",
 )  # fmt: skip
 
 SHAPES = [
@@ -728,6 +732,36 @@ D256_PERSISTENT_CASES = [
 ]
 
 
+# Softcap, ALiBi and dropout on the persistent forward grid (kernels/hopper/fwd.py, runs_persistent): (batch,
+# seqlen_q, seqlen_k, heads, heads_kv, head dim, causal, options), more work tiles (or causal pairs) than
+# SMs, N_q > N_k causal (tiles whose rows see no key), D = 256 through the one Q buffer.
+PERSISTENT_OPTION_CASES = [
+    (8, 1023, 1025, 4, 2, 64, False, dict(softcap=30.0, dropout_p=0.1)),
+    (12, 1100, 1100, 4, 4, 128, True, dict(alibi=True)),
+    (13, 1500, 777, 3, 1, 128, True, dict(softcap=20.0, alibi=True, dropout_p=0.2)),
+    (8, 777, 1500, 4, 4, 128, False, dict(dropout_p=0.15)),
+    (12, 1100, 1100, 4, 2, 256, True, dict(softcap=10.0, alibi=True)),
+]
+
+
+def hopper_persistent_option_cases() -> Iterator[Case]:
+    K = T.kernels
+    for i, (batch, sq, sk, h, hkv, d, causal, options) in enumerate(PERSISTENT_OPTION_CASES):
+        dtype = DTYPES[i % 2]
+        shape = (batch, sq, sk, h, hkv, d)
+        label = f"hopper_persistent_options fwd+bwd {_name(dtype)} {shape} causal={causal} {options}"
+
+        def run(label=label, shape=shape, causal=causal, options=options, dtype=dtype):
+            batch, sq, sk, h, hkv, d = shape
+            q = randn(batch, sq, h, d, dtype=dtype)
+            k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+            kw = option_kwargs(options, batch, h)
+            window = (-1, 0) if causal else (-1, -1)
+            fwd_bwd(label, K.hopper_fwd, K.hopper_bwd, q, k, v, causal, window_size=window, **kw)
+
+        yield Case("hopper_persistent_options", label, run)
+
+
 def hopper_three_cases() -> Iterator[Case]:
     return _consumer_cases("hopper_three", THREE_AND_WINDOW_CASES)
 
@@ -809,6 +843,7 @@ BUILDERS = {
     "hopper_d256": hopper_d256_cases,
     "hopper_d256_persistent": hopper_d256_persistent_cases,
     "fp8": fp8_cases,
+    "hopper_persistent_options": hopper_persistent_option_cases,
 }
 
 

@@ -352,6 +352,64 @@ PERSISTENT_CASES = [
 ]
 
 
+# Softcap, ALiBi and dropout on the persistent grid (fwd.runs_persistent): each work tile takes its own
+# slope (1-D and 2-D slopes), dropout counters (its batch, head and rows) and softcap factors; causal in
+# pairs with rows that see no key (N_q > N_k), D = 256 through Q's one buffer (dropout there causal only:
+# without a mask it keeps one program a tile), combinations, more work tiles than SMs.
+PERSISTENT_OPTION_CASES = [
+    # (batch, N_q, N_k, D, layout, causal, softcap, alibi, dropout_p)
+    (8, 1023, 1025, 64, "gqa", False, 30.0, None, 0.0),
+    (12, 1100, 1100, 128, "mha", True, 0.0, "bh", 0.0),
+    (13, 1500, 777, 128, "mqa", True, 20.0, "h", 0.1),
+    (8, 777, 1500, 128, "mha", False, 0.0, "h", 0.2),
+    (12, 1023, 1025, 64, "gqa", True, 0.0, None, 0.15),
+    (12, 1100, 1100, 256, "mha", True, 10.0, "bh", 0.0),
+    (12, 1100, 1100, 256, "gqa", True, 0.0, None, 0.1),
+    (13, 1500, 777, 64, "mqa", True, 0.0, "bh", 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    PERSISTENT_OPTION_CASES,
+    ids=[
+        f"{c[1]}x{c[2]}-d{c[3]}-{'causal' if c[5] else 'full'}-cap{c[6]:g}-alibi{c[7]}-p{c[8]:g}"
+        for c in PERSISTENT_OPTION_CASES
+    ],
+)
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_persistent_grid_with_options_matches_oracle_and_one_program_a_tile(seed, case, monkeypatch):
+    from flashtile.kernels.fwd import alibi_stride_b
+    from flashtile.kernels.hopper import fwd
+
+    batch, sq, sk, d, layout, causal, softcap, alibi, dropout_p = case
+    heads, heads_kv = HEAD_LAYOUTS[layout]
+    q = torch.randn(batch, sq, heads, d, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(batch, sk, heads_kv, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    window = (-1, 0) if causal else (-1, -1)
+    slopes = _slopes(alibi, batch, heads)
+    cfg = configs.hopper_fwd_config(d)
+    args = (torch.device("cuda"), batch, sq, sk, heads, heads_kv, d, d**-0.5, causal, window, softcap)
+    launch = fwd._fwd_launch(
+        *args, alibi_stride_b(slopes), cfg.BLOCK_N, cfg.STAGES, dropout_p=dropout_p, consumers=2
+    )
+    sms = configs.multiprocessor_count(torch.device("cuda"))
+    assert launch.grid == (sms,), "the case must take the persistent grid, with tiles to loop over"
+    rng_state = torch.tensor([seed, 4096], dtype=torch.int64, device="cuda") if dropout_p else None
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=slopes, dropout_p=dropout_p)
+    out, lse = _fwd(q, k, v, d**-0.5, causal, rng_state=rng_state, **options)
+    mask = naive.dropout_mask(rng_state, dropout_p, batch, heads, sq, sk) if dropout_p else None
+    reference = dict(options, softmax_scale=d**-0.5, causal=causal, dropout_mask=mask)
+    ref_out, ref_lse = naive.attention(*(t.double() for t in (q, k, v)), **reference)
+    base_out, base_lse = naive.attention(q, k, v, **reference)
+    assert_matches_oracle("out", out, ref_out, base_out, seed=seed)
+    assert_matches_oracle("lse", lse, ref_lse, base_lse, seed=seed)
+    monkeypatch.setenv(fwd.PERSISTENT_ENV, "0")
+    out_tiles, lse_tiles = _fwd(q, k, v, d**-0.5, causal, rng_state=rng_state, **options)
+    # The same tiles in the same order of key tiles: bitwise the same results.
+    assert torch.equal(out, out_tiles) and torch.equal(lse, lse_tiles)
+
+
 # Three consumer warpgroups at D = 64 (fwd.consumer_count), forced at every length: odd lengths both ways
 # round, causal (one program a tile) and not (persistent), and the lengths where the rule picks them itself.
 THREE_CONSUMER_CASES = [

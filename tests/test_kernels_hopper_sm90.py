@@ -58,6 +58,14 @@ def test_gluon_fwd_compiles_for_sm90(fwd_reports, case):
     # stored once a program and read once a work tile, outside the key loops.
     if case[1] in ("full", "causal") and case[0] == 256:
         stack_allowed = 16 if case[1] == "full" else 48
+    # Softcap, ALiBi and dropout on the persistent grid (dense, not float8; dropout not at D = 256): values
+    # hoisted out of the work-tile loop in an 8–32-byte frame, read back once a work tile, none inside a
+    # key loop.
+    words = set(case[1].split("+"))
+    options = words & {"softcap", "alibi", "alibi2d", "dropout"}
+    persistent_options = options and not words & {"varlen", "sparse"}
+    if persistent_options and case[2] != "fp8e4nv" and not (case[0] == 256 and "dropout" in words):
+        stack_allowed = max(stack_allowed, 32)
     assert report.stack_bytes <= stack_allowed, f"{case}: {report.stack_bytes} B of stack (spilled registers)"
     assert report.loop_spills <= loop_spills_allowed, f"{case}: {report.loop_spills} local accesses in a loop"
     assert report.shared_bytes <= SHARED_LIMIT, f"{case}: {report.shared_bytes} B of shared memory"

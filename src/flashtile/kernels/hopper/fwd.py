@@ -69,9 +69,9 @@ NUM_WARPS = 4
 # warpgroup gives its registers up (down to 24): 2 · 128 · 240 or 3 · 128 · 160 of the SM's 65,536.
 CONSUMER_REGS = gl.constexpr(240)
 CONSUMER_REGS_3 = gl.constexpr(160)
-# Plain attention (no mask but the sequence ends, no option, no packed batch, no block mask), sliding
-# windows and causal (runs_persistent) run on a persistent grid, one program an SM looping over work tiles,
-# at D = 64 and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless
+# Dense batches without a block mask (plain attention, softcap, ALiBi and dropout since the thirty-fourth
+# session), sliding windows and causal (runs_persistent) run on a persistent grid, one program an SM
+# looping over work tiles, at D = 64 and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless
 # FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). Kernel time against one program a work tile
 # (docs/design/hopper.md, "Persistent forward"), H200: D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k;
 # D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at
@@ -1448,9 +1448,15 @@ def consumer_count(
 
 def runs_persistent(values: dict[str, object]) -> bool:
     """Whether a launch whose kernel arguments ``values`` are takes the persistent grid: work tiles of about
-    equal cost (:func:`even_work`) on dense batches, with no other option and no block mask, whose Q, output
-    and K/V tiles fit PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
-    not_plain = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "SPARSE_TILES")
+    equal cost (:func:`even_work`) on dense batches with no block mask (softcap, ALiBi and dropout
+    included: each work tile sets up its own slope and counters), whose Q, output and K/V tiles fit
+    PERSISTENT_SMEM, at D = 64 or with at most PERSISTENT_MAX_KEYS keys a tile."""
+    # Packed batches' tiles differ in cost; a block mask's lists set each tile's.
+    not_plain = ("IS_VARLEN", "SPARSE_TILES")
+    if values["HAS_DROPOUT"] and values["HEAD_DIM"] > 128:
+        # Dropout at D = 256 spilled inside the key loops on this grid (sm_90: a 96 B frame and 74 local
+        # accesses in a loop, 422 with a window, softcap and ALiBi beside it).
+        return False
     # Q's buffers and the output's staging buffer (as the kernel allocates them: two Q and one output at
     # D = 64; at D = 128 two Q, or one Q and one output), or at D = 256 one Q buffer staging the output
     # (output_in_q).
@@ -1634,11 +1640,12 @@ def _fwd_launch(
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
     longest sequence and the window bounds are clamped by it (_layout.grid_seqlen keeps the launches few).
-    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: plain attention
-    at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS runs on as many programs as SMs (or work tiles, if fewer), else
-    one program a work tile (PERSISTENT_ENV). ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`).
-    ``fp8``: float8 inputs (one program a work tile: the bf16 output's staging buffer needs its own
-    shared memory). ``exp2_forced``: EXP2_POLY_ENV's value (:func:`exp2_share`)."""
+    ``sparse``: a block mask's :data:`Sparse` (:func:`sparse_key`), or None. ``persistent``: dense batches
+    without a block mask (:func:`runs_persistent`) at D = 64 or N_k ≤ PERSISTENT_MAX_KEYS run on as many
+    programs as SMs (or work tiles, if fewer), else one program a work tile (PERSISTENT_ENV).
+    ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`). ``fp8``: float8 inputs (one program a
+    work tile: the bf16 output's staging buffer needs its own shared memory). ``exp2_forced``:
+    EXP2_POLY_ENV's value (:func:`exp2_share`)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
