@@ -1,8 +1,9 @@
 """Which Gluon forward launches take the persistent grid (kernels/hopper/fwd.py, docs/design/hopper.md,
-"Persistent forward"): work tiles of equal cost — plain attention, or a sliding window at most half of N_k
-wide — or causal row blocks paired longest with shortest, at D = 64 or with ≤ 2048 keys a tile, as many
-programs as SMs; everything else one program a work tile. The launches are prepared on the CPU (no kernel
-runs), where the SM count is 4; the pairing's slot map is integer arithmetic, run here in Python."""
+"Persistent forward"): work tiles of equal cost — plain attention, softcap, ALiBi or dropout, or a sliding
+window at most half of N_k wide — or causal row blocks paired longest with shortest, at D = 64 without an
+option or with ≤ 2048 keys a tile, as many programs as SMs; everything else one program a work tile. The
+launches are prepared on the CPU (no kernel runs), where the SM count is 4; the pairing's slot map is
+integer arithmetic, run here in Python."""
 
 from __future__ import annotations
 
@@ -74,9 +75,9 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
         (64, 1024, {"window": (17, -1)}),
         (64, 1024, {"window": (300, 200)}),
         (128, 16384, {"window": (1100, 900)}),
-        (64, 1024, {"softcap": 30.0}),
-        (64, 1024, {"alibi": 0}),
-        (64, 1024, {"dropout_p": 0.1}),
+        # An option at D = 64 takes the key bound too; dropout at D = 256 spilled on the persistent grid.
+        (64, 4096, {"softcap": 30.0}),
+        (256, 1024, {"dropout_p": 0.1}),
         (128, 1024, {"persistent": False}),
     ],
     ids=[
@@ -87,14 +88,32 @@ def test_sliding_windows_run_one_program_an_sm(head_dim, seqlen, window, causal)
         "left-only",
         "wide-window",
         "long-window",
-        "softcap",
-        "alibi",
-        "dropout",
+        "d64-softcap-long-keys",
+        "d256-dropout",
         "turned-off",
     ],
 )
 def test_every_other_launch_runs_one_program_a_work_tile(head_dim, seqlen, options):
     assert grid(head_dim, seqlen, **options) == (work_tiles(seqlen),)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "seqlen", "options"),
+    [
+        (64, 1024, {"softcap": 30.0}),
+        (64, 2048, {"alibi": 0, "dropout_p": 0.1}),
+        (128, 1024, {"alibi": 8}),
+        (128, 2048, {"dropout_p": 0.1}),
+        # Causal in pairs: half of N_k a tile on average.
+        (128, 4096, {"causal": True, "softcap": 30.0, "alibi": 0}),
+        (256, 1024, {"softcap": 30.0, "alibi": 0}),
+    ],
+    ids=["d64-softcap", "d64-alibi-dropout", "alibi-2d", "dropout", "causal-softcap-alibi", "d256-options"],
+)
+def test_softcap_alibi_and_dropout_at_short_keys_run_one_program_an_sm(head_dim, seqlen, options):
+    # Each work tile sets up its own slope and dropout counters: the options take the grid plain attention
+    # takes, within the key bound at every head dim.
+    assert grid(head_dim, seqlen, **options) == (SMS,)
 
 
 def test_packed_batches_run_one_program_a_work_tile():
