@@ -164,6 +164,7 @@ def measure_hopper_api(reps: int) -> None:
         qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
         flash_attn_func(qg, kg, vg)
         graph_out = flash_attn_func(qg, kg, vg)
+        slopes = torch.rand(heads)
         rows = {
             "flash_attn_func, inputs requiring grad": lambda: flash_attn_func(qg, kg, vg),
             "flash_attn_func, no grad": lambda: flash_attn_func(q, k, v),
@@ -173,6 +174,12 @@ def measure_hopper_api(reps: int) -> None:
             # A fresh graph each call, freed by its backward (the bench's fwd_bwd cells).
             "forward + backward": lambda: torch.autograd.grad(
                 flash_attn_func(qg, kg, vg), (qg, kg, vg), dout
+            ),
+            # ALiBi and dropout (since the thirty-fourth session remembered and prepared like plain calls).
+            "flash_attn_func, ALiBi, no grad": lambda: flash_attn_func(q, k, v, alibi_slopes=slopes),
+            "flash_attn_func, dropout 0.1, no grad": lambda: flash_attn_func(q, k, v, dropout_p=0.1),
+            "ALiBi + dropout, forward + backward": lambda: torch.autograd.grad(
+                flash_attn_func(qg, kg, vg, alibi_slopes=slopes, dropout_p=0.1), (qg, kg, vg), dout
             ),
         }
         shape = f"B={batch} N={seqlen} H={heads} D={head_dim}"

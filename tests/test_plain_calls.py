@@ -51,17 +51,45 @@ def test_rejected_calls_are_never_remembered_and_still_raise():
     assert len(plain_calls._verdicts) == 1
 
 
+def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results():
+    q, k, v = qkv(0)
+    slopes = torch.rand(2, 4)
+    options = dict(causal=True, alibi_slopes=slopes, dropout_p=0.3)
+    flash_attn_func(q, k, v, **options)
+    assert len(plain_calls._verdicts) == 1
+    # Fresh inputs and slopes of the same metadata: the remembered verdict. Dropout draws its random state
+    # at each call from PyTorch's generator, as the full path (return_attn_probs) does.
+    q2, k2, v2 = qkv(1)
+    options["alibi_slopes"] = torch.rand(2, 4)
+    torch.manual_seed(5)
+    again = flash_attn_func(q2, k2, v2, **options)
+    assert len(plain_calls._verdicts) == 1
+    torch.manual_seed(5)
+    reference = flash_attn_func(q2, k2, v2, **options, return_attn_probs=True)[0]
+    assert torch.equal(again, reference)
+    # Another dropout probability or slopes' shape: another key.
+    flash_attn_func(q2, k2, v2, causal=True, alibi_slopes=slopes, dropout_p=0.2)
+    flash_attn_func(q2, k2, v2, causal=True, alibi_slopes=slopes[0], dropout_p=0.3)
+    assert len(plain_calls._verdicts) == 3
+
+
 @pytest.mark.parametrize(
     "options",
     [
-        dict(dropout_p=0.1),
-        dict(alibi_slopes=torch.ones(4)),
+        dict(alibi_slopes=torch.ones(4, 2).t()[0]),
+        dict(alibi_slopes=torch.ones(4, dtype=torch.float64)),
+        dict(alibi_slopes=torch.ones(5)),
+        dict(dropout_p=True),
+        dict(dropout_p=1.5),
         dict(return_attn_probs=True),
         dict(window_size=[2, 2]),
         dict(causal=1),
         dict(softcap=torch.tensor(1.0)),
     ],
-    ids=["dropout", "alibi", "probs", "window-list", "causal-int", "softcap-tensor"],
+    ids=[
+        "alibi-strided", "alibi-float64", "alibi-wrong-shape", "dropout-bool", "dropout-too-large", "probs",
+        "window-list", "causal-int", "softcap-tensor",
+    ],
 )
 def test_calls_that_are_not_plain_take_the_full_path(options):
     q, k, v = qkv(0)

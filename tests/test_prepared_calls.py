@@ -90,6 +90,15 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
             (B, 64, H, 128), (B, 64, 1, 128), {"causal": True, "deterministic": True}
         ),
         "dense-d256": ((1, 33, 2, 256), (1, 47, 2, 256), {}),
+        # ALiBi's slopes (their address at each call) and dropout's random state (drawn at each call).
+        "causal-alibi-d128": (
+            (B, 77, H, 128), (B, 130, 2, 128), {"causal": True, "alibi_slopes": torch.rand(H)}
+        ),
+        "dropout-d64": ((B, 77, H, 64), (B, 77, H, 64), {"dropout_p": 0.2}),
+        "window-alibi2d-dropout-d128": (
+            (B, 100, H, 128), (B, 90, H, 128),
+            {"window_size": (17, 5), "alibi_slopes": torch.rand(B, H), "dropout_p": 0.1},
+        ),
     }
     for name, (shape_q, shape_kv, options) in cases.items():
         plain_calls._verdicts.clear()
@@ -143,7 +152,8 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
 
 
 def test_prepared_calls_launch_what_the_general_path_launches() -> None:
-    """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256: a plain call's
+    """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256, ALiBi (1-D and
+    2-D slopes) and dropout, alone and with a window: a plain call's
     third run (prepared, every launch direct) passes each compiled kernel the arguments its first run
     (validated, routed, through Triton) passed, q, k and v as views of one packed tensor too; unaligned
     inputs and a stride-0 dO take the general path; with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go
@@ -185,8 +195,13 @@ def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
         ((2, 129, 4, 128), (2, 300, 4, 128), {"window_size": (40, 3), "softcap": 15.0}),
         ((2, 203, 4, 128), (2, 203, 1, 128), {"causal": True, "deterministic": True}),
         ((1, 97, 2, 256), (1, 97, 2, 256), {}),
+        ((2, 203, 4, 128), (2, 150, 2, 128), {"causal": True, "alibi_slopes": (4,)}),
+        ((2, 129, 4, 64), (2, 300, 4, 64), {"window_size": (40, 3), "alibi_slopes": (2, 4), "dropout_p": 0.2}),
     ],
-    ids=["dense-d64", "causal-gqa-d128", "window-softcap-d128", "deterministic-mqa-d128", "dense-d256"],
+    ids=[
+        "dense-d64", "causal-gqa-d128", "window-softcap-d128", "deterministic-mqa-d128", "dense-d256",
+        "causal-alibi-d128", "window-alibi2d-dropout-d64",
+    ],
 )
 def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, shape_kv, options) -> None:
     """The first call (validated, routed, launched through Triton) and the prepared repeats give the same
@@ -197,9 +212,14 @@ def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, sha
     q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(shape_kv, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     dout = torch.randn_like(q)
+    if "alibi_slopes" in options:
+        # The slopes' shape in the parameters (no CUDA tensor at collection); fresh slopes for the calls.
+        options = {**options, "alibi_slopes": torch.rand(options["alibi_slopes"], device="cuda")}
 
     def run() -> tuple[torch.Tensor, ...]:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        # Dropout draws its random state from PyTorch's generator at each call: the same seed, the same mask.
+        torch.manual_seed(0)
         out = flash_attn_func(*leaves, **options)
         return (out, *torch.autograd.grad(out, leaves, dout))
 

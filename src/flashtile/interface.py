@@ -235,8 +235,12 @@ def _attention(
         # A plain call whose metadata passed validation before: the same verdict.
         scale, options, backend, checked_mods, plan = seen
         q, k, v = tensors["q"], tensors["k"], tensors["v"]
+        # The slopes' metadata is in the key (validation would hand them on as they are); dropout draws its
+        # random state at every call.
+        rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
         return _autograd.attention(
             q, k, v, scale, options.causal, backend, window_size=options.window_size, softcap=options.softcap,
+            alibi_slopes=alibi_slopes, dropout_p=options.dropout_p, rng_state=rng_state,
             deterministic=options.deterministic, mods=checked_mods, plan=plan,
         )[0]  # fmt: skip
     q, k, v = validation.unpack_qkv(varlen is not None, **tensors)
@@ -271,7 +275,7 @@ def _attention(
     if call_key is not None:
         plan = _backend.prepare(
             backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
-            options.deterministic,
+            options.deterministic, options.alibi_slopes, options.dropout_p,
         )  # fmt: skip
         plain_calls.remember(call_key, (scale, options, backend, checked_mods, plan))
     rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None

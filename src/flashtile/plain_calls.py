@@ -1,8 +1,9 @@
 """Validation's verdicts on plain calls, remembered: a shortcut through the eager host path.
 
-A plain call is ``flash_attn_func``'s q, k, v as plain 4-D tensors with unit last strides, and no packed
-batch, block mask, mask or score mod, sink, ALiBi slopes, dropout or attention probabilities. Validating it
-reads only the tensors' shapes, strides, dtypes and devices, the option values and the backend's environment
+A plain call is ``flash_attn_func``'s q, k, v as plain 4-D tensors with unit last strides, ALiBi slopes
+(if any) a contiguous float32 tensor, and no packed batch, block mask, mask or score mod, sink or attention
+probabilities. Validating it reads only the tensors' shapes, strides, dtypes and devices, the option values
+(dropout's probability among them; its random state is drawn at each call) and the backend's environment
 variables. So once one such call has passed validation, a later call with the same key reuses the verdict:
 the softmax scale, the normalised options, the backend, the (empty) mods and the backend's prepared call
 (flashtile.backend.prepare: the kernels' launches with every decision the key fixes made once). Any other
@@ -39,6 +40,16 @@ def _plain_tensor(t: object) -> bool:
     return type(t) is torch.Tensor and t.dim() == 4 and t.stride(-1) == 1
 
 
+def _slopes_key(slopes: object) -> tuple | bool | None:
+    """The key's part for ``alibi_slopes``: None without, its shape, dtype and device for a contiguous
+    float32 tensor (validation hands those on unchanged), False for anything else (the call is not plain)."""
+    if slopes is None:
+        return None
+    if type(slopes) is not torch.Tensor or slopes.dtype != torch.float32 or not slopes.is_contiguous():
+        return False
+    return slopes.shape, slopes.device
+
+
 def key(
     tensors: dict[str, object],
     dropout_p: object,
@@ -57,11 +68,14 @@ def key(
     types validation accepts without conversion (``True == 1`` and ``-1 == -1.0`` would share a key)."""
     if torch.compiler.is_compiling():
         return None
-    if varlen is not None or learnable_sink is not None or alibi_slopes is not None:
+    if varlen is not None or learnable_sink is not None:
         return None
     if return_attn_probs is not False or (mods and any(value is not None for value in mods.values())):
         return None
-    if type(dropout_p) not in (float, int) or dropout_p != 0 or type(softcap) not in (float, int):
+    if type(dropout_p) not in (float, int) or type(softcap) not in (float, int):
+        return None
+    slopes = _slopes_key(alibi_slopes)
+    if slopes is False:
         return None
     if type(causal) is not bool or type(deterministic) is not bool:
         return None
@@ -76,7 +90,7 @@ def key(
         return None
     return (
         q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
-        v.dtype, v.device, softmax_scale, causal, window_size, softcap, deterministic,
+        v.dtype, v.device, softmax_scale, causal, window_size, softcap, deterministic, slopes, dropout_p,
         *[knob.get() for knob in KNOBS],
     )  # fmt: skip
 

@@ -47,17 +47,24 @@ def prepare(
     window_size: tuple[int, int],
     softcap: float,
     deterministic: bool,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
 ) -> object | None:
     """A plain call's forward and backward prepared for its call signature
     (:class:`flashtile.kernels.hopper.prepared.PlainAttention`), or None where the Gluon forward does not
     run it (or its problem is empty, or its scale not positive): the backend's general path takes those."""
     if softmax_scale <= 0 or 0 in q.shape or k.shape[1] == 0:
         return None
-    if fwd_unsupported_reason(q, k, v, {"window_size": window_size, "softcap": softcap}) is not None:
+    options = {
+        "window_size": window_size, "softcap": softcap, "alibi_slopes": alibi_slopes, "dropout_p": dropout_p
+    }  # fmt: skip
+    if fwd_unsupported_reason(q, k, v, options) is not None:
         return None
     from flashtile.kernels.hopper.prepared import PlainAttention
 
-    return PlainAttention(q, k, v, softmax_scale, causal, window_size, softcap, deterministic)
+    return PlainAttention(
+        q, k, v, softmax_scale, causal, window_size, softcap, deterministic, alibi_slopes, dropout_p
+    )
 
 
 def bwd_window(causal: bool, window_size: tuple[int, int]) -> tuple[int, int]:

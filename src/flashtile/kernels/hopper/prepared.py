@@ -1,16 +1,17 @@
 """Plain calls on the Hopper backend, prepared once per call signature.
 
 flashtile.plain_calls remembers validation's verdict on a plain call (q, k, v plain 4-D tensors; causal, a
-sliding window or softcap at most) under a key of the tensors' shapes, strides, dtypes and devices, the
-options and the knobs the launches read. Everything between that verdict and the kernels is then a function
-of the key: the backend's routing and support checks, the launcher's configuration and prepared launch, the
-descriptors' shapes, strides and boxes, and what Triton specialises on in the pointers. A
-:class:`PlainAttention` works them out at a key's first call; a later call allocates its outputs, wraps its
-tensors in descriptors and launches.
+sliding window, softcap, contiguous ALiBi slopes and dropout at most) under a key of the tensors' shapes,
+strides, dtypes and devices (the slopes' too), the options and the knobs the launches read. Everything
+between that verdict and the kernels is then a function of the key: the backend's routing and support
+checks, the launcher's configuration and prepared launch, the descriptors' shapes, strides and boxes, and
+what Triton specialises on in the pointers. A :class:`PlainAttention` works them out at a key's first call;
+a later call allocates its outputs, wraps its tensors in descriptors and launches.
 
 What the key leaves open is checked at each call: TMA reads q, k and v only from 16-byte aligned addresses,
 and a call whose tensors are not is handed back (None) to the general path, which routes it to the portable
-kernels. docs/design/host_path.md, "Prepared plain calls", has what this saves.
+kernels; the slopes' and dropout's random state's addresses pick the launch's pointer signature.
+docs/design/host_path.md, "Prepared plain calls", has what this saves.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS
 from flashtile.kernels._launch_cache import KernelLaunch
+from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper import bwd as gluon_bwd
 from flashtile.kernels.hopper import bwd_window
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, box_layout
@@ -73,13 +75,16 @@ class PlainAttention:
         window_size: tuple[int, int],
         softcap: float,
         deterministic: bool,
+        alibi_slopes: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
     ) -> None:
-        """For a call the Hopper forward runs (``kernels.hopper.prepare`` checks), softmax_scale > 0."""
+        """For a call the Hopper forward runs (``kernels.hopper.prepare`` checks), softmax_scale > 0;
+        ``alibi_slopes`` stands for every call's (contiguous float32, of one shape)."""
         batch, seqlen_q, heads, head_dim = q.shape
         cfg = configs.hopper_fwd_config(head_dim)
         self._fwd = launch_for(
-            q, k, batch, seqlen_q, k.shape[1], softmax_scale, causal, window_size, softcap, None, 0.0, None,
-            None, cfg,
+            q, k, batch, seqlen_q, k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes,
+            dropout_p, None, None, cfg,
         )  # fmt: skip
         self._dtype, self._device = q.dtype, q.device
         self._out_shape, self._lse_shape = tuple(q.shape), (batch, heads, seqlen_q)
@@ -89,38 +94,63 @@ class PlainAttention:
         self._k = _DescriptorFields(k.shape, k.stride(), keys_box, k.dtype)
         self._v = _DescriptorFields(v.shape, v.stride(), keys_box, v.dtype)
         self._aux = sparse_aux(NO_MODS, None)
-        # Triton specialises a descriptor on its dtype and box, the LSE on its alignment, which the
-        # caching allocator's blocks always have (each call checks it all the same).
+        # Triton specialises a descriptor on its dtype and box, the LSE, the slopes and dropout's state on
+        # their alignment, which the caching allocator's blocks always have (each call checks it all the
+        # same): the signature of fresh blocks of their dtypes.
         lse = torch.empty((1,), dtype=torch.float32, device=q.device)
-        self._signatures = self._fwd.pointer_signatures(self._pointers(q, k, v, q, lse))
+        slopes = None if alibi_slopes is None else torch.empty((1,), dtype=torch.float32, device=q.device)
+        rng_state = None if not dropout_p else torch.empty((2,), dtype=torch.int64, device=q.device)
+        self._signatures = self._fwd.pointer_signatures(self._pointers(q, k, v, q, lse, slopes, rng_state))
         self._backward = None
         window = bwd_window(causal, window_size)
-        options = {"window_size": window, "deterministic": deterministic, "softcap": softcap}
+        options = {
+            "window_size": window, "deterministic": deterministic, "softcap": softcap,
+            "alibi_slopes": alibi_slopes, "dropout_p": dropout_p,
+        }  # fmt: skip
         supported = gluon_bwd.bwd_unsupported_reason(q, k, v, q, options) is None
         if supported and gluon_bwd.routed_by_default(head_dim):
-            self._backward = _GluonBackward(q, k, v, softmax_scale, window, deterministic, softcap)
+            self._backward = _GluonBackward(
+                q, k, v, softmax_scale, window, deterministic, softcap, alibi_slopes, dropout_p
+            )
 
     def _pointers(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+        slopes: torch.Tensor | None,
+        rng_state: torch.Tensor | None,
     ) -> tuple:
         """The forward kernel's pointer arguments (kernels/hopper/fwd.py's FWD_POINTERS) for a dense call
-        without slopes, packed batch, block mask, dropout or float8 descales: the LSE stands in for each
-        absent tensor."""
+        without packed batch, block mask or float8 descales: the LSE stands in for each absent tensor."""
         return (
-            self._q.over(q), self._k.over(k), self._v.over(v), self._o.over(out), lse, lse, lse, lse, lse,
-            lse, lse, lse, lse, self._aux, lse, lse,
+            self._q.over(q), self._k.over(k), self._v.over(v), self._o.over(out), lse,
+            lse if slopes is None else slopes, lse, lse, lse, lse, lse, lse, lse, self._aux,
+            lse if rng_state is None else rng_state, lse,
         )  # fmt: skip
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        alibi_slopes: torch.Tensor | None = None,
+        rng_state: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(out, lse)`` of the call, or None where TMA cannot read q, k or v in place."""
         if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
             return None
         out = torch.empty(self._out_shape, dtype=self._dtype, device=self._device)
         lse = torch.empty(self._lse_shape, dtype=torch.float32, device=self._device)
-        signatures = self._signatures if lse.data_ptr() % 16 == 0 else None
-        self._fwd.launch(self._pointers(q, k, v, out, lse), signatures)
+        aligned = lse.data_ptr()
+        if alibi_slopes is not None:
+            aligned |= alibi_slopes.data_ptr()
+        if rng_state is not None:
+            aligned |= rng_state.data_ptr()
+        signatures = self._signatures if aligned % 16 == 0 else None
+        self._fwd.launch(self._pointers(q, k, v, out, lse, alibi_slopes, rng_state), signatures)
         return out, lse
 
     def backward(
@@ -131,24 +161,25 @@ class PlainAttention:
         v: torch.Tensor,
         out: torch.Tensor,
         lse: torch.Tensor,
+        alibi_slopes: torch.Tensor | None = None,
+        rng_state: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """``(dq, dk, dv)`` from the Gluon backward, or None where the backend would run the portable one."""
         if self._backward is None:
             return None
-        return self._backward(dout, q, k, v, out, lse)
+        return self._backward(dout, q, k, v, out, lse, alibi_slopes, rng_state)
 
 
 class _GluonBackward:
     """The Gluon backward's three launches for one plain call signature (kernels/hopper/bwd.py's
-    ``_launch`` for a dense call without slopes, block mask or dropout, at a head dim with a kernel of its
-    own), for dO, out and the LSE laid out as the forward and a loss's gradient usually leave them:
-    contiguous. A call with other strides or an unaligned address takes ``launch_supported``, which copies
-    what TMA cannot read."""
+    ``_launch`` for a dense call without block mask, at a head dim with a kernel of its own), for dO, out
+    and the LSE laid out as the forward and a loss's gradient usually leave them: contiguous. A call with
+    other strides or an unaligned address takes ``launch_supported``, which copies what TMA cannot read."""
 
     __slots__ = (
-        "_aux", "_device", "_direct", "_dk", "_dq", "_dq_target", "_dv", "_finish", "_finish_fields",
-        "_fused", "_general", "_k", "_layouts", "_preprocess", "_q", "_signatures", "_stats", "_stats_rows",
-        "_v", "deterministic",
+        "_aux", "_device", "_direct", "_dk", "_dq", "_dq_target", "_dropout_p", "_dv", "_finish",
+        "_finish_fields", "_fused", "_general", "_k", "_layouts", "_preprocess", "_q", "_signatures",
+        "_stats", "_stats_rows", "_v", "deterministic",
     )  # fmt: skip
 
     def __init__(
@@ -160,18 +191,22 @@ class _GluonBackward:
         window: tuple[int, int],
         deterministic: bool,
         softcap: float,
+        alibi_slopes: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
     ) -> None:
         batch, seqlen_q, heads, head_dim = q.shape
         seqlen_k, heads_kv = k.shape[1], k.shape[2]
         is_causal = window == (-1, 0)
-        plain = not (is_causal or deterministic or softcap) and window == (-1, -1)
-        _, cfg = gluon_bwd.select_variant(head_dim, plain)
+        plain = not (is_causal or deterministic or softcap or dropout_p) and window == (-1, -1)
+        _, cfg = gluon_bwd.select_variant(head_dim, plain and alibi_slopes is None)
         q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
             q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
-            deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap,
+            deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap, alibi_stride_b(alibi_slopes),
+            None, False, None, dropout_p,
         )  # fmt: skip
         self._general = (softmax_scale, window, deterministic, softcap)
+        self._dropout_p = dropout_p
         self.deterministic = deterministic
         self._device = q.device
         # dO, out and the LSE as this launch reads them (contiguous), the LSE's (B, H, N_q) included.
@@ -220,10 +255,13 @@ class _GluonBackward:
         v: torch.Tensor,
         out: torch.Tensor,
         lse: torch.Tensor,
+        alibi_slopes: torch.Tensor | None = None,
+        rng_state: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         laid_out = self._direct and (dout.stride(), out.stride(), lse.stride()) == self._layouts
         if not laid_out or (dout.data_ptr() | q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
-            return gluon_bwd.launch_supported(dout, q, k, v, out, lse, *self._general, None, {})
+            rest = {"dropout_p": self._dropout_p, "rng_state": rng_state} if self._dropout_p else {}
+            return gluon_bwd.launch_supported(dout, q, k, v, out, lse, *self._general, alibi_slopes, rest)
         device = self._device
         lse2, delta = torch.empty((2, self._stats_rows), dtype=torch.float32, device=device).unbind(0)
         dk = torch.empty(k.shape, dtype=k.dtype, device=device)
@@ -238,13 +276,17 @@ class _GluonBackward:
             (
                 self._q[0].over(q), self._k.over(k), self._v.over(v), self._q[1].over(dout),
                 self._stats.over(lse2), self._stats.over(delta), self._dq.over(dq_target), self._dk.over(dk),
-                self._dv.over(dv), None, lse2, lse2, dk, dv, lse, lse, lse, lse, self._aux, lse2,
+                self._dv.over(dv), alibi_slopes, lse2, lse2, dk, dv, lse, lse, lse, lse, self._aux,
+                lse2 if rng_state is None else rng_state,
             ),
             self._finish_pointers(q, k, v, dout, dq, lse2, delta, dq_sum),
         )  # fmt: skip
         # Every tensor is 16-byte aligned (checked above, or a fresh block of the caching allocator, checked
         # here): the launches' pointer signatures are those of the first call.
         fresh = lse2.data_ptr() | delta.data_ptr() | dk.data_ptr() | dv.data_ptr() | dq.data_ptr()
+        for option in (alibi_slopes, rng_state):
+            if option is not None:
+                fresh |= option.data_ptr()
         aligned = (fresh | dq_sum.data_ptr() | out.data_ptr() | lse.data_ptr()) % 16 == 0
         signatures = self._signatures if aligned else None
         if signatures is None:
