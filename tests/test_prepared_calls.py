@@ -196,7 +196,7 @@ def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
         ((2, 203, 4, 128), (2, 203, 1, 128), {"causal": True, "deterministic": True}),
         ((1, 97, 2, 256), (1, 97, 2, 256), {}),
         ((2, 203, 4, 128), (2, 150, 2, 128), {"causal": True, "alibi_slopes": (4,)}),
-        ((2, 129, 4, 64), (2, 300, 4, 64), {"window_size": (40, 3), "alibi_slopes": (2, 4), "dropout_p": 0.2}),
+        ((2, 129, 4, 64), (2, 300, 4, 64), dict(window_size=(40, 3), alibi_slopes=(2, 4), dropout_p=0.2)),
     ],
     ids=[
         "dense-d64", "causal-gqa-d128", "window-softcap-d128", "deterministic-mqa-d128", "dense-d256",
