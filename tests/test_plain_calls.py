@@ -87,8 +87,15 @@ def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results(
         dict(softcap=torch.tensor(1.0)),
     ],
     ids=[
-        "alibi-strided", "alibi-float64", "alibi-wrong-shape", "dropout-bool", "dropout-too-large", "probs",
-        "window-list", "causal-int", "softcap-tensor",
+        "alibi-strided",
+        "alibi-float64",
+        "alibi-wrong-shape",
+        "dropout-bool",
+        "dropout-too-large",
+        "probs",
+        "window-list",
+        "causal-int",
+        "softcap-tensor",
     ],
 )
 def test_calls_that_are_not_plain_take_the_full_path(options):

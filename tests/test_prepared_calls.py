@@ -199,8 +199,13 @@ def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
         ((2, 129, 4, 64), (2, 300, 4, 64), dict(window_size=(40, 3), alibi_slopes=(2, 4), dropout_p=0.2)),
     ],
     ids=[
-        "dense-d64", "causal-gqa-d128", "window-softcap-d128", "deterministic-mqa-d128", "dense-d256",
-        "causal-alibi-d128", "window-alibi2d-dropout-d64",
+        "dense-d64",
+        "causal-gqa-d128",
+        "window-softcap-d128",
+        "deterministic-mqa-d128",
+        "dense-d256",
+        "causal-alibi-d128",
+        "window-alibi2d-dropout-d64",
     ],
 )
 def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, shape_kv, options) -> None:
