@@ -78,6 +78,7 @@ def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results(
     [
         dict(alibi_slopes=torch.ones(4, 2).t()[0]),
         dict(alibi_slopes=torch.ones(4, dtype=torch.float64)),
+        dict(alibi_slopes=torch.ones(4).to_sparse()),
         dict(alibi_slopes=torch.ones(5)),
         dict(dropout_p=True),
         dict(dropout_p=1.5),
@@ -89,6 +90,7 @@ def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results(
     ids=[
         "alibi-strided",
         "alibi-float64",
+        "alibi-sparse",
         "alibi-wrong-shape",
         "dropout-bool",
         "dropout-too-large",

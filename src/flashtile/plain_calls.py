@@ -41,13 +41,13 @@ def _plain_tensor(t: object) -> bool:
 
 
 def _slopes_key(slopes: object) -> tuple | bool | None:
-    """The key's part for ``alibi_slopes``: None without, its shape, dtype and device for a contiguous
-    float32 tensor (validation hands those on unchanged), False for anything else (the call is not plain)."""
+    """The key's part for ``alibi_slopes``: None without, its shape and device for a contiguous float32
+    tensor (validation hands those on unchanged), False for anything else (the call is not plain)."""
     if slopes is None:
         return None
-    if type(slopes) is not torch.Tensor or slopes.dtype != torch.float32 or not slopes.is_contiguous():
+    if type(slopes) is not torch.Tensor or slopes.layout != torch.strided or slopes.dtype != torch.float32:
         return False
-    return slopes.shape, slopes.device
+    return (slopes.shape, slopes.device) if slopes.is_contiguous() else False
 
 
 def key(
