@@ -197,8 +197,8 @@ class _GluonBackward:
         batch, seqlen_q, heads, head_dim = q.shape
         seqlen_k, heads_kv = k.shape[1], k.shape[2]
         is_causal = window == (-1, 0)
-        plain = not (is_causal or deterministic or softcap or dropout_p) and window == (-1, -1)
-        _, cfg = gluon_bwd.select_variant(head_dim, plain and alibi_slopes is None)
+        plain = not (is_causal or deterministic or softcap or dropout_p or alibi_slopes is not None)
+        _, cfg = gluon_bwd.select_variant(head_dim, plain and window == (-1, -1))
         q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
             q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
