@@ -2659,6 +2659,18 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     mkdir -p "$OUT/new" && cp "$work"/bench_new/*.csv "$OUT"/new/ 2>/dev/null
     finish
     ;;
+  s35b)
+    # (Prepared in the thirty-fourth session, main.) What the persistent options and the prepared ALiBi and
+    # dropout calls have not had on a GPU: memcheck over the option groups (s34g's stopped before them), the
+    # prepared calls' GPU bits test (two new cases), then the whole bench --options with every peer for the
+    # README's table (not run since the options took the persistent grid).
+    begin
+    memcheck_group hopper_options,hopper_dropout,hopper_persistent_options 160 100 --repeat 2
+    gpu_tests_step 90 tests/test_prepared_calls.py
+    step bench_options 300 python3 -m flashtile bench --options --causal both --out-dir "$work/bench"
+    cp "$work"/bench/*.csv "$work"/bench/*.png "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
     echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b [test files for a, c, e, f, h, i and k]" >&2
     exit 2
