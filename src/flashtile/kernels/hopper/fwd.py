@@ -71,9 +71,10 @@ CONSUMER_REGS = gl.constexpr(240)
 CONSUMER_REGS_3 = gl.constexpr(160)
 # Dense batches without a block mask (plain attention, softcap, ALiBi and dropout since the thirty-fourth
 # session), sliding windows and causal (runs_persistent) run on a persistent grid, one program an SM
-# looping over work tiles, at D = 64 and wherever a tile's keys are at most PERSISTENT_MAX_KEYS, unless
-# FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). Kernel time against one program a work tile
-# (docs/design/hopper.md, "Persistent forward"), H200: D = 64 10-15 % faster at N ≤ 1k, 2-5 % from 2k;
+# looping over work tiles, at D = 64 without an option and wherever a tile's keys are at most
+# PERSISTENT_MAX_KEYS, unless FLASHTILE_HOPPER_FWD_PERSISTENT is 0 (read at each launch). Kernel time
+# against one program a work tile (docs/design/hopper.md, "Persistent forward"), H200: D = 64 10-15 %
+# faster at N ≤ 1k, 2-5 % from 2k;
 # D = 128 11-17 % at N ≤ 1k, 4-6 % at 2k, 1-2 % slower from 4k; window (256, 0) 4-6 % at D = 64, ±3 % at
 # D = 128. H100, causal with row blocks dealt out in pairs (_paired_tile): D = 64 18 / 6 / 5 / 3 % at
 # N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k. H200, D = 256 (output
@@ -1473,7 +1474,7 @@ def runs_persistent(values: dict[str, object]) -> bool:
     and K/V tiles fit PERSISTENT_SMEM, at D = 64 without an option or with at most PERSISTENT_MAX_KEYS keys
     a tile."""
     # Packed batches' tiles differ in cost; a block mask's lists set each tile's.
-    not_plain = ("IS_VARLEN", "SPARSE_TILES")
+    uneven = ("IS_VARLEN", "SPARSE_TILES")
     if values["HAS_DROPOUT"] and values["HEAD_DIM"] > 128:
         # Dropout at D = 256 spilled inside the key loops on this grid (sm_90: a 96 B frame and 74 local
         # accesses in a loop, 422 with a window, softcap and ALiBi beside it).
@@ -1487,7 +1488,7 @@ def runs_persistent(values: dict[str, object]) -> bool:
     # +3.3 % against one program a tile (H200), 2k +1-4 %, causal in pairs +5-47 % at 1k-4k.
     option = values["HAS_SOFTCAP"] or values["HAS_ALIBI"] or values["HAS_DROPOUT"]
     few_keys = (values["HEAD_DIM"] <= 64 and not option) or keys_per_tile(values) <= PERSISTENT_MAX_KEYS
-    return even_work(values) and not any(values[switch] for switch in not_plain) and fits and few_keys
+    return even_work(values) and not any(values[switch] for switch in uneven) and fits and few_keys
 
 
 def _tiles_bytes(values: dict[str, object], row_tiles: int) -> int:
