@@ -720,6 +720,9 @@ PAIRED_CASES = [
     (13, 1500, 777, 3, 1, 128, True, (-1, 0), None),
     (16, 777, 900, 3, 1, 64, False, (-1, 100), None),
     (5, 4100, 4099, 3, 1, 64, True, (-1, 0), None),
+    # Three consumers forced, causal in pairs: the lower warpgroups release the tiles past their rows unread.
+    (12, 2100, 2100, 4, 2, 64, True, (-1, 0), "3"),
+    (13, 2500, 1500, 4, 1, 64, True, (-1, 0), "3"),
 ]
 
 

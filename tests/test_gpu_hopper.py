@@ -419,6 +419,10 @@ THREE_CONSUMER_CASES = [
     (3, 1023, 1025, True, "3"),
     (1, 8200, 8199, True, None),
     (2, 2048, 3000, False, None),
+    # Causal on the persistent grid in pairs (more pairs than SMs): the lower warpgroups release the key
+    # tiles past their rows' last key unread (fwd._attn_fwd_tile's OWN_TILES), N_q > N_k too.
+    (12, 2100, 2100, True, "3"),
+    (13, 2500, 1500, True, "3"),
 ]
 
 

@@ -1006,7 +1006,18 @@ def _attn_fwd_tile(
         and consumers == 2
         and not (HAS_SOFTCAP or HAS_ALIBI or HAS_DROPOUT or FP8)
     )
-    # Tiles [1, a) and [b_full, n_tiles) need the mask (tile 0 too); [a, b_full) every row sees in full.
+    # Three consumers under a window bounded on the right only (causal): the work tile's 192 rows reach up
+    # to two key tiles past a lower warpgroup's last key; that warpgroup takes its own tiles, n_steps, and
+    # releases the ring slots of the rest unread (wholly masked for its rows).
+    OWN_TILES: gl.constexpr = (
+        consumers == 3 and IS_LOCAL and not (HAS_WINDOW_LEFT or SPARSE_TILES or IS_VARLEN)
+    )
+    n_steps = n_tiles
+    if OWN_TILES:
+        # The warpgroup's last row sees the keys up to row0 + WG_ROWS − 1 + hi_diag; at least tile 0 (rows
+        # that see no key take it masked, as with two consumers).
+        n_steps = gl.minimum(gl.maximum(gl.cdiv(row0 + WG_ROWS + hi_diag, BLOCK_N), 1), n_tiles)
+    # Tiles [1, a) and [b_full, n_steps) need the mask (tile 0 too); [a, b_full) every row sees in full.
     n_mod = 0
     if SPARSE_TILES:
         # The partial blocks' tiles lead: with a mask_mod, tiles [1, a) take it (tile 0 if it is one).
@@ -1021,7 +1032,7 @@ def _attn_fwd_tile(
         first_partial = True
     else:
         a, b_full = _masked_steps(
-            row0, t_lo, n_tiles, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
+            row0, t_lo, n_steps, seqlen_k, lo_diag, hi_diag, BLOCK_N, IS_LOCAL, HAS_WINDOW_LEFT
         )
         # Tile 0 skips its mask where it can only on the persistent grid, in plain kernels with two
         # consumers (windows and causal included): elsewhere the second softmax step grew ptxas's stack
@@ -1099,19 +1110,28 @@ def _attn_fwd_tile(
         )  # fmt: skip
         acc, m_i, l_i, p = _attn_fwd_steps(
             acc, m_i, l_i, p, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, it, b_full,
-            n_tiles, t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
+            n_steps, t_lo, tiles, rows, scores, mod_args, WG, True, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP,
             HAS_ALIBI, P_OPERAND, BLOCK_N, STAGES, SPARSE_TILES, None, False, False, SPARSE_BLOCK_M,
             HAS_DROPOUT, LOCAL_OFFSETS, THREAD_RELEASE,
         )  # fmt: skip
         if PERSISTENT and not (STAGED_IN_Q or OUT_IN_Q):
             # Every S wgmma of this tile has retired: the producer may load Q into this buffer again.
             mbarrier.arrive(q_empty.index(q_buf), count=1)
-        last = (it + n_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((it + n_tiles - 1) // STAGES) & 1)
+        last = (it + n_steps - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((it + n_steps - 1) // STAGES) & 1)
         p_op = p if P_OPERAND else gl.convert_layout(p.to(v_smem.dtype), p_layout)
         o_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last)), acc, is_async=True)
         acc = _wait_pv(o_tok, p_op)
         _release(v_empty.index(last), THREAD_RELEASE)
+        if OWN_TILES:
+            # The other warpgroups' tiles: each slot released once loaded, in the ring's order (the
+            # producer refills in that order, so no wait here blocks it).
+            for j in range(n_steps, n_tiles):
+                e = it + j
+                mbarrier.wait(k_ready.index(e % STAGES), (e // STAGES) & 1)
+                _release(k_empty.index(e % STAGES), THREAD_RELEASE)
+                mbarrier.wait(v_ready.index(e % STAGES), (e // STAGES) & 1)
+                _release(v_empty.index(e % STAGES), THREAD_RELEASE)
     elif PERSISTENT:
         # No key tile: the producer's arrival on q_bar instead of Q (so this tile's turn is taken in order).
         mbarrier.wait(q_bar.index(q_buf), q_phase)
