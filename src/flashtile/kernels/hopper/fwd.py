@@ -80,9 +80,9 @@ CONSUMER_REGS_3 = gl.constexpr(160)
 # N = 512 / 1k / 2k / 4k, ±1 % from 8k; D = 128 6-11 % up to 4k, 5 % slower at 16k. H200, D = 256 (output
 # staged in the one Q buffer, output_in_q): 4 % / 0.5 % / 0 at N = 512 / 1k / 2k, causal 8-11 % to 4k.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_FWD_PERSISTENT"
-# Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200,
-# kernel time against two: 3-8 % faster from N = 2k without a mask; causal, 2 % faster at 8k and 4 % at
-# 16k, 3-6 % slower at 4k since two consumers got the one-compare mask (twenty-ninth session).
+# Three consumer warpgroups (192-row work tiles) at D = 64 from these query lengths (consumer_count); H200
+# against two: 3-8 % faster from N = 2k without a mask (kernel time); causal, since each warpgroup takes
+# only its own key tiles (s35a, bench), 2 % faster at 4k, 4 % at 8k, 6-9 % at 16k, 13-20 % slower below 4k.
 # FLASHTILE_HOPPER_FWD_CONSUMERS = 2 or 3 overrides the lengths (read at each launch).
 CONSUMERS_ENV = "FLASHTILE_HOPPER_FWD_CONSUMERS"
 # The two consumers' wgmma issues take turns (ping-pong, :func:`pingpong`) with softcap, ALiBi or dropout;
@@ -99,7 +99,7 @@ SOFTCAP_EXP2_SHARE = 4
 SOFTCAP_EXP2_MAX_HEAD_DIM = 64
 _EXP2_POLY = Knob(EXP2_POLY_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
-THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
+THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
 # program may have; the rest is for the mbarriers and the compiler's scratch): at D = 256 only with one
 # Q buffer staging the output (output_in_q).
@@ -1450,11 +1450,12 @@ def consumer_count(
     fp8: bool = False,
 ) -> int:
     """Consumer warpgroups a program has (``window_size`` normalised, causal (−1, 0)). Three, in 192-row
-    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 8192 causal: their
+    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 4096 causal: their
     160 registers a thread hold D = 64's accumulators with P as the wgmma operand, and the third warpgroup
-    hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, causal or in a
-    window, to the key tiles a warpgroup steps through wholly masked (docs/design/hopper.md, "Three
-    consumers at D = 64"). CONSUMERS_ENV = 2 or 3 overrides the length rule (3 only where D = 64 allows)."""
+    hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, in a window, to
+    the key tiles a warpgroup steps through wholly masked (causal, each takes only its own;
+    docs/design/hopper.md, "Three consumers at D = 64"). CONSUMERS_ENV = 2 or 3 overrides the length rule
+    (3 only where D = 64 allows)."""
     if head_dim != 64 or softcap or alibi or dropout_p or varlen or sparse or fp8:
         return 2
     forced = _CONSUMERS.get("").strip()
