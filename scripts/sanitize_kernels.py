@@ -40,6 +40,9 @@ Groups (``--only`` takes a comma-separated subset):
 - ``hopper_persistent_options``: softcap, ALiBi and dropout on the Gluon forward's persistent grid (D 64,
   128, 256; causal in pairs, rows that see no key), each with its backward; skipped unless the GPU has
   compute capability 9.x;
+- ``hopper_sink``: a learnable sink folded into the Gluon forward's epilogue (D 64, 128, 256; the persistent
+  grid, causal pairs, three consumers, a packed batch, rows that see no key), each with the portable
+  backward (which the Hopper backend sends a sink to); skipped unless the GPU has compute capability 9.x;
 - ``fp8``: the float8 forward (``flash_attn_fp8_func``, the portable kernel reading Vᵀ) at D 64/128/256,
   odd lengths, GQA/MQA, causal, windows and softcap, with descales.
 
@@ -77,7 +80,7 @@ import triton.language as tl
 GROUPS = (
     "hopper", "decode", "mods", "portable", "hopper_options", "hopper_sparse", "hopper_dropout",
     "hopper_persistent", "hopper_three", "hopper_paired", "hopper_d256", "fp8", "hopper_d256_persistent",
-    "hopper_persistent_options",
+    "hopper_persistent_options", "hopper_sink",
 )  # fmt: skip
 
 SHAPES = [
@@ -768,6 +771,49 @@ def hopper_persistent_option_cases() -> Iterator[Case]:
         yield Case("hopper_persistent_options", label, run)
 
 
+# A learnable sink in the Gluon forward (kernels/hopper/fwd.py, HAS_SINK): (batch, seqlen_q, seqlen_k, heads,
+# heads_kv, head dim, causal, options); the last case packed, with sequences that see no key.
+SINK_CASES = [
+    (8, 1023, 1025, 4, 2, 64, False, {}),
+    (2, 4100, 4099, 4, 2, 64, True, {}),
+    (13, 1500, 777, 3, 1, 128, True, dict(alibi=True, dropout_p=0.2)),
+    (12, 1100, 1100, 4, 2, 256, True, dict(softcap=10.0)),
+    (1, [(300, 200), (0, 5), (129, 255), (64, 0)], None, 4, 2, 128, True, {}),
+]
+
+
+def hopper_sink_cases() -> Iterator[Case]:
+    K = T.kernels
+    for i, (batch, sq, sk, h, hkv, d, causal, options) in enumerate(SINK_CASES):
+        dtype = DTYPES[i % 2]
+        shape = ("packed", sq) if sk is None else (batch, sq, sk, h, hkv, d)
+        label = f"hopper_sink fwd+bwd {_name(dtype)} D={d} {shape} causal={causal} {options}"
+
+        def run(
+            label=label,
+            batch=batch,
+            sq=sq,
+            sk=sk,
+            h=h,
+            hkv=hkv,
+            d=d,
+            causal=causal,
+            options=options,
+            dtype=dtype,
+        ):
+            if sk is None:
+                q, k, v, varlen = varlen_inputs(sq, h, hkv, d, d, dtype)
+            else:
+                q = randn(batch, sq, h, d, dtype=dtype)
+                k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
+                varlen = {}
+            kw = dict(option_kwargs(options, batch, h), learnable_sink=torch.randn(h, device=T.device))
+            window = (-1, 0) if causal else (-1, -1)
+            fwd_bwd(label, K.hopper_fwd, K.bwd, q, k, v, causal, window_size=window, **kw, **varlen)
+
+        yield Case("hopper_sink", label, run)
+
+
 def hopper_three_cases() -> Iterator[Case]:
     return _consumer_cases("hopper_three", THREE_AND_WINDOW_CASES)
 
@@ -850,6 +896,7 @@ BUILDERS = {
     "hopper_d256_persistent": hopper_d256_persistent_cases,
     "fp8": fp8_cases,
     "hopper_persistent_options": hopper_persistent_option_cases,
+    "hopper_sink": hopper_sink_cases,
 }
 
 

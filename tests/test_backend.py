@@ -98,7 +98,6 @@ UNSUPPORTED = [
         id="dropout-block-mask",
     ),
     pytest.param({}, dict(mods=Mods(mask_mod=masks.causal)), "without a block mask", id="mods"),
-    pytest.param({}, dict(learnable_sink=torch.zeros(4)), "learnable_sink", id="sink"),
     pytest.param(dict(head_dim_v=64), {}, "V head dim", id="dv64"),
 ]
 
@@ -115,6 +114,11 @@ SUPPORTED = [
     pytest.param(dict(window_size=(8, 8), softcap=5.0, alibi_slopes=torch.ones(4)), id="combined"),
     pytest.param(dict(dropout_p=0.1), id="dropout"),
     pytest.param(dict(window_size=(8, 0), softcap=5.0, dropout_p=0.3), id="dropout-combined"),
+    pytest.param(dict(learnable_sink=torch.zeros(4)), id="sink"),
+    pytest.param(
+        dict(window_size=(8, 0), alibi_slopes=torch.ones(4), learnable_sink=torch.zeros(4)),
+        id="sink-combined",
+    ),
 ]
 
 
@@ -154,7 +158,8 @@ def test_varlen_goes_to_the_gluon_forward_only_under_its_knob(hopper_everywhere,
     assert support.fwd_unsupported_reason(q, k, v, options) is None
     assert backend.launcher("hopper", "attn_fwd", q, k, v, options) is hopper.attn_fwd
     assert support.fwd_unsupported_reason(q, k, v, dict(varlen, dropout_p=0.1)) is None
-    assert "learnable_sink" in support.fwd_unsupported_reason(q, k, v, dict(varlen, learnable_sink=cu))
+    # A learnable sink is folded in the epilogue, packed batches included.
+    assert support.fwd_unsupported_reason(q, k, v, dict(varlen, learnable_sink=torch.zeros(4))) is None
     assert "V head dim" in support.fwd_unsupported_reason(q, k, v[..., :64].contiguous(), varlen)
     # Marked GPU-checked, no knob is needed.
     monkeypatch.delenv(support.VARLEN_ENV)
@@ -181,8 +186,10 @@ def test_ops_dispatch_through_the_table(hopper_everywhere, monkeypatch, seed):
     q, k, v = _qkv(head_dim=64)
     ops.run_attn_fwd(q, k, v, 0.125, True, "hopper", -1, 0)
     assert calls == [True]
-    # An fp16 call with a learnable sink is not the fast path's: the portable kernels run it (interpreted).
+    # An fp16 call with a V head dim other than Q's (and a learnable sink) is not the fast path's: the
+    # portable kernels run it (interpreted).
     q, k, v = (t.half() for t in _qkv(head_dim=64))
+    v = v[..., :32].contiguous()
     sink = torch.randn(4)
     out, _ = ops.run_attn_fwd(q, k, v, 0.125, False, "hopper", learnable_sink=sink)
     ref, _ = naive.attention(

@@ -544,6 +544,9 @@ def test_fast_path_takes_the_options_and_declines_the_rest():
         dict(mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 100, 90, 128))),
         # Dropout, alone and with the options (its mask drawn in the accumulator's layout).
         dict(dropout_p=0.1), dict(window_size=(8, 0), softcap=5.0, dropout_p=0.3),
+        # A learnable sink, folded into each row's softmax in the epilogue.
+        dict(learnable_sink=torch.zeros(4, device="cuda")),
+        dict(window_size=(8, 0), learnable_sink=torch.zeros(4, device="cuda"), dropout_p=0.1),
     ]  # fmt: skip
     for options in taken:
         assert support.fwd_unsupported_reason(q, k, v, options) is None, options
@@ -552,7 +555,6 @@ def test_fast_path_takes_the_options_and_declines_the_rest():
             dropout_p=0.1, mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 100, 90, 128))
         ),
         "without a block mask": dict(mods=Mods(mask_mod=masks.causal)),
-        "learnable_sink": dict(learnable_sink=torch.zeros(4, device="cuda")),
     }
     for reason, options in declined.items():
         assert reason in support.fwd_unsupported_reason(q, k, v, options)

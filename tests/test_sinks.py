@@ -211,6 +211,39 @@ def test_sink_kernels_match_oracle_gpu(case, seed):
     check_against_oracle(case, seed)
 
 
+def _hopper_cases() -> list:
+    cases = []
+    for dtype in (torch.float16, torch.bfloat16):
+        gpu = dict(dtype=dtype, device="cuda")
+        cases += [
+            SinkCase(((1023, 1025),) * 2, head_dim=128, **gpu),
+            # N_q > N_k causal: the first 248 rows see no key (out 0, lse = sink).
+            SinkCase(((1025, 777),) * 2, head_dim=64, causal=True, layout="mqa", **gpu),
+            # Three consumer warpgroups on the persistent grid (D = 64, causal from 4k rows).
+            SinkCase(((4100, 4099),), head_dim=64, causal=True, **gpu),
+            SinkCase(((2048, 2048),), head_dim=128, window=(128, 0), sink=8.0, **gpu),
+            SinkCase(((777, 1025),) * 2, head_dim=256, softcap=30.0, alibi=True, dropout_p=0.1, **gpu),
+            SinkCase(((700, 513),) * 2, head_dim=256, causal=True, sink=30.0, sink_const=True, **gpu),
+            SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True,
+                     head_dim=128, **gpu),
+        ]  # fmt: skip
+    return [pytest.param(c, id=c.id, marks=pytest.mark.gpu) for c in cases]
+
+
+@pytest.mark.parametrize("case", _hopper_cases())
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_sink_in_the_hopper_forward_matches_oracle(case, seed):
+    # The Gluon forward folds the sink in its epilogue; the backward (the Hopper backend's entry point,
+    # which sends a sink to the portable kernels) takes its LSE.
+    from flashtile.kernels import hopper
+
+    problem = make_problem(case)
+    if hopper.device_unsupported_reason(problem.q.device) is not None:
+        pytest.skip("the Gluon forward needs a Hopper GPU")
+    assert hopper.fwd_unsupported_reason(problem.q, problem.k, problem.v, problem.kwargs) is None, case.id
+    check_against_oracle(case, seed, (hopper.attn_fwd, hopper.attn_bwd))
+
+
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 

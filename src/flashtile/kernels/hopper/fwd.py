@@ -933,7 +933,8 @@ def _attn_fwd_tile(
     seqlen_q, seqlen_k = work[6:8]
     lo_diag, hi_diag, t_lo, n_tiles, tiles = work[9:]
     o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, total_q, qk_scale = program
-    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr, EXP2_SHARE = options
+    softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr, EXP2_SHARE = options[:8]
+    sink_ptr, HAS_SINK = options[8:]
     q_smem, o_smem, k_smem, v_smem = smem
     # Float8 q, k, v (docs/design/fp8.md): the fp32 descales of (batch, query head) at descale_ptr, (B, H, 3)
     # (q's, k's, v's), fold into the scale and the output; the output is staged in a buffer of its own
@@ -1140,6 +1141,17 @@ def _attn_fwd_tile(
         elif not OUT_IN_Q:
             mbarrier.arrive(q_empty.index(q_buf), count=1)
 
+    if HAS_SINK:
+        # The sink joins the row's softmax as a key with no value row, the max moving to max(m, sink) so
+        # that ℓ cannot overflow; a row that saw no key ends at ℓ = 1, m = sink: out 0, lse = sink.
+        sink2 = gl.load(sink_ptr + h) * LOG2_E_C
+        m_new = gl.maximum(m_i, sink2)
+        # A sink of −inf on a row with no key keeps ℓ = 0 (out 0, lse −inf) without −inf − (−inf).
+        m_ref = gl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_ref)
+        l_i = l_i * alpha + gl.exp2(sink2 - m_ref)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
+        m_i = m_new
     # Rows that saw no key have ℓ = 0: their output is 0 and their log-sum-exp −inf.
     l_o = gl.convert_layout(l_i, o_rows)
     if HAS_DROPOUT:
@@ -1209,20 +1221,22 @@ SIZE_ARGS = ["seqlen_q", "seqlen_k", "num_m_blocks", "total_work", "H", "GROUP",
 def attn_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, o_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
     kv_count_ptr, kv_index_ptr, full_kv_count_ptr, full_kv_index_ptr, aux, rng_state_ptr, descale_ptr,
-    seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, m_magic, m_shift, h_magic, h_shift, p_magic,
-    p_shift, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold,
-    dropout_keep_frac, list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
+    sink_ptr, seqlen_q, seqlen_k, num_m_blocks, total_work, H, GROUP, m_magic, m_shift, h_magic, h_shift,
+    p_magic, p_shift, qk_scale, window_left, window_right, softcap_qk, softcap_out, stride_alibi_b,
+    dropout_threshold, dropout_keep_frac, list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
     HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
     SPARSE_BLOCK_M: gl.constexpr, SPARSE_TILES: gl.constexpr, MASK_MOD: gl.constexpr,
     MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
-    Q_BUFS: gl.constexpr, PINGPONG: gl.constexpr, EXP2_SHARE: gl.constexpr,
+    Q_BUFS: gl.constexpr, PINGPONG: gl.constexpr, EXP2_SHARE: gl.constexpr, HAS_SINK: gl.constexpr,
 ):  # fmt: skip
     """IS_LOCAL: the right side of the window is bounded (causal: window_right = 0); HAS_WINDOW_LEFT: the
     left side is (window_left); HAS_SOFTCAP: softcap_qk = scale / c, softcap_out = c·log2(e); HAS_ALIBI:
     fp32 slopes at alibi_ptr + b·stride_alibi_b + h (any pointer without); HAS_DROPOUT: the int64 (seed,
     offset) at rng_state_ptr draws kernels/_dropout.py's mask, an entry kept iff its draw ≥
-    dropout_threshold, the output scaled by 1 / dropout_keep_frac (= 1 − p; any pointer and values without).
+    dropout_threshold, the output scaled by 1 / dropout_keep_frac (= 1 − p; any pointer and values without);
+    HAS_SINK: each query head's learnable sink, fp32 at sink_ptr + h, joins every row's softmax once after its
+    last key tile (docs/design/sinks.md; any pointer without).
 
     IS_VARLEN: q/k/v are packed (total, H, D) behind rank-3 descriptors, seqlen_q/k the totals, sequence b
     the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into [0, total]); the output goes to the packed
@@ -1331,7 +1345,10 @@ def attn_fwd_kernel(
             return
     program = (o_desc, o_ptr, lse_ptr, cu_seqlens_q_ptr, H, seqlen_q, qk_scale)
     drop_args = (rng_state_ptr, dropout_threshold, dropout_keep_frac)
-    options = (softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr, EXP2_SHARE)
+    options = (
+        softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, aux, drop_args, descale_ptr, EXP2_SHARE, sink_ptr,
+        HAS_SINK,
+    )  # fmt: skip
     consumer_smem = (q_smem, o_smem, k_smem, v_smem)
     # The default partition (the kernel's num_warps = 4 warps) is the producer: one warp would be padded to a
     # warpgroup anyway, and setmaxnreg then hands the consumer warpgroups CONSUMER_REGS registers a thread.
@@ -1633,7 +1650,7 @@ def sparse_arguments(sparse: Sparse | None, tile: int, side: str = "kv") -> dict
 FWD_POINTERS = (
     "q_desc", "k_desc", "v_desc", "o_desc", "lse_ptr", "alibi_ptr", "o_ptr", "cu_seqlens_q_ptr",
     "cu_seqlens_k_ptr", "kv_count_ptr", "kv_index_ptr", "full_kv_count_ptr", "full_kv_index_ptr", "aux",
-    "rng_state_ptr", "descale_ptr",
+    "rng_state_ptr", "descale_ptr", "sink_ptr",
 )  # fmt: skip
 
 
@@ -1662,6 +1679,7 @@ def _fwd_launch(
     pingpong_forced: str = "",
     fp8: bool = False,
     exp2_forced: str = "",
+    sink: bool = False,
 ) -> KernelLaunch:
     """Dense: ``seqlen_q/k`` are N_q, N_k. Varlen: ``varlen`` is (total_q, total_k, grid_seqlen(max_seqlen_q),
     grid_seqlen(max_seqlen_k)) and ``seqlen_q/k`` are unused (pass 0): the work tiles cover the rounded
@@ -1671,7 +1689,7 @@ def _fwd_launch(
     programs as SMs (or work tiles, if fewer), else one program a work tile (PERSISTENT_ENV).
     ``pingpong_forced``: PINGPONG_ENV's value (:func:`pingpong`). ``fp8``: float8 inputs (one program a
     work tile: the bf16 output's staging buffer needs its own shared memory). ``exp2_forced``:
-    EXP2_POLY_ENV's value (:func:`exp2_share`)."""
+    EXP2_POLY_ENV's value (:func:`exp2_share`). ``sink``: a learnable sink (HAS_SINK)."""
     if varlen is None:
         totals, longest = (seqlen_q, seqlen_k), (seqlen_q, seqlen_k)
     else:
@@ -1684,7 +1702,7 @@ def _fwd_launch(
         qk_scale=softmax_scale * LOG2_E, HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages,
         IS_VARLEN=varlen is not None, CONSUMERS=consumers,
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
-        **sparse_arguments(sparse, block_n),
+        **sparse_arguments(sparse, block_n), HAS_SINK=sink,
     )  # fmt: skip
     values["EXP2_SHARE"] = exp2_share(values, exp2_forced)
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
@@ -1715,9 +1733,11 @@ def launch_for(
     sparse: Sparse | None,
     cfg: configs.HopperFwdConfig,
     fp8: bool = False,
+    sink: bool = False,
 ) -> KernelLaunch:
     """The prepared launch of a call :func:`attn_fwd` runs (its arguments as there, the scale positive;
-    dense ``seqlen_q/k`` N_q and N_k, 0 for a packed batch, whose ``varlen`` is :func:`_fwd_launch`'s)."""
+    dense ``seqlen_q/k`` N_q and N_k, 0 for a packed batch, whose ``varlen`` is :func:`_fwd_launch`'s;
+    ``sink``: a learnable sink)."""
     head_dim = q.shape[-1]
     return _fwd_launch(
         q.device, batch, seqlen_q, seqlen_k, q.shape[-2], k.shape[-2], head_dim, softmax_scale, causal,
@@ -1730,6 +1750,7 @@ def launch_for(
         _PINGPONG.get(""),
         fp8,
         _EXP2_POLY.get(""),
+        sink,
     )  # fmt: skip
 
 
@@ -1755,15 +1776,16 @@ def attn_fwd(
     descale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable launcher's contract (docs/design/options.md) for calls the fast path supports
-    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no learnable_sink, no
-    score_mod, V's head dim Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1, or varlen
+    (:func:`flashtile.kernels.hopper.support.fwd_unsupported_reason` is None: no score_mod, V's head dim
+    Q's): q (B, N_q, H, D), k/v (B, N_k, H_KV, D) with N_q, N_k ≥ 1, or varlen
     (cu_seqlens_q/k int32 (B + 1,), max_seqlen_q/k) q (total_q, H, D), k/v (total_k, H_KV, D) giving out
     (total_q, H, D) and lse (H, total_q);
     ``window_size`` normalised (causal is (−1, 0), −1 unlimited), ``softcap`` ≥ 0 (0 off), ``alibi_slopes``
     None or fp32 (H,) / (B, H) on q's device. Returns ``out`` (B, N_q, H, D) in q's dtype and ``lse``
     (B, H, N_q) float32, natural log: those of the portable forward, a row that sees no key giving out 0 and
     lse −inf. Float8 e4m3 q, k, v (dense, no ALiBi, dropout or mods) take ``descale`` (B, H_KV, 3) fp32, as
-    the portable forward does (docs/design/fp8.md); ``out`` is then bfloat16."""
+    the portable forward does (docs/design/fp8.md); ``out`` is then bfloat16. ``learnable_sink``: None or
+    fp32 (H,), folded into each row's softmax (the LSE includes it, as the portable forward's)."""
     heads, head_dim = q.shape[-2], q.shape[-1]
     fp8 = descale is not None
     out = torch.empty(q.shape, dtype=torch.bfloat16 if fp8 else q.dtype, device=q.device)
@@ -1797,7 +1819,7 @@ def attn_fwd(
         lists = km.list_args("kv", False) + km.list_args("kv", True)
     launch = launch_for(
         q, k, batch, seqlen_q, seqlen_k, softmax_scale, causal, window_size, softcap, slopes, dropout_p,
-        varlen, sparse, cfg, fp8,
+        varlen, sparse, cfg, fp8, learnable_sink is not None,
     )  # fmt: skip
     q_desc = _descriptor(q, WG_ROWS.value)
     if fp8:
@@ -1815,6 +1837,6 @@ def attn_fwd(
     launch(
         q_desc, _descriptor(k, cfg.BLOCK_N), v_desc, o_desc, lse, lse if slopes is None else slopes, o_ptr,
         cu_q, cu_k, *lists, sparse_aux(km, sparse), lse if rng_state is None else rng_state,
-        lse if descale is None else descale,
+        lse if descale is None else descale, lse if learnable_sink is None else learnable_sink.contiguous(),
     )  # fmt: skip
     return out, lse

@@ -128,7 +128,7 @@ class PlainAttention:
         return (
             self._q.over(q), self._k.over(k), self._v.over(v), self._o.over(out), lse,
             lse if slopes is None else slopes, lse, lse, lse, lse, lse, lse, lse, self._aux,
-            lse if rng_state is None else rng_state, lse,
+            lse if rng_state is None else rng_state, lse, lse,
         )  # fmt: skip
 
     def forward(

@@ -49,6 +49,8 @@ FWD_OPTION_WORDS = {
     "bits": dict(sparse=True, mask_mod="bits"),
     # Three consumer warpgroups (D = 64 at long rows: fwd.consumer_count).
     "three": dict(consumers=3),
+    # A learnable sink, folded into each row's softmax after its last key tile.
+    "sink": dict(sink=True),
 }
 # Option variants compiled for every head dim in bf16, and the combination in fp16 too (the two dtypes
 # differ in their conversions only, and dense and causal compile in both).
@@ -58,6 +60,8 @@ FWD_OPTION_VARIANTS = (
 )  # fmt: skip
 # Varlen variants, compiled for every head dim in both dtypes (docs/design/hopper.md, "Variable length").
 FWD_VARLEN_VARIANTS = ("varlen", "varlen+causal", "varlen+window+softcap+alibi", "varlen+causal+dropout")
+# Learnable-sink variants, compiled for every head dim in bf16.
+FWD_SINK_VARIANTS = ("causal+sink", "window+softcap+alibi+dropout+sink", "varlen+causal+sink")
 # Block-sparse variants, compiled for every head dim in bf16 (and the plain one in fp16).
 FWD_SPARSE_VARIANTS = ("sparse", "sparse+causal", "mod", "bits")
 
@@ -75,6 +79,9 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SPARSE_VARIANTS]
     # Three consumer warpgroups: D = 64 only, dense and causal, both dtypes.
     cases += [(64, v, t) for v in ("full+three", "causal+three") for t in DTYPES]
+    # A learnable sink (the epilogue only): every head dim, with the options and packed batches it meets.
+    cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SINK_VARIANTS]
+    cases += [(64, "causal+three+sink", "bf16")]
     # The float8 forward (flashtile.fp8): dense and causal at every head dim, windows and softcap at 128.
     cases += [(d, v, "fp8e4nv") for d in HOPPER_FWD_HEAD_DIMS for v in ("full", "causal")]
     cases += [(128, "window+softcap", "fp8e4nv")]
@@ -114,7 +121,7 @@ def fwd_options(variant: str, block_n: int, seqlen: int = SEQLEN) -> dict[str, o
         sparse = (128, 128, (0, 0, seqlen // 128), mask_mod, False, bits)
     return {
         **args, "IS_VARLEN": bool(opts.get("varlen")), "CONSUMERS": opts.get("consumers", 2),
-        **fwd.sparse_arguments(sparse, block_n),
+        **fwd.sparse_arguments(sparse, block_n), "HAS_SINK": bool(opts.get("sink")),
     }  # fmt: skip
 
 
@@ -176,6 +183,8 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
         rng_state_ptr="*i64" if options["HAS_DROPOUT"] else "*fp32",
         # The float8 forward's descales (fp32); the LSE without.
         descale_ptr="*fp32",
+        # The learnable sink (fp32), or the LSE without.
+        sink_ptr="*fp32",
         dropout_threshold="i32",
         dropout_keep_frac="fp32",
         list_stride_b="i32",

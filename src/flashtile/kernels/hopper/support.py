@@ -125,7 +125,7 @@ def fwd_unsupported_reason(
     fp16/bf16 at head dims 64, 128 and 256 (V's the same) that TMA can read in place, causal or not, with
     any sliding window, softcap, ALiBi slopes and dropout, and packed (varlen) batches of the same when
     :func:`varlen_routed`, and the block masks :func:`block_mask_unsupported_reason` accepts (without
-    dropout); ``score_mod`` and a learnable sink go to the portable kernels."""
+    dropout), each with a learnable sink; ``score_mod`` goes to the portable kernels."""
     reason = device_unsupported_reason(q.device)
     if reason is not None:
         return reason
@@ -146,8 +146,6 @@ def fwd_unsupported_reason(
     reason = block_mask_unsupported_reason(options.get("mods"), options.get("cu_seqlens_q") is not None)
     if reason is not None:
         return reason
-    if options.get("learnable_sink") is not None:
-        return "learnable_sink is not in the Hopper forward yet"
     for name, t in (("q", q), ("k", k), ("v", v)):
         reason = _tma_unreadable(name, t)
         if reason is not None:
