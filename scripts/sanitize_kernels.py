@@ -41,8 +41,9 @@ Groups (``--only`` takes a comma-separated subset):
   128, 256; causal in pairs, rows that see no key), each with its backward; skipped unless the GPU has
   compute capability 9.x;
 - ``hopper_sink``: a learnable sink folded into the Gluon forward's epilogue (D 64, 128, 256; the persistent
-  grid, causal pairs, three consumers, a packed batch, rows that see no key), each with the portable
-  backward (which the Hopper backend sends a sink to); skipped unless the GPU has compute capability 9.x;
+  grid, causal pairs, three consumers, a packed batch, rows that see no key), each with its backward (the
+  Gluon one, which sums the sink's gradient, at D = 64 without softcap; the portable one else);
+  skipped unless the GPU has compute capability 9.x;
 - ``fp8``: the float8 forward (``flash_attn_fp8_func``, the portable kernel reading Vᵀ) at D 64/128/256,
   odd lengths, GQA/MQA, causal, windows and softcap, with descales.
 
@@ -777,8 +778,10 @@ SINK_CASES = [
     (8, 1023, 1025, 4, 2, 64, False, {}),
     (2, 4100, 4099, 4, 2, 64, True, {}),
     (13, 1500, 777, 3, 1, 128, True, dict(alibi=True, dropout_p=0.2)),
+    (13, 777, 1500, 3, 1, 64, True, dict(alibi=True, dropout_p=0.2)),
     (12, 1100, 1100, 4, 2, 256, True, dict(softcap=10.0)),
     (1, [(300, 200), (0, 5), (129, 255), (64, 0)], None, 4, 2, 128, True, {}),
+    (1, [(300, 200), (0, 5), (129, 255), (64, 0)], None, 4, 2, 64, False, dict(window_size=(50, 7))),
 ]
 
 
@@ -808,8 +811,10 @@ def hopper_sink_cases() -> Iterator[Case]:
                 k, v = (randn(batch, sk, hkv, d, dtype=dtype) for _ in range(2))
                 varlen = {}
             kw = dict(option_kwargs(options, batch, h), learnable_sink=torch.randn(h, device=T.device))
-            window = (-1, 0) if causal else (-1, -1)
-            fwd_bwd(label, K.hopper_fwd, K.bwd, q, k, v, causal, window_size=window, **kw, **varlen)
+            window = kw.pop("window_size", (-1, 0) if causal else (-1, -1))
+            # The Gluon backward sums the sink's gradient at D = 64 without softcap; the portable one else.
+            bwd = K.hopper_bwd if d == 64 and not options.get("softcap") else K.bwd
+            fwd_bwd(label, K.hopper_fwd, bwd, q, k, v, causal, window_size=window, **kw, **varlen)
 
         yield Case("hopper_sink", label, run)
 

@@ -235,15 +235,27 @@ class _ClaimsCuda(torch.Tensor):
 @pytest.mark.parametrize(
     ("options", "head_dim_v", "reason"),
     [
-        pytest.param(dict(learnable_sink=torch.zeros(4)), None, "learnable_sink", id="sink"),
+        pytest.param(
+            dict(learnable_sink=torch.zeros(4), softcap=5.0),
+            None,
+            "a learnable sink with softcap",
+            id="sink-softcap",
+        ),
+        pytest.param(
+            dict(learnable_sink=torch.zeros(4), deterministic=True),
+            None,
+            "sink with deterministic",
+            id="sink-det",
+        ),
         pytest.param({}, 64, "V head dim (64) other than Q/K's (128)", id="dv64"),
     ],
 )
-def test_gluon_backward_declines_sinks_and_other_v_head_dims(monkeypatch, options, head_dim_v, reason):
+def test_gluon_backward_declines_what_it_does_not_run(monkeypatch, options, head_dim_v, reason):
     from flashtile.kernels import bwd as portable_bwd
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
-    q, k, v = _qkv(head_dim_v=head_dim_v)
+    # A sink is the Gluon backward's at D = 64 (test below) but for these options.
+    q, k, v = _qkv(head_dim=128 if head_dim_v else 64, head_dim_v=head_dim_v)
     # The reason lies past the device check: q claims to be on an sm_90 GPU.
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     on_gpu = q.as_subclass(_ClaimsCuda)
@@ -252,6 +264,21 @@ def test_gluon_backward_declines_sinks_and_other_v_head_dims(monkeypatch, option
     returned = (q, k, v) if head_dim_v else (q, k, v, torch.ones(4))
     monkeypatch.setattr(portable_bwd, "attn_bwd", lambda *a, **kw: returned)
     assert hopper.attn_bwd(q, q, k, v, q, None, 0.1, False, **options) is returned
+
+
+def test_gluon_backward_takes_a_learnable_sink_at_head_dim_64(monkeypatch):
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    declined = "the Gluon backward takes it at 64"
+    for head_dim, reason in ((64, None), (128, declined), (96, declined), (256, declined)):
+        q, k, v = _qkv(head_dim=head_dim)
+        on_gpu = q.as_subclass(_ClaimsCuda)
+        options = dict(learnable_sink=torch.zeros(4), window_size=(-1, 0))
+        if head_dim == 64:
+            options.update(window_size=(8, 0), dropout_p=0.1)
+        got = gluon_bwd.bwd_unsupported_reason(on_gpu, k, v, q, options)
+        assert got == reason if reason is None else reason in got, (head_dim, got)
 
 
 @pytest.mark.parametrize("entry", ["attn_fwd", "attn_bwd"])

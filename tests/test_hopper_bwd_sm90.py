@@ -83,6 +83,10 @@ OPTION_JOBS += [
     for d in (64, 128)
     for mask in ("dropout", "causal+dropout", "local+softcap+alibi+dropout", "causal+varlen+dropout")
 ]
+# A learnable sink's gradient (_sink_share): at D = 64 only, in the "m64" variant every sink call takes;
+# alone, causal, beside a window, ALiBi and dropout, packed, and with a block mask.
+SINK_MASKS = ("sink", "causal+sink", "local+alibi+dropout+sink", "causal+varlen+sink", "causal+sparse+sink")
+OPTION_JOBS += [(64, "m64", mask, False) for mask in SINK_MASKS]
 
 
 def test_hopper_bwd_options_compile_for_sm90_without_local_memory():

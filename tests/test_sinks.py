@@ -226,21 +226,30 @@ def _hopper_cases() -> list:
             SinkCase(((700, 513),) * 2, head_dim=256, causal=True, sink=30.0, sink_const=True, **gpu),
             SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True,
                      head_dim=128, **gpu),
+            SinkCase(((513, 700), (64, 0), (1, 300)), varlen=True, window=(100, 0), dropout_p=0.2,
+                     head_dim=64, layout="mqa", **gpu),
+            SinkCase(((1100, 1100),) * 3, head_dim=64, alibi=True, dropout_p=0.1, causal=True, **gpu),
+            SinkCase(((1023, 1025),) * 2, head_dim=64, window=(300, 40), layout="mha", **gpu),
         ]  # fmt: skip
     return [pytest.param(c, id=c.id, marks=pytest.mark.gpu) for c in cases]
 
 
 @pytest.mark.parametrize("case", _hopper_cases())
 @pytest.mark.usefixtures("nan_poisoned_allocations")
-def test_sink_in_the_hopper_forward_matches_oracle(case, seed):
-    # The Gluon forward folds the sink in its epilogue; the backward (the Hopper backend's entry point,
-    # which sends a sink to the portable kernels) takes its LSE.
+def test_sink_in_the_hopper_kernels_matches_oracle(case, seed):
+    # The Gluon forward folds the sink in its epilogue; the Gluon backward sums the sink's gradient at head
+    # dim 64 without softcap (the Hopper backend's entry point sends the rest to the portable one).
     from flashtile.kernels import hopper
+    from flashtile.kernels.hopper import bwd as gluon_bwd
 
     problem = make_problem(case)
     if hopper.device_unsupported_reason(problem.q.device) is not None:
-        pytest.skip("the Gluon forward needs a Hopper GPU")
+        pytest.skip("the Gluon kernels need a Hopper GPU")
     assert hopper.fwd_unsupported_reason(problem.q, problem.k, problem.v, problem.kwargs) is None, case.id
+    window = hopper.bwd_window(case.causal, problem.kwargs["window_size"])
+    checked = {**problem.kwargs, "window_size": window}
+    reason = gluon_bwd.bwd_unsupported_reason(problem.q, problem.k, problem.v, problem.dout, checked)
+    assert (reason is None) == (case.head_dim == 64 and not case.softcap), (case.id, reason)
     check_against_oracle(case, seed, (hopper.attn_fwd, hopper.attn_bwd))
 
 

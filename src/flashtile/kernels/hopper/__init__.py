@@ -87,8 +87,7 @@ def attn_bwd(
 ) -> tuple[torch.Tensor, ...]:
     """The Gluon backward (:mod:`flashtile.kernels.hopper.bwd`) for the calls it covers, the portable Triton
     backward for the others; both take the ``(out, lse)`` of either forward unchanged. Returns what the
-    portable launcher returns: ``(dq, dk, dv)``, and the sink's gradient with a ``learnable_sink`` (which
-    the Gluon backward declines)."""
+    portable launcher returns: ``(dq, dk, dv)``, and the sink's gradient with a ``learnable_sink``."""
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
     window = bwd_window(causal, options.get("window_size", (-1, -1)))

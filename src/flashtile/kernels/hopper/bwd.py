@@ -466,6 +466,17 @@ def _alibi_probs(score, factor, lse, slope, rows, query_offsets, q0):
 
 
 @gluon.jit
+def _sink_share(pt, dp, lse2, sink_ptr, h):
+    """Each key row's part of Σ_i P_sink,i · Σ_j P_ij·dP_ij over this tile's queries (Pᵀ and dPᵀ tiles,
+    [keys, queries]; dP with dropout's mask and scale), P_sink,i = 2^(σ_h·log2 e − lse2_i) with the base-2
+    LSE (+inf on padding rows: 0). Σ_j P·dP is accumulated in fp32 here rather than taken as dO·O from the
+    stored output, whose rounding the sum over every row of a head would magnify (docs/design/sinks.md,
+    "Which Δ")."""
+    p_sink = gl.exp2(gl.load(sink_ptr + h) * LOG2_E_C - lse2)
+    return gl.sum(pt * dp * p_sink[None, :], axis=1)
+
+
+@gluon.jit
 def _consumer(
     descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
@@ -477,8 +488,10 @@ def _consumer(
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b,
-    drop_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold, 1 / (1 − p)),
-    under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P and dP.
+    drop_args, sink_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
+    1 / (1 − p)), under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P
+    and dP; ``sink_args`` (sink_ptr, dsink_ptr, HAS_SINK): each query head's sink logit (fp32), and its
+    gradient's fp32 sum −Σ P_sink·Σ_j P·dP (docs/design/sinks.md), added into dsink_ptr + h once a head.
     IS_VARLEN: the sequence's rows start at packed rows q_off and k_off; the rows past its ends (the next
     sequence's) are masked out of P and dS, and dK, dV go out by row-masked pointer stores to dk_ptr, dv_ptr
     (VARLEN_TMA_STORE: by TMA boxes where the block lies wholly inside its sequence, the pointer stores for a
@@ -488,7 +501,9 @@ def _consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty, ds_ready, THREAD_RELEASE = bars
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
-    window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args = options
+    window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options[:6]
+    drop_args, sink_args = options[6:]
+    sink_ptr, dsink_ptr, HAS_SINK = sink_args
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -538,6 +553,8 @@ def _consumer(
     ALIBI_SPLIT: gl.constexpr = HAS_ALIBI and IS_CAUSAL and not (HAS_SOFTCAP or HAS_DROPOUT or IS_LOCAL)
     if ALIBI_OFFSETS:
         alibi_cols = gl.arange(0, BM, layout=col_layout).to(gl.float32)
+    # The sink's gradient, each key row's share summed over its query blocks (two registers a thread).
+    sink_rows = gl.zeros([WG_ROWS], gl.float32, row_layout)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
@@ -624,6 +641,9 @@ def _consumer(
             if HAS_DROPOUT:
                 # dP of the dropped P: the forward's mask and 1 / (1 − p); Δ already is that of the output.
                 dpt = gl.where(dropout.kept(*drawn), dpt * drop_args[2], 0.0)
+            if HAS_SINK:
+                # (No softcap here: bwd_unsupported_reason, so pt is P.)
+                sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h)
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
@@ -647,9 +667,14 @@ def _consumer(
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             if HAS_DROPOUT:
                 kept = dropout.kept(*drawn)
-                dst = pt * (gl.where(kept, dpt * drop_args[2], 0.0) - delta[None, :])
+                dp = gl.where(kept, dpt * drop_args[2], 0.0)
+                if HAS_SINK:
+                    sink_rows += _sink_share(pt, dp, lse, sink_ptr, h)
+                dst = pt * (dp - delta[None, :])
                 p_op = gl.convert_layout(dropout.keep_pairs(pt * drop_args[2], *drawn, dtype), a_layout)
             else:
+                if HAS_SINK:
+                    sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h)
                 dst = pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
@@ -699,6 +724,12 @@ def _consumer(
         else:
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
             _release(qdo_empty.index(s), THREAD_RELEASE)
+        if HAS_SINK:  # noqa: SIM102 (a constexpr test, then a runtime one)
+            if it % per_head == per_head - 1:
+                # Head h's last query block: this warpgroup's share, one atomic add (in no fixed order,
+                # so deterministic=True takes the portable backward).
+                gl.atomic_add(dsink_ptr + h, -gl.sum(sink_rows, axis=0))
+                sink_rows = gl.zeros([WG_ROWS], gl.float32, row_layout)
     tma.store_wait(0)
 
     if IS_VARLEN:
@@ -883,7 +914,7 @@ def _consumer_dim(
 def attn_bwd_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_desc, dv_desc,
     alibi_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, dk_ptr, dv_ptr,
-    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux, rng_state_ptr,
+    q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux, rng_state_ptr, sink_ptr, dsink_ptr,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac,
     list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
@@ -892,7 +923,7 @@ def attn_bwd_kernel(
     IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_SINK: gl.constexpr,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
     window (IS_LOCAL, not the plain causal mask), softcap, ALiBi and dropout (HAS_DROPOUT: the forward's
@@ -977,7 +1008,10 @@ def attn_bwd_kernel(
         stats_off,
     )  # fmt: skip
     drop_args = (rng_state_ptr, dropout_threshold, 1.0 / dropout_keep_frac)
-    options = (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args)
+    sink_args = (sink_ptr, dsink_ptr, HAS_SINK)
+    options = (
+        window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args, sink_args
+    )  # fmt: skip
     lists = (
         q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, list_stride_b, list_stride_h,
         list_row_len, aux,
@@ -1240,7 +1274,14 @@ def bwd_unsupported_reason(
         if group > 1 and mods.block_mask.q_num_blocks.shape[1] > 1:
             return "a block mask that differs between the query heads of a KV head (GQA)"
     if options.get("learnable_sink") is not None:
-        return "learnable_sink"
+        # The sink's gradient sums P·dP over the "keys" split's tiles (_sink_share) by atomic adds: at D = 64
+        # only, where its registers fit (sm_90: at D = 128 the key loop's spills went from 2 to 126).
+        if head_dim != 64:
+            return f"a learnable sink at head dim {head_dim} (the Gluon backward takes it at 64)"
+        if options.get("deterministic"):
+            return "a learnable sink with deterministic=True"
+        if options.get("softcap", 0.0):
+            return "a learnable sink with softcap"
     if q.numel() == 0 or k.numel() == 0:
         return "empty tensors (nothing to launch)"
     rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
@@ -1264,10 +1305,11 @@ def attn_bwd(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
     **options: Any,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """The backward on Hopper; the contract of ``flashtile.kernels.bwd.attn_bwd``: q, dout, out
     (B, N_q, H, D), k, v (B, N_k, H_KV, D), fp16/bf16, D in ``SUPPORTED_HEAD_DIMS``; lse (B, H, N_q) fp32
-    natural log. Returns dq, dk, dv, contiguous, in the dtypes and shapes of q, k, v.
+    natural log. Returns dq, dk, dv, contiguous, in the dtypes and shapes of q, k, v, and with a
+    ``learnable_sink`` its fp32 gradient (H,) fourth.
     ``deterministic=True`` computes dQ in a second kernel that owns its rows, so the result is bitwise
     the same every run. ``FLASHTILE_HOPPER_BWD_VARIANT`` picks the fused kernel's configuration.
 
@@ -1300,10 +1342,11 @@ def launch_supported(
     softcap: float,
     alibi_slopes: torch.Tensor | None,
     options: Mapping[str, Any],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """:func:`attn_bwd` for a call :func:`bwd_unsupported_reason` has accepted (the backend's router checks
     once: the check costs host time at every layer of every step); ``window_size`` has causal's right side
-    0 already, ``options`` the other launcher keywords."""
+    0 already, ``options`` the other launcher keywords. Returns (dq, dk, dv), and the sink's fp32 gradient
+    (H,) fourth with a ``learnable_sink``."""
     is_causal = window_size == (-1, 0)
     packed = None
     if options.get("cu_seqlens_q") is not None:
@@ -1317,6 +1360,7 @@ def launch_supported(
         options.get("mods"),
         dropout_p,
         options.get("rng_state"),
+        options.get("learnable_sink"),
     )
     head_dim = q.shape[-1]
     padded = PADDED_HEAD_DIM.get(head_dim)
@@ -1324,7 +1368,8 @@ def launch_supported(
         return _launch(dout, q, k, v, out, lse, softmax_scale, is_causal, deterministic, *extra)
     wide = [torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (dout, q, k, v, out)]
     grads = _launch(*wide, lse, softmax_scale, is_causal, deterministic, *extra)
-    return tuple(g[..., :head_dim].contiguous() for g in grads)
+    # dQ, dK, dV back to the head dim; the sink's gradient (if any) has none.
+    return (*(g[..., :head_dim].contiguous() for g in grads[:3]), *grads[3:])
 
 
 # The tensors of each launch, in its kernel's parameter order.
@@ -1334,7 +1379,8 @@ PREPROCESS_POINTERS = (
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
     "alibi_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "dk_ptr", "dv_ptr",
-    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr", "aux", "rng_state_ptr",
+    "q_count_ptr", "q_index_ptr", "full_q_count_ptr", "full_q_index_ptr", "aux", "rng_state_ptr", "sink_ptr",
+    "dsink_ptr",
 )  # fmt: skip
 DQ_POINTERS = ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc", "lse_ptr", "delta_ptr")
 POSTPROCESS_POINTERS = ("src_ptr", "dst_ptr", "cu_seqlens_ptr")
@@ -1367,6 +1413,7 @@ def _bwd_launches(
     varlen_tma_store: bool = False,
     sparse: Sparse | None = None,
     dropout_p: float = 0.0,
+    sink: bool = False,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1376,7 +1423,8 @@ def _bwd_launches(
     of sequences, grid_seqlen(max_seqlen_q), grid_seqlen(max_seqlen_k)): the grid covers the rounded
     longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the packed epilogue's TMA
     boxes (``VARLEN_TMA_STORE_ENV``: on unless it is "0"); ``sparse``: a block mask's
-    :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout)."""
+    :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout);
+    ``sink``: a learnable sink (its gradient summed in the fused kernel)."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1412,7 +1460,7 @@ def _bwd_launches(
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
             VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
-            **sparse_arguments(sparse, bm, "q"),
+            **sparse_arguments(sparse, bm, "q"), HAS_SINK=sink,
         ),
         {"num_warps": FUSED_WARPS, "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
@@ -1456,12 +1504,15 @@ def _launch(
     mods: Mods | None = None,
     dropout_p: float = 0.0,
     rng_state: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    learnable_sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
     """The kernels for validated inputs whose head dim has a kernel (64, 128, 256); the window with
     causal's (−1, 0) when ``is_causal``. ``packed``: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k) of a varlen batch, whose q/k/v/dout/out are (total, H, D) and LSE (H, total_q);
     ``mods``: a block mask (and its mask_mod) the fused kernel takes, or None; ``dropout_p`` > 0 with the
-    forward's ``rng_state``: dropout."""
+    forward's ``rng_state``: dropout; ``learnable_sink`` fp32 (H,): its gradient is returned fourth."""
+    # The sink's gradient, summed by atomic adds (a head whose rows see no key gets 0).
+    dsink = () if learnable_sink is None else (torch.zeros_like(learnable_sink, dtype=torch.float32),)
     varlen = None
     cu_q = cu_k = None
     if packed is not None:
@@ -1469,17 +1520,19 @@ def _launch(
         sequences = cu_q.shape[0] - 1
         if 0 in (q.shape[0], k.shape[0], sequences, max_q, max_k):
             # No pair of a query and a key: every gradient is 0 (and a TMA map over zero rows is invalid).
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), *dsink
         varlen = (sequences, grid_seqlen(max_q), grid_seqlen(max_k))
     # Packed rows are one batch (_dims4): the descriptors' batch coordinate is 0, the preprocess's rows the
     # total; q, k, v, dout, out and the gradients stay (total, H, D), the LSE (H, total_q).
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
+    # (The plain variant at D = 64, 128-query tiles, spills with a sink's terms: sm_90, 68 → 420.)
     plain = (
         not (is_causal or deterministic or softcap or dropout_p)
         and tuple(window_size) == (-1, -1)
         and alibi_slopes is None
         and packed is None
         and mods is None
+        and learnable_sink is None
     )
     _, cfg = select_variant(head_dim, plain)
     bm, bn = cfg.block_m, cfg.block_n
@@ -1497,7 +1550,7 @@ def _launch(
         device, (batch, seqlen_q, heads, head_dim), _dims4(k)[0][1:3], softmax_scale, is_causal,
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
-        varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p,
+        varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p, bool(dsink),
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);
@@ -1528,6 +1581,7 @@ def _launch(
         # Dense launches pass the row statistics for the boundaries they do not read.
         lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, *lists,
         sparse_aux(km, sparse), lse2 if rng_state is None else rng_state,
+        lse2 if learnable_sink is None else learnable_sink.contiguous(), dsink[0] if dsink else lse2,
     )  # fmt: skip
     if deterministic:
         finish(
@@ -1536,4 +1590,4 @@ def _launch(
         )  # fmt: skip
     else:
         finish(dq_accum, dq, dq_accum if cu_q is None else cu_q)
-    return dq, dk, dv
+    return dq, dk, dv, *dsink

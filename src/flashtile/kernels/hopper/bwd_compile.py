@@ -23,7 +23,8 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 # sequence, as by default), "rowstores" (with varlen: every block's dK/dV by row-masked pointer stores,
 # FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=0), "sparse" (a block mask of
 # 128-row blocks: the listed query blocks of each key block), "mod" (the same with a mask_mod), "bits" (with
-# the mask bits create_block_mask's masks run), "dropout" (the forward's Philox mask regenerated).
+# the mask bits create_block_mask's masks run), "dropout" (the forward's Philox mask regenerated), "sink" (a
+# learnable sink's gradient summed by atomic adds).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
@@ -77,6 +78,7 @@ def compile_here(
         IS_VARLEN="varlen" in words,
         VARLEN_TMA_STORE="varlen" in words and "rowstores" not in words,
         HAS_DROPOUT="dropout" in words,
+        HAS_SINK="sink" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n

@@ -277,7 +277,7 @@ class _GluonBackward:
                 self._q[0].over(q), self._k.over(k), self._v.over(v), self._q[1].over(dout),
                 self._stats.over(lse2), self._stats.over(delta), self._dq.over(dq_target), self._dk.over(dk),
                 self._dv.over(dv), alibi_slopes, lse2, lse2, dk, dv, lse, lse, lse, lse, self._aux,
-                lse2 if rng_state is None else rng_state,
+                lse2 if rng_state is None else rng_state, lse2, lse2,
             ),
             self._finish_pointers(q, k, v, dout, dq, lse2, delta, dq_sum),
         )  # fmt: skip
