@@ -466,13 +466,18 @@ def _alibi_probs(score, factor, lse, slope, rows, query_offsets, q0):
 
 
 @gluon.jit
-def _sink_share(pt, dp, lse2, sink_ptr, h):
-    """Each key row's part of Σ_i P_sink,i · Σ_j P_ij·dP_ij over this tile's queries (Pᵀ and dPᵀ tiles,
-    [keys, queries]; dP with dropout's mask and scale), P_sink,i = 2^(σ_h·log2 e − lse2_i) with the base-2
-    LSE (+inf on padding rows: 0). Σ_j P·dP is accumulated in fp32 here rather than taken as dO·O from the
-    stored output, whose rounding the sum over every row of a head would magnify (docs/design/sinks.md,
-    "Which Δ")."""
+def _sink_share(pt, dp, lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN: gl.constexpr):
+    """Each key row's part of Σ_i P_sink,i · Σ_j P_ij·dP_ij over this tile's queries m0, m0 + 1, … (Pᵀ and
+    dPᵀ tiles, [keys, queries]; dP with dropout's mask and scale), P_sink,i = 2^(σ_h·log2 e − lse2_i) with
+    the base-2 LSE (+inf on a dense batch's padding rows: 0). Σ_j P·dP is accumulated in fp32 here rather
+    than taken as dO·O from the stored output, whose rounding the sum over every row of a head would
+    magnify (docs/design/sinks.md, "Which Δ")."""
     p_sink = gl.exp2(gl.load(sink_ptr + h) * LOG2_E_C - lse2)
+    if IS_VARLEN:
+        # Past a packed sequence's last query the statistics are another sequence's or never written (NaN
+        # and inf included), where P is 0: 0, not 0 · NaN.
+        cols = m0 + gl.arange(0, lse2.shape[0], layout=lse2.type.layout)
+        p_sink = gl.where(cols < seqlen_q, p_sink, 0.0)
     return gl.sum(pt * dp * p_sink[None, :], axis=1)
 
 
@@ -643,7 +648,7 @@ def _consumer(
                 dpt = gl.where(dropout.kept(*drawn), dpt * drop_args[2], 0.0)
             if HAS_SINK:
                 # (No softcap here: bwd_unsupported_reason, so pt is P.)
-                sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h)
+                sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
             dst = pt * (dpt - delta[None, :])
             if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
@@ -669,12 +674,12 @@ def _consumer(
                 kept = dropout.kept(*drawn)
                 dp = gl.where(kept, dpt * drop_args[2], 0.0)
                 if HAS_SINK:
-                    sink_rows += _sink_share(pt, dp, lse, sink_ptr, h)
+                    sink_rows += _sink_share(pt, dp, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
                 dst = pt * (dp - delta[None, :])
                 p_op = gl.convert_layout(dropout.keep_pairs(pt * drop_args[2], *drawn, dtype), a_layout)
             else:
                 if HAS_SINK:
-                    sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h)
+                    sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
                 dst = pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
