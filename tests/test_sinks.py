@@ -189,52 +189,53 @@ def test_sink_tiled_reference_matches_oracle(case, seed):
     check_against_oracle(case, seed, launch)
 
 
-def _gpu_cases() -> list:
-    cases = []
-    for dtype in (torch.float16, torch.bfloat16):
-        gpu = dict(dtype=dtype, device="cuda")
-        cases += [
-            SinkCase(((1023, 1025),) * 2, head_dim=128, **gpu),
-            SinkCase(((1025, 777),) * 2, head_dim=64, causal=True, layout="mqa", **gpu),
-            SinkCase(((2048, 2048),), head_dim=128, window=(128, 0), sink=8.0, **gpu),
-            SinkCase(((777, 1025),) * 2, head_dim=256, softcap=30.0, alibi=True, dropout_p=0.1, **gpu),
-            SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu),
-            SinkCase(((513, 700),) * 2, head_dim=192, head_dim_v=128, causal=True, **gpu),
-            SinkCase(((513, 700),) * 2, head_dim=512, window=(64, 64), **gpu),
-        ]
+def _on_gpu(cases_for) -> list:
+    """``cases_for(gpu)``'s cases for fp16 and bf16 on CUDA (``gpu``: the dtype and device keywords), as
+    GPU-marked parameters."""
+    cases = [
+        c for dtype in (torch.float16, torch.bfloat16) for c in cases_for(dict(dtype=dtype, device="cuda"))
+    ]
     return [pytest.param(c, id=c.id, marks=pytest.mark.gpu) for c in cases]
 
 
-@pytest.mark.parametrize("case", _gpu_cases())
+def _gpu_cases(gpu: dict) -> list:
+    return [
+        SinkCase(((1023, 1025),) * 2, head_dim=128, **gpu),
+        SinkCase(((1025, 777),) * 2, head_dim=64, causal=True, layout="mqa", **gpu),
+        SinkCase(((2048, 2048),), head_dim=128, window=(128, 0), sink=8.0, **gpu),
+        SinkCase(((777, 1025),) * 2, head_dim=256, softcap=30.0, alibi=True, dropout_p=0.1, **gpu),
+        SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True, **gpu),
+        SinkCase(((513, 700),) * 2, head_dim=192, head_dim_v=128, causal=True, **gpu),
+        SinkCase(((513, 700),) * 2, head_dim=512, window=(64, 64), **gpu),
+    ]
+
+
+@pytest.mark.parametrize("case", _on_gpu(_gpu_cases))
 @pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_sink_kernels_match_oracle_gpu(case, seed):
     check_against_oracle(case, seed)
 
 
-def _hopper_cases() -> list:
-    cases = []
-    for dtype in (torch.float16, torch.bfloat16):
-        gpu = dict(dtype=dtype, device="cuda")
-        cases += [
-            SinkCase(((1023, 1025),) * 2, head_dim=128, **gpu),
-            # N_q > N_k causal: the first 248 rows see no key (out 0, lse = sink).
-            SinkCase(((1025, 777),) * 2, head_dim=64, causal=True, layout="mqa", **gpu),
-            # Three consumer warpgroups on the persistent grid (D = 64, causal from 4k rows).
-            SinkCase(((4100, 4099),), head_dim=64, causal=True, **gpu),
-            SinkCase(((2048, 2048),), head_dim=128, window=(128, 0), sink=8.0, **gpu),
-            SinkCase(((777, 1025),) * 2, head_dim=256, softcap=30.0, alibi=True, dropout_p=0.1, **gpu),
-            SinkCase(((700, 513),) * 2, head_dim=256, causal=True, sink=30.0, sink_const=True, **gpu),
-            SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True,
-                     head_dim=128, **gpu),
-            SinkCase(((513, 700), (64, 0), (1, 300)), varlen=True, window=(100, 0), dropout_p=0.2,
-                     head_dim=64, layout="mqa", **gpu),
-            SinkCase(((1100, 1100),) * 3, head_dim=64, alibi=True, dropout_p=0.1, causal=True, **gpu),
-            SinkCase(((1023, 1025),) * 2, head_dim=64, window=(300, 40), layout="mha", **gpu),
-        ]  # fmt: skip
-    return [pytest.param(c, id=c.id, marks=pytest.mark.gpu) for c in cases]
+def _hopper_cases(gpu: dict) -> list:
+    return [
+        SinkCase(((1023, 1025),) * 2, head_dim=128, **gpu),
+        # N_q > N_k causal: the first 248 rows see no key (out 0, lse = sink).
+        SinkCase(((1025, 777),) * 2, head_dim=64, causal=True, layout="mqa", **gpu),
+        # Three consumer warpgroups on the persistent grid (D = 64, causal from 4k rows).
+        SinkCase(((4100, 4099),), head_dim=64, causal=True, **gpu),
+        SinkCase(((2048, 2048),), head_dim=128, window=(128, 0), sink=8.0, **gpu),
+        SinkCase(((777, 1025),) * 2, head_dim=256, softcap=30.0, alibi=True, dropout_p=0.1, **gpu),
+        SinkCase(((700, 513),) * 2, head_dim=256, causal=True, sink=30.0, sink_const=True, **gpu),
+        SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True,
+                 head_dim=128, **gpu),
+        SinkCase(((513, 700), (64, 0), (1, 300)), varlen=True, window=(100, 0), dropout_p=0.2,
+                 head_dim=64, layout="mqa", **gpu),
+        SinkCase(((1100, 1100),) * 3, head_dim=64, alibi=True, dropout_p=0.1, causal=True, **gpu),
+        SinkCase(((1023, 1025),) * 2, head_dim=64, window=(300, 40), layout="mha", **gpu),
+    ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", _hopper_cases())
+@pytest.mark.parametrize("case", _on_gpu(_hopper_cases))
 @pytest.mark.usefixtures("nan_poisoned_allocations")
 def test_sink_in_the_hopper_kernels_matches_oracle(case, seed):
     # The Gluon forward folds the sink in its epilogue; the Gluon backward sums the sink's gradient at head
