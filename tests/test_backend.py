@@ -247,6 +247,15 @@ class _ClaimsCuda(torch.Tensor):
             "sink with deterministic",
             id="sink-det",
         ),
+        pytest.param(
+            dict(
+                learnable_sink=torch.zeros(4),
+                mods=Mods(BlockMask.from_tiles(torch.ones(1, 1, dtype=torch.bool), 33, 40, 128)),
+            ),
+            None,
+            "a learnable sink with a block mask",
+            id="sink-block-mask",
+        ),
         pytest.param({}, 64, "V head dim (64) other than Q/K's (128)", id="dv64"),
     ],
 )

@@ -45,9 +45,10 @@ def _random_states(batch: int, heads: int, n_q: int, n_k: int, block: tuple[int,
     return states.to(torch.int8)
 
 
-def _matches_oracle(q, k, v, dout, causal: bool, mods: Mods, label: str, seed: int):
+def _matches_oracle(q, k, v, dout, causal: bool, mods: Mods, label: str, seed: int, sink=None):
     """flash_attn_func with ``mods``' block mask and aux tensors, forward and backward, against the float64
-    oracle (2×/3× rule, no NaN); returns (out, lse)."""
+    oracle (2×/3× rule, no NaN); ``sink``: a learnable sink (fp32, requiring grad), its gradient checked
+    too. Returns (out, lse)."""
     out, lse, _ = flashtile.flash_attn_func(
         q,
         k,
@@ -56,18 +57,27 @@ def _matches_oracle(q, k, v, dout, causal: bool, mods: Mods, label: str, seed: i
         block_mask=mods.block_mask,
         aux_tensors=mods.aux_tensors,
         return_attn_probs=True,
+        learnable_sink=sink,
     )
     out.backward(dout)
-    ours = (out, lse, q.grad, k.grad, v.grad)
+    ours = (out, lse, q.grad, k.grad, v.grad) + (() if sink is None else (sink.grad,))
 
     def reference(ref_dtype):
         leaves = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
-        o, l_ = naive.attention(*leaves, softmax_scale=q.shape[-1] ** -0.5, causal=causal, mods=mods)
+        if sink is not None:
+            # The float64 oracle's sink in float64, the baseline's in float32 (the kernels' precision).
+            sink_dtype = torch.float64 if ref_dtype == torch.float64 else torch.float32
+            leaves.append(sink.detach().to(sink_dtype).requires_grad_())
+        o, l_ = naive.attention(
+            *leaves[:3], softmax_scale=q.shape[-1] ** -0.5, causal=causal, mods=mods,
+            learnable_sink=leaves[3] if sink is not None else None,
+        )  # fmt: skip
         o.backward(dout.to(ref_dtype))
         return o, l_, *(t.grad for t in leaves)
 
     oracle, baseline = reference(torch.float64), reference(q.dtype)
-    for result, mine, ref, base in zip(RESULT_NAMES, ours, oracle, baseline, strict=True):
+    names = RESULT_NAMES if sink is None else (*RESULT_NAMES, "dsink")
+    for result, mine, ref, base in zip(names, ours, oracle, baseline, strict=True):
         assert not torch.isnan(mine).any(), f"{result}: NaN ({label}, seed {seed})"
         assert_matches_oracle(result, mine, ref, base, grad=result.startswith("d"), seed=seed)
     return out, lse
@@ -111,6 +121,28 @@ def test_block_mask_in_the_gluon_kernels_matches_oracle(case, dtype, seed: int) 
     rows = slice(0, block[0])
     assert (out[:, rows] == 0).all()
     assert (lse[:, :, rows] == -math.inf).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", CASES[:4], ids=lambda c: "-".join(map(str, c)).replace(" ", ""))
+def test_block_mask_with_a_learnable_sink_matches_oracle(case, dtype, seed: int) -> None:
+    # The Gluon forward folds the sink in after the listed tiles; the backward with a sink and a block mask
+    # is the portable one (hopper_bwd.bwd_unsupported_reason: not yet run on a GPU in the Gluon one).
+    batch, n_q, n_k, d, layout, per_head, block, causal = case
+    heads, heads_kv = HEAD_LAYOUTS[layout]
+    states = _random_states(batch, heads if per_head else 1, n_q, n_k, block)
+    mods = Mods(BlockMask.from_states(states, n_q, n_k, block))
+    q = torch.randn(batch, n_q, heads, d, dtype=dtype, device="cuda", requires_grad=True)
+    k = torch.randn(batch, n_k, heads_kv, d, dtype=dtype, device="cuda", requires_grad=True)
+    v = torch.randn(batch, n_k, heads_kv, d, dtype=dtype, device="cuda", requires_grad=True)
+    sink = torch.randn(heads, device="cuda", requires_grad=True)
+    options = {"mods": mods, "window_size": (-1, 0) if causal else (-1, -1), "learnable_sink": sink}
+    assert hopper.unsupported_reason("attn_fwd", q, k, v, options) is None
+    out, lse = _matches_oracle(q, k, v, torch.randn_like(q), causal, mods, str(case), seed, sink=sink)
+    # Query block 0 lists no key block: out 0, lse = the sink.
+    rows = slice(0, block[0])
+    assert (out[:, rows] == 0).all()
+    torch.testing.assert_close(lse[:, :, rows], sink.detach()[None, :, None].expand_as(lse[:, :, rows]))
 
 
 @triton.jit
