@@ -165,6 +165,8 @@ def measure_hopper_api(reps: int) -> None:
         flash_attn_func(qg, kg, vg)
         graph_out = flash_attn_func(qg, kg, vg)
         slopes = torch.rand(heads)
+        sink = torch.randn(heads, dtype=torch.bfloat16)
+        sink_g = sink.clone().requires_grad_(True)
         rows = {
             "flash_attn_func, inputs requiring grad": lambda: flash_attn_func(qg, kg, vg),
             "flash_attn_func, no grad": lambda: flash_attn_func(q, k, v),
@@ -180,6 +182,12 @@ def measure_hopper_api(reps: int) -> None:
             "flash_attn_func, dropout 0.1, no grad": lambda: flash_attn_func(q, k, v, dropout_p=0.1),
             "ALiBi + dropout, forward + backward": lambda: torch.autograd.grad(
                 flash_attn_func(qg, kg, vg, alibi_slopes=slopes, dropout_p=0.1), (qg, kg, vg), dout
+            ),
+            # A bfloat16 sink, as transformers hands GPT-OSS's (since the thirty-fifth session remembered,
+            # not prepared).
+            "flash_attn_func, sink, no grad": lambda: flash_attn_func(q, k, v, learnable_sink=sink),
+            "sink, forward + backward": lambda: torch.autograd.grad(
+                flash_attn_func(qg, kg, vg, learnable_sink=sink_g), (qg, kg, vg, sink_g), dout
             ),
         }
         shape = f"B={batch} N={seqlen} H={heads} D={head_dim}"

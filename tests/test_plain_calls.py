@@ -73,6 +73,34 @@ def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results(
     assert len(plain_calls._verdicts) == 3
 
 
+def test_sink_calls_are_remembered_and_give_the_full_paths_results_and_gradients():
+    # A bfloat16 sink, as transformers hands a bfloat16 model's: converted to float32 at each call.
+    q, k, v = qkv(0)
+    flash_attn_func(q, k, v, causal=True, learnable_sink=torch.randn(4, dtype=torch.bfloat16))
+    assert len(plain_calls._verdicts) == 1
+    leaves = (*qkv(1), torch.randn(4, dtype=torch.bfloat16))
+    for t in leaves:
+        t.requires_grad_()
+    q2, k2, v2, sink = leaves
+    again = flash_attn_func(q2, k2, v2, causal=True, learnable_sink=sink)
+    assert len(plain_calls._verdicts) == 1
+    again.sum().backward()
+    grads = [t.grad for t in leaves]
+    for t in leaves:
+        t.grad = None
+    reference = flash_attn_func(q2, k2, v2, causal=True, learnable_sink=sink, return_attn_probs=True)[0]
+    reference.sum().backward()
+    assert torch.equal(again, reference)
+    for mine, full in zip(grads, (t.grad for t in leaves), strict=True):
+        assert torch.equal(mine, full)
+    assert sink.grad.dtype == torch.bfloat16
+    # Another sink dtype: another key; a sink of the wrong shape is rejected and not remembered.
+    flash_attn_func(q2, k2, v2, causal=True, learnable_sink=torch.randn(4))
+    with pytest.raises(FlashtileValueError, match="learnable_sink"):
+        flash_attn_func(q2, k2, v2, causal=True, learnable_sink=torch.randn(3))
+    assert len(plain_calls._verdicts) == 2
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -86,6 +114,8 @@ def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results(
         dict(window_size=[2, 2]),
         dict(causal=1),
         dict(softcap=torch.tensor(1.0)),
+        dict(learnable_sink=[0.0, 0.0, 0.0, 0.0]),
+        dict(learnable_sink=torch.zeros(4).to_sparse()),
     ],
     ids=[
         "alibi-strided",
@@ -98,6 +128,8 @@ def test_alibi_and_dropout_calls_are_remembered_and_give_the_full_paths_results(
         "window-list",
         "causal-int",
         "softcap-tensor",
+        "sink-list",
+        "sink-sparse",
     ],
 )
 def test_calls_that_are_not_plain_take_the_full_path(options):

@@ -238,10 +238,14 @@ def _attention(
         # The slopes' metadata is in the key (validation would hand them on as they are); dropout draws its
         # random state at every call.
         rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
+        # The sink converted as validation converts it (differentiably; nothing to do for float32).
+        sink = None
+        if learnable_sink is not None:
+            sink = learnable_sink.to(_ops.lse_dtype(q.dtype)).contiguous()
         return _autograd.attention(
             q, k, v, scale, options.causal, backend, window_size=options.window_size, softcap=options.softcap,
             alibi_slopes=alibi_slopes, dropout_p=options.dropout_p, rng_state=rng_state,
-            deterministic=options.deterministic, mods=checked_mods, plan=plan,
+            deterministic=options.deterministic, mods=checked_mods, learnable_sink=sink, plan=plan,
         )[0]  # fmt: skip
     q, k, v = validation.unpack_qkv(varlen is not None, **tensors)
     validation.check_same_device(**tensors)
@@ -273,10 +277,13 @@ def _attention(
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
     if call_key is not None:
-        plan = _backend.prepare(
-            backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
-            options.deterministic, options.alibi_slopes, options.dropout_p,
-        )  # fmt: skip
+        # A prepared call has no sink: calls with one keep the verdict only and launch the general way.
+        plan = None
+        if sink is None:
+            plan = _backend.prepare(
+                backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
+                options.deterministic, options.alibi_slopes, options.dropout_p,
+            )  # fmt: skip
         plain_calls.remember(call_key, (scale, options, backend, checked_mods, plan))
     rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = boundaries or (None, None, 0, 0)

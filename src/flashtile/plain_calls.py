@@ -1,15 +1,16 @@
 """Validation's verdicts on plain calls, remembered: a shortcut through the eager host path.
 
 A plain call is ``flash_attn_func``'s q, k, v as plain 4-D tensors with unit last strides, ALiBi slopes
-(if any) a contiguous float32 tensor, and no packed batch, block mask, mask or score mod, sink or attention
-probabilities. Validating it reads only the tensors' shapes, strides, dtypes and devices, the option values
-(dropout's probability among them; its random state is drawn at each call) and the backend's environment
-variables. So once one such call has passed validation, a later call with the same key reuses the verdict:
-the softmax scale, the normalised options, the backend, the (empty) mods and the backend's prepared call
-(flashtile.backend.prepare: the kernels' launches with every decision the key fixes made once). Any other
-call, and any call not seen before, takes the full path, which raises its errors as before and records the
-verdict only when it passes. docs/design/host_path.md, "Plain calls" and "Prepared plain calls", has what
-this saves.
+(if any) a contiguous float32 tensor, a learnable sink (if any) a strided tensor, and no packed batch, block
+mask, mask or score mod or attention probabilities. Validating it reads only the tensors' shapes, strides,
+dtypes and devices, the option values (dropout's probability among them; its random state is drawn at each
+call) and the backend's environment variables. So once one such call has passed validation, a later call
+with the same key reuses the verdict: the softmax scale, the normalised options, the backend, the (empty)
+mods and the backend's prepared call (flashtile.backend.prepare: the kernels' launches with every decision
+the key fixes made once; none for a call with a sink, which launches the general way). Any other call, and
+any call not seen before, takes the full path, which raises its errors as before and records the verdict
+only when it passes. docs/design/host_path.md, "Plain calls" and "Prepared plain calls", has what this
+saves.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ def _slopes_key(slopes: object) -> tuple | bool | None:
     return (slopes.shape, slopes.device) if slopes.is_contiguous() else False
 
 
+def _sink_key(sink: object) -> tuple | bool | None:
+    """The key's part for ``learnable_sink``: None without, the metadata validation reads for a strided
+    tensor (shape, dtype, device; its conversion to the LSE's dtype is redone at each call, as validation
+    does it), False for anything else (the call is not plain)."""
+    if sink is None:
+        return None
+    if type(sink) is not torch.Tensor or sink.layout != torch.strided:
+        return False
+    return (sink.shape, sink.dtype, sink.device)
+
+
 def key(
     tensors: dict[str, object],
     dropout_p: object,
@@ -68,7 +80,10 @@ def key(
     types validation accepts without conversion (``True == 1`` and ``-1 == -1.0`` would share a key)."""
     if torch.compiler.is_compiling():
         return None
-    if varlen is not None or learnable_sink is not None:
+    if varlen is not None:
+        return None
+    sink = _sink_key(learnable_sink)
+    if sink is False:
         return None
     if return_attn_probs is not False or (mods and any(value is not None for value in mods.values())):
         return None
@@ -91,7 +106,7 @@ def key(
     return (
         q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
         v.dtype, v.device, softmax_scale, causal, window_size, softcap, deterministic, slopes, dropout_p,
-        *[knob.get() for knob in KNOBS],
+        sink, *[knob.get() for knob in KNOBS],
     )  # fmt: skip
 
 
