@@ -194,6 +194,14 @@ bench_old_new() {
   bench_old_new_args "$1" "$2" --options "$1"
 }
 
+# The CSVs of an options run with every peer ($work/bench) and of bench_old_new_args over --options, brought
+# back (CSVs only: a call brings back at most eight files).
+options_csvs_out() {
+  cp "$work"/bench/*.csv "$OUT"/ 2>/dev/null
+  cp "$work"/bench_old/bench_options.csv "$OUT"/old_options.csv 2>/dev/null
+  cp "$work"/bench_new/bench_options.csv "$OUT"/new_options.csv 2>/dev/null
+}
+
 # flashtile bench with ARGS alternating the previous code (build/old_src) and this commit's, twice each;
 # the steps are named bench_NAME_old_1, bench_NAME_new_1, ...
 #     bench_old_new_args NAME BOX_S ARGS...
@@ -2682,9 +2690,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     memcheck_group hopper_sink 120 100
     bench_old_new_args sink 50 --options sink --causal both --mode fwd --peers flashtile
     step bench_sink 120 python3 -m flashtile bench --options sink --causal both --no-plot --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$OUT"/ 2>/dev/null
-    cp "$work"/bench_old/bench_options.csv "$OUT"/old_options.csv 2>/dev/null
-    cp "$work"/bench_new/bench_options.csv "$OUT"/new_options.csv 2>/dev/null
+    options_csvs_out
     finish
     ;;
   s35d)
@@ -2700,9 +2706,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     bench_old_new_args sinkbwd 50 --options sink --head-dim 64 --causal both --mode bwd --peers flashtile
     step bench_sink 120 python3 -m flashtile bench --options sink --head-dim 64 --causal both --no-plot \
       --out-dir "$work/bench"
-    cp "$work"/bench/*.csv "$OUT"/ 2>/dev/null
-    cp "$work"/bench_old/bench_options.csv "$OUT"/old_options.csv 2>/dev/null
-    cp "$work"/bench_new/bench_options.csv "$OUT"/new_options.csv 2>/dev/null
+    options_csvs_out
     finish
     ;;
   s35e)

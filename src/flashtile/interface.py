@@ -238,10 +238,9 @@ def _attention(
         # The slopes' metadata is in the key (validation would hand them on as they are); dropout draws its
         # random state at every call.
         rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
-        # The sink converted as validation converts it (differentiably; nothing to do for float32).
         sink = None
         if learnable_sink is not None:
-            sink = learnable_sink.to(_ops.lse_dtype(q.dtype)).contiguous()
+            sink = validation.sink_in_lse_dtype(learnable_sink, _ops.lse_dtype(q.dtype))
         return _autograd.attention(
             q, k, v, scale, options.causal, backend, window_size=options.window_size, softcap=options.softcap,
             alibi_slopes=alibi_slopes, dropout_p=options.dropout_p, rng_state=rng_state,

@@ -323,6 +323,12 @@ def check_learnable_sink(
         raise FlashtileValueError(
             f"learnable_sink must be {accepted}; got a tensor on {learnable_sink.device}"
         )
+    return sink_in_lse_dtype(learnable_sink, lse_dtype)
+
+
+def sink_in_lse_dtype(learnable_sink: torch.Tensor, lse_dtype: torch.dtype) -> torch.Tensor:
+    """A checked sink as the kernels take it: contiguous in ``lse_dtype``, converted differentiably (nothing
+    to do for a contiguous one of that dtype). A remembered plain call (flashtile.plain_calls) redoes this."""
     return learnable_sink.to(lse_dtype).contiguous()
 
 
