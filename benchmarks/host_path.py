@@ -184,7 +184,7 @@ def measure_hopper_api(reps: int) -> None:
                 flash_attn_func(qg, kg, vg, alibi_slopes=slopes, dropout_p=0.1), (qg, kg, vg), dout
             ),
             # A bfloat16 sink, as transformers hands GPT-OSS's (since the thirty-fifth session remembered,
-            # not prepared).
+            # since the thirty-sixth prepared).
             "flash_attn_func, sink, no grad": lambda: flash_attn_func(q, k, v, learnable_sink=sink),
             "sink, forward + backward": lambda: torch.autograd.grad(
                 flash_attn_func(qg, kg, vg, learnable_sink=sink_g), (qg, kg, vg, sink_g), dout

@@ -99,7 +99,16 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
             (B, 100, H, 128), (B, 90, H, 128),
             {"window_size": (17, 5), "alibi_slopes": torch.rand(B, H), "dropout_p": 0.1},
         ),
+        # A learnable sink (its float32 tensor a call's): the Gluon backward sums its gradient at D = 64;
+        # at D = 128 the prepared call's backward hands the call to the general path (the portable one).
+        "causal-sink-d64": (
+            (B, 77, H, 64), (B, 130, 2, 64),
+            {"causal": True, "learnable_sink": torch.randn(H).requires_grad_()},
+        ),
+        "sink-d128": ((B, 77, H, 128), (B, 77, H, 128), {"learnable_sink": torch.randn(H).requires_grad_()}),
     }
+    # The cases whose backward the prepared call leaves to the general path.
+    general_backward = {"sink-d128"}
     for name, (shape_q, shape_kv, options) in cases.items():
         plain_calls._verdicts.clear()
         general, _, taken = one_call(shape_q, shape_kv, options)
@@ -107,13 +116,14 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
         # The first direct launch of each kernel goes through Triton (a new pointer signature there).
         one_call(shape_q, shape_kv, options)
         again, runs, taken = one_call(shape_q, shape_kv, options)
-        assert taken == [("forward", True), ("backward", True)], (name, taken)
+        prepared_backward = name not in general_backward
+        assert taken == [("forward", True), ("backward", prepared_backward)], (name, taken)
         assert runs == [], (name, runs)
         assert again == general, name
         # q, k, v 2 bytes off a 16-byte boundary: the forward hands the call back (TMA cannot read them) and
         # the backward copies them, as a first call with such inputs does.
         unaligned, _, taken = one_call(shape_q, shape_kv, options, offset=1)
-        assert taken == [("forward", False), ("backward", True)], (name, taken)
+        assert taken == [("forward", False), ("backward", prepared_backward)], (name, taken)
         plain_calls._verdicts.clear()
         general, _, taken = one_call(shape_q, shape_kv, options, offset=1)
         assert taken == [] and unaligned == general, name
@@ -124,7 +134,7 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
         plain_calls._verdicts.clear()
         general, _, _ = one_call(shape_q, shape_kv, options, dout_of=expanded)
         again, _, taken = one_call(shape_q, shape_kv, options, dout_of=expanded)
-        assert taken == [("forward", True), ("backward", True)], (name, taken)
+        assert taken == [("forward", True), ("backward", prepared_backward)], (name, taken)
         assert again == general, name
     # q, k, v as views of one (B, N, 3, H, D) tensor: rows 3·H·D apart, read in place either way.
     def packed_views_call():
@@ -153,7 +163,8 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
 
 def test_prepared_calls_launch_what_the_general_path_launches() -> None:
     """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256, ALiBi (1-D and
-    2-D slopes) and dropout, alone and with a window: a plain call's
+    2-D slopes) and dropout, alone and with a window, a learnable sink (D = 64 causal; D = 128, whose
+    backward is the portable one): a plain call's
     third run (prepared, every launch direct) passes each compiled kernel the arguments its first run
     (validated, routed, through Triton) passed, q, k and v as views of one packed tensor too; unaligned
     inputs and a stride-0 dO take the general path; with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go
@@ -197,6 +208,8 @@ def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
         ((1, 97, 2, 256), (1, 97, 2, 256), {}),
         ((2, 203, 4, 128), (2, 150, 2, 128), {"causal": True, "alibi_slopes": (4,)}),
         ((2, 129, 4, 64), (2, 300, 4, 64), dict(window_size=(40, 3), alibi_slopes=(2, 4), dropout_p=0.2)),
+        ((2, 203, 4, 64), (2, 150, 2, 64), {"causal": True, "learnable_sink": (4,)}),
+        ((2, 203, 4, 128), (2, 203, 4, 128), {"learnable_sink": (4,)}),
     ],
     ids=[
         "dense-d64",
@@ -206,12 +219,14 @@ def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
         "dense-d256",
         "causal-alibi-d128",
         "window-alibi2d-dropout-d64",
+        "causal-sink-d64",
+        "sink-d128",
     ],
 )
 def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, shape_kv, options) -> None:
     """The first call (validated, routed, launched through Triton) and the prepared repeats give the same
-    forward bits and the same dK, dV (and dQ, which the fused kernel adds by atomics unless deterministic:
-    there within fp32 summation order)."""
+    forward bits and the same dK, dV (and dQ and a learnable sink's gradient, which the fused kernel adds by
+    atomics unless deterministic: there within fp32 summation order)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the prepared calls are the Hopper backend's")
     q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
@@ -220,12 +235,21 @@ def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, sha
     if "alibi_slopes" in options:
         # The slopes' shape in the parameters (no CUDA tensor at collection); fresh slopes for the calls.
         options = {**options, "alibi_slopes": torch.rand(options["alibi_slopes"], device="cuda")}
+    sink = None
+    if "learnable_sink" in options:
+        # The same: a bfloat16 sink, as transformers hands GPT-OSS's; its gradient compared too.
+        sink = torch.randn(options["learnable_sink"], device="cuda", dtype=torch.bfloat16)
+        options = {key: value for key, value in options.items() if key != "learnable_sink"}
 
     def run() -> tuple[torch.Tensor, ...]:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        with_sink = {}
+        if sink is not None:
+            leaves.append(sink.clone().requires_grad_())
+            with_sink = {"learnable_sink": leaves[-1]}
         # Dropout draws its random state from PyTorch's generator at each call: the same seed, the same mask.
         torch.manual_seed(0)
-        out = flash_attn_func(*leaves, **options)
+        out = flash_attn_func(*leaves[:3], **options, **with_sink)
         return (out, *torch.autograd.grad(out, leaves, dout))
 
     first = run()
@@ -233,8 +257,9 @@ def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, sha
     assert entry[-1] is not None, "a plain Hopper call is prepared"
     for _ in range(2):
         again = run()
-        for name, a, b in zip(("out", "dq", "dk", "dv"), first, again, strict=True):
-            if name == "dq" and not options.get("deterministic"):
+        for name, a, b in zip(("out", "dq", "dk", "dv", "dsink")[: len(first)], first, again, strict=True):
+            # dQ (and the sink's gradient) are summed by atomics unless deterministic.
+            if name in ("dq", "dsink") and not options.get("deterministic"):
                 torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * b.abs().max().item())
             else:
                 assert torch.equal(a, b), name

@@ -66,7 +66,7 @@ class FlashAttnFunction(torch.autograd.Function):
         options: tuple[Any, ...],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, _, mods, plan = options
-        result = None if plan is None else plan.forward(q, k, v, alibi_slopes, rng_state)
+        result = None if plan is None else plan.forward(q, k, v, alibi_slopes, rng_state, learnable_sink)
         if result is None:
             run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
             # The custom ops have no mods (under torch.compile the interface runs such a call eagerly).
@@ -97,7 +97,9 @@ class FlashAttnFunction(torch.autograd.Function):
         # Grad mode is off in a backward unless create_graph=True: no_grad costs ~1 µs only to do nothing.
         create_graph = torch.is_grad_enabled()
         with torch.no_grad() if create_graph else contextlib.nullcontext():
-            grads = None if plan is None else plan.backward(dout, q, k, v, out, lse, alibi_slopes, rng_state)
+            grads = None
+            if plan is not None:
+                grads = plan.backward(dout, q, k, v, out, lse, alibi_slopes, rng_state, sink)
             if grads is None:
                 run = _ops.attn_bwd if torch.compiler.is_compiling() else _ops.run_attn_bwd
                 with_mods = {} if mods is None else {"mods": mods}
@@ -152,7 +154,7 @@ def attention(
     for option in (alibi_slopes, learnable_sink):
         inputs_need_grad = inputs_need_grad or (option is not None and option.requires_grad)
     if not (inputs_need_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling():
-        result = None if plan is None else plan.forward(q, k, v, alibi_slopes, rng_state)
+        result = None if plan is None else plan.forward(q, k, v, alibi_slopes, rng_state, learnable_sink)
         if result is not None:
             return result
         # run_attn_fwd takes the sink before mods (the custom op's schema ends with its tensors).

@@ -167,15 +167,18 @@ def prepare(
     deterministic: bool,
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
+    learnable_sink: torch.Tensor | None = None,
 ) -> object | None:
     """``backend``'s plain call prepared for its call signature, or None where it has none for it: an object
-    whose ``forward(q, k, v, alibi_slopes, rng_state)`` and ``backward(dout, q, k, v, out, lse,
-    alibi_slopes, rng_state)`` return what ``attn_fwd`` and ``attn_bwd`` would, or None to send a call down
-    the general path (flashtile.plain_calls). ``alibi_slopes``: this call's, standing for every call of the
-    signature (their shape, dtype and device)."""
+    whose ``forward(q, k, v, alibi_slopes, rng_state, learnable_sink)`` and ``backward(dout, q, k, v, out,
+    lse, alibi_slopes, rng_state, learnable_sink)`` return what ``attn_fwd`` and ``attn_bwd`` would, or
+    None to send a call down the general path (flashtile.plain_calls). ``alibi_slopes`` and
+    ``learnable_sink`` (fp32 (H,)): this call's, standing for every call of the signature (their shape,
+    dtype and device)."""
     prepare_call = getattr(module(backend), "prepare", None)
     if prepare_call is None:
         return None
     return prepare_call(
-        q, k, v, softmax_scale, causal, window_size, softcap, deterministic, alibi_slopes, dropout_p
-    )
+        q, k, v, softmax_scale, causal, window_size, softcap, deterministic, alibi_slopes, dropout_p,
+        learnable_sink,
+    )  # fmt: skip

@@ -276,13 +276,10 @@ def _attention(
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
     if call_key is not None:
-        # A prepared call has no sink: calls with one keep the verdict only and launch the general way.
-        plan = None
-        if sink is None:
-            plan = _backend.prepare(
-                backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
-                options.deterministic, options.alibi_slopes, options.dropout_p,
-            )  # fmt: skip
+        plan = _backend.prepare(
+            backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
+            options.deterministic, options.alibi_slopes, options.dropout_p, sink,
+        )  # fmt: skip
         plain_calls.remember(call_key, (scale, options, backend, checked_mods, plan))
     rng_state = _ops.draw_rng_state(q.device) if options.dropout_p > 0 else None
     cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = boundaries or (None, None, 0, 0)

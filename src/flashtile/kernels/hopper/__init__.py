@@ -49,6 +49,7 @@ def prepare(
     deterministic: bool,
     alibi_slopes: torch.Tensor | None = None,
     dropout_p: float = 0.0,
+    learnable_sink: torch.Tensor | None = None,
 ) -> object | None:
     """A plain call's forward and backward prepared for its call signature
     (:class:`flashtile.kernels.hopper.prepared.PlainAttention`), or None where the Gluon forward does not
@@ -56,15 +57,17 @@ def prepare(
     if softmax_scale <= 0 or 0 in q.shape or k.shape[1] == 0:
         return None
     options = {
-        "window_size": window_size, "softcap": softcap, "alibi_slopes": alibi_slopes, "dropout_p": dropout_p
+        "window_size": window_size, "softcap": softcap, "alibi_slopes": alibi_slopes, "dropout_p": dropout_p,
+        "learnable_sink": learnable_sink,
     }  # fmt: skip
     if fwd_unsupported_reason(q, k, v, options) is not None:
         return None
     from flashtile.kernels.hopper.prepared import PlainAttention
 
     return PlainAttention(
-        q, k, v, softmax_scale, causal, window_size, softcap, deterministic, alibi_slopes, dropout_p
-    )
+        q, k, v, softmax_scale, causal, window_size, softcap, deterministic, alibi_slopes, dropout_p,
+        learnable_sink,
+    )  # fmt: skip
 
 
 def bwd_window(causal: bool, window_size: tuple[int, int]) -> tuple[int, int]:

@@ -6,7 +6,9 @@ strides, dtypes and devices (the slopes' too), the options and the knobs the lau
 between that verdict and the kernels is then a function of the key: the backend's routing and support
 checks, the launcher's configuration and prepared launch, the descriptors' shapes, strides and boxes, and
 what Triton specialises on in the pointers. A :class:`PlainAttention` works them out at a key's first call;
-a later call allocates its outputs, wraps its tensors in descriptors and launches.
+a later call allocates its outputs, wraps its tensors in descriptors and launches. A learnable sink (its
+float32 tensor a call's, of the signature's shape) is folded in by the forward at every head dim, and its
+gradient summed by the backward where the Gluon backward takes it (D = 64, not softcap or deterministic).
 
 What the key leaves open is checked at each call: TMA reads q, k and v only from 16-byte aligned addresses,
 and a call whose tensors are not is handed back (None) to the general path, which routes it to the portable
@@ -77,14 +79,16 @@ class PlainAttention:
         deterministic: bool,
         alibi_slopes: torch.Tensor | None = None,
         dropout_p: float = 0.0,
+        learnable_sink: torch.Tensor | None = None,
     ) -> None:
         """For a call the Hopper forward runs (``kernels.hopper.prepare`` checks), softmax_scale > 0;
-        ``alibi_slopes`` stands for every call's (contiguous float32, of one shape)."""
+        ``alibi_slopes`` and ``learnable_sink`` stand for every call's (contiguous float32, of one shape)."""
         batch, seqlen_q, heads, head_dim = q.shape
         cfg = configs.hopper_fwd_config(head_dim)
+        sink = learnable_sink is not None
         self._fwd = launch_for(
             q, k, batch, seqlen_q, k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes,
-            dropout_p, None, None, cfg,
+            dropout_p, None, None, cfg, False, sink,
         )  # fmt: skip
         self._dtype, self._device = q.dtype, q.device
         self._out_shape, self._lse_shape = tuple(q.shape), (batch, heads, seqlen_q)
@@ -100,17 +104,19 @@ class PlainAttention:
         lse = torch.empty((1,), dtype=torch.float32, device=q.device)
         slopes = None if alibi_slopes is None else torch.empty((1,), dtype=torch.float32, device=q.device)
         rng_state = None if not dropout_p else torch.empty((2,), dtype=torch.int64, device=q.device)
-        self._signatures = self._fwd.pointer_signatures(self._pointers(q, k, v, q, lse, slopes, rng_state))
+        sink_block = torch.empty((1,), dtype=torch.float32, device=q.device) if sink else None
+        pointers = self._pointers(q, k, v, q, lse, slopes, rng_state, sink_block)
+        self._signatures = self._fwd.pointer_signatures(pointers)
         self._backward = None
         window = bwd_window(causal, window_size)
         options = {
             "window_size": window, "deterministic": deterministic, "softcap": softcap,
-            "alibi_slopes": alibi_slopes, "dropout_p": dropout_p,
+            "alibi_slopes": alibi_slopes, "dropout_p": dropout_p, "learnable_sink": learnable_sink,
         }  # fmt: skip
         supported = gluon_bwd.bwd_unsupported_reason(q, k, v, q, options) is None
         if supported and gluon_bwd.routed_by_default(head_dim):
             self._backward = _GluonBackward(
-                q, k, v, softmax_scale, window, deterministic, softcap, alibi_slopes, dropout_p
+                q, k, v, softmax_scale, window, deterministic, softcap, alibi_slopes, dropout_p, sink
             )
 
     def _pointers(
@@ -122,13 +128,14 @@ class PlainAttention:
         lse: torch.Tensor,
         slopes: torch.Tensor | None,
         rng_state: torch.Tensor | None,
+        sink: torch.Tensor | None,
     ) -> tuple:
         """The forward kernel's pointer arguments (kernels/hopper/fwd.py's FWD_POINTERS) for a dense call
         without packed batch, block mask or float8 descales: the LSE stands in for each absent tensor."""
         return (
             self._q.over(q), self._k.over(k), self._v.over(v), self._o.over(out), lse,
             lse if slopes is None else slopes, lse, lse, lse, lse, lse, lse, lse, self._aux,
-            lse if rng_state is None else rng_state, lse, lse,
+            lse if rng_state is None else rng_state, lse, lse if sink is None else sink,
         )  # fmt: skip
 
     def forward(
@@ -138,10 +145,13 @@ class PlainAttention:
         v: torch.Tensor,
         alibi_slopes: torch.Tensor | None = None,
         rng_state: torch.Tensor | None = None,
+        learnable_sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(out, lse)`` of the call, or None where TMA cannot read q, k or v in place."""
         if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
             return None
+        # (validation hands the sink over in the LSE's dtype; the kernel reads σ_h at h.)
+        sink = None if learnable_sink is None else learnable_sink.contiguous()
         out = torch.empty(self._out_shape, dtype=self._dtype, device=self._device)
         lse = torch.empty(self._lse_shape, dtype=torch.float32, device=self._device)
         aligned = lse.data_ptr()
@@ -149,8 +159,10 @@ class PlainAttention:
             aligned |= alibi_slopes.data_ptr()
         if rng_state is not None:
             aligned |= rng_state.data_ptr()
+        if sink is not None:
+            aligned |= sink.data_ptr()
         signatures = self._signatures if aligned % 16 == 0 else None
-        self._fwd.launch(self._pointers(q, k, v, out, lse, alibi_slopes, rng_state), signatures)
+        self._fwd.launch(self._pointers(q, k, v, out, lse, alibi_slopes, rng_state, sink), signatures)
         return out, lse
 
     def backward(
@@ -163,18 +175,21 @@ class PlainAttention:
         lse: torch.Tensor,
         alibi_slopes: torch.Tensor | None = None,
         rng_state: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """``(dq, dk, dv)`` from the Gluon backward, or None where the backend would run the portable one."""
+        learnable_sink: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...] | None:
+        """``(dq, dk, dv)`` from the Gluon backward, and the sink's fp32 gradient fourth with a
+        ``learnable_sink``, or None where the backend would run the portable one."""
         if self._backward is None:
             return None
-        return self._backward(dout, q, k, v, out, lse, alibi_slopes, rng_state)
+        return self._backward(dout, q, k, v, out, lse, alibi_slopes, rng_state, learnable_sink)
 
 
 class _GluonBackward:
     """The Gluon backward's three launches for one plain call signature (kernels/hopper/bwd.py's
     ``_launch`` for a dense call without block mask, at a head dim with a kernel of its own), for dO, out
     and the LSE laid out as the forward and a loss's gradient usually leave them: contiguous. A call with
-    other strides or an unaligned address takes ``launch_supported``, which copies what TMA cannot read."""
+    other strides or an unaligned address takes ``launch_supported``, which copies what TMA cannot read.
+    With a learnable sink (``sink``) the fused kernel sums the sink's gradient, returned fourth."""
 
     __slots__ = (
         "_aux", "_device", "_direct", "_dk", "_dq", "_dq_target", "_dropout_p", "_dv", "_finish",
@@ -193,17 +208,19 @@ class _GluonBackward:
         softcap: float,
         alibi_slopes: torch.Tensor | None = None,
         dropout_p: float = 0.0,
+        sink: bool = False,
     ) -> None:
         batch, seqlen_q, heads, head_dim = q.shape
         seqlen_k, heads_kv = k.shape[1], k.shape[2]
         is_causal = window == (-1, 0)
-        plain = not (is_causal or deterministic or softcap or dropout_p or alibi_slopes is not None)
+        # (A sink call is never plain: the plain variant spills with the sink's terms, as _launch says.)
+        plain = not (is_causal or deterministic or softcap or dropout_p or alibi_slopes is not None or sink)
         _, cfg = gluon_bwd.select_variant(head_dim, plain and window == (-1, -1))
         q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
             q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
             deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap, alibi_stride_b(alibi_slopes),
-            None, False, None, dropout_p,
+            None, False, None, dropout_p, sink,
         )  # fmt: skip
         self._general = (softmax_scale, window, deterministic, softcap)
         self._dropout_p = dropout_p
@@ -257,16 +274,22 @@ class _GluonBackward:
         lse: torch.Tensor,
         alibi_slopes: torch.Tensor | None = None,
         rng_state: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        learnable_sink: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
         laid_out = self._direct and (dout.stride(), out.stride(), lse.stride()) == self._layouts
         if not laid_out or (dout.data_ptr() | q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
             rest = {"dropout_p": self._dropout_p, "rng_state": rng_state} if self._dropout_p else {}
+            if learnable_sink is not None:
+                rest["learnable_sink"] = learnable_sink
             return gluon_bwd.launch_supported(dout, q, k, v, out, lse, *self._general, alibi_slopes, rest)
         device = self._device
         lse2, delta = torch.empty((2, self._stats_rows), dtype=torch.float32, device=device).unbind(0)
         dk = torch.empty(k.shape, dtype=k.dtype, device=device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=device)
         dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+        sink = None if learnable_sink is None else learnable_sink.contiguous()
+        # The sink's gradient, summed by atomic adds (kernels/hopper/bwd.py's _launch).
+        dsink = None if sink is None else torch.zeros(sink.shape, dtype=torch.float32, device=device)
         if self.deterministic:
             dq_sum, dq_target = lse2, self._dq_target
         else:
@@ -277,14 +300,15 @@ class _GluonBackward:
                 self._q[0].over(q), self._k.over(k), self._v.over(v), self._q[1].over(dout),
                 self._stats.over(lse2), self._stats.over(delta), self._dq.over(dq_target), self._dk.over(dk),
                 self._dv.over(dv), alibi_slopes, lse2, lse2, dk, dv, lse, lse, lse, lse, self._aux,
-                lse2 if rng_state is None else rng_state, lse2, lse2,
+                lse2 if rng_state is None else rng_state, lse2 if sink is None else sink,
+                lse2 if dsink is None else dsink,
             ),
             self._finish_pointers(q, k, v, dout, dq, lse2, delta, dq_sum),
         )  # fmt: skip
         # Every tensor is 16-byte aligned (checked above, or a fresh block of the caching allocator, checked
         # here): the launches' pointer signatures are those of the first call.
         fresh = lse2.data_ptr() | delta.data_ptr() | dk.data_ptr() | dv.data_ptr() | dq.data_ptr()
-        for option in (alibi_slopes, rng_state):
+        for option in (alibi_slopes, rng_state, sink, dsink):
             if option is not None:
                 fresh |= option.data_ptr()
         aligned = (fresh | dq_sum.data_ptr() | out.data_ptr() | lse.data_ptr()) % 16 == 0
@@ -295,7 +319,7 @@ class _GluonBackward:
                 self._signatures = signatures
         for launch, p, signature in zip(self._launches(), pointers, signatures, strict=True):
             launch.launch(p, signature)
-        return dq, dk, dv
+        return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)
 
     def _launches(self) -> tuple:
         return self._preprocess, self._fused, self._finish
