@@ -7,10 +7,9 @@ dtypes and devices, the option values (dropout's probability among them; its ran
 call) and the backend's environment variables. So once one such call has passed validation, a later call
 with the same key reuses the verdict: the softmax scale, the normalised options, the backend, the (empty)
 mods and the backend's prepared call (flashtile.backend.prepare: the kernels' launches with every decision
-the key fixes made once, a sink's calls included). Any other call, and
-any call not seen before, takes the full path, which raises its errors as before and records the verdict
-only when it passes. docs/design/host_path.md, "Plain calls" and "Prepared plain calls", has what this
-saves.
+the key fixes made once, a sink's calls included). Any other call, and any call not seen before, takes the
+full path, which raises its errors as before and records the verdict only when it passes.
+docs/design/host_path.md, "Plain calls" and "Prepared plain calls", has what this saves.
 """
 
 from __future__ import annotations
