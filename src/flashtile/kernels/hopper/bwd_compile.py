@@ -117,7 +117,7 @@ def compile_here(
             **({} if switches["HAS_ALIBI"] else {"alibi_ptr": None}),
             **({} if "bits" in words else {"aux": None}),
         ),
-        {"num_warps": bwd.FUSED_WARPS, "maxnreg": bwd.FUSED_MAXNREG},
+        {"num_warps": bwd.fused_warps(cfg, causal), "maxnreg": bwd.FUSED_MAXNREG},
     )  # fmt: skip
     kernels = [fused]
     if deterministic:
