@@ -302,6 +302,25 @@ def _last_first_start(j, m_first, per_head, BM: gl.constexpr):
 
 
 @gluon.jit
+def _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.constexpr):
+    """A "dim" split program's query blocks a head: the first, and how many (none past the keys' end)."""
+    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    return m_first, gl.maximum(m_end - m_first, 0)
+
+
+@gluon.jit
+def _dim_step(it, m_first, per_head, h_kv, GROUP, NSTAGE: gl.constexpr, BM: gl.constexpr):
+    """Step ``it`` of a "dim" split consumer: its Q/dO ring slot and phase, its query head (the group's
+    heads one after another), its query block's first row (:func:`_last_first_start`) and its P/dS
+    buffer (two, alternating)."""
+    s = it % NSTAGE
+    phase = (it // NSTAGE) & 1
+    h = h_kv * GROUP + it // per_head
+    m0 = _last_first_start(it % per_head, m_first, per_head, BM)
+    return s, phase, h, m0, it % 2
+
+
+@gluon.jit
 def _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.constexpr):
     """The query blocks [m_first, m_end) that see any key of the block starting at n0 (bottom-right)."""
     m_end = gl.cdiv(seqlen_q, BM)
@@ -839,18 +858,13 @@ def _consumer_dim(
     zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
     rows = n0 + gl.arange(0, BN, layout=row_layout)
     diag_offset = seqlen_k - seqlen_q
-    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
-    per_head = gl.maximum(m_end - m_first, 0)
+    m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
-        s = it % NSTAGE
-        phase = (it // NSTAGE) & 1
-        h = h_kv * GROUP + it // per_head
-        m0 = _last_first_start(it % per_head, m_first, per_head, BM)
+        s, phase, h, m0, buf = _dim_step(it, m_first, per_head, h_kv, GROUP, NSTAGE, BM)
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
-        buf = it % 2
 
         mbarrier.wait(q_ready.index(s), phase)
         st = warpgroup_mma(
@@ -950,18 +964,13 @@ def _consumer_dim_joined(
     zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
     rows = n0 + gl.arange(0, BN, layout=row_layout)
     diag_offset = seqlen_k - seqlen_q
-    m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
-    per_head = gl.maximum(m_end - m_first, 0)
+    m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
-        s = it % NSTAGE
-        phase = (it // NSTAGE) & 1
-        h = h_kv * GROUP + it // per_head
-        m0 = _last_first_start(it % per_head, m_first, per_head, BM)
+        s, phase, h, m0, buf = _dim_step(it, m_first, per_head, h_kv, GROUP, NSTAGE, BM)
         q_s = q_smem.index(s)
         do_s = do_smem.index(s)
-        buf = it % 2
 
         mbarrier.wait(q_ready.index(s), phase)
         st = warpgroup_mma(k_smem, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
