@@ -15,12 +15,36 @@ MAX_SHARED_BYTES = 232448
 MASKS = (False, True)
 JOBS = [(d, name, causal, False) for d, table in bwd.VARIANTS.items() for name in table for causal in MASKS]
 JOBS += [(d, bwd.DEFAULT_VARIANT[d], causal, True) for d in bwd.VARIANTS for causal in MASKS]
+# Local loads and stores (spilled registers) the fused kernel's key loops may hold
+# (CompileReport.loop_spills), as ptxas lays them out today: none but where recorded (docs/design/
+# hopper_bwd.md: the "dim" split without a mask, "Where the D = 256 kernel spills"; the 128-query blocks
+# and D = 128, "Key-loop spills of the keys split"). A configuration that spills more fails.
+LOOP_SPILLS_ALLOWED = {
+    (64, "m128", False, False): 68,
+    (64, "m128", True, False): 158,
+    (128, "m64", False, False): 2,
+    (128, "m64", True, False): 2,
+    (256, "n64", False, False): 37,
+    (256, "n64", False, True): 8,
+}
 
 
-def _compile_failures(jobs) -> tuple[dict, list[str]]:
+class _AnySpills(dict):
+    """An allowance table that allows any number."""
+
+    def get(self, key, default=None):
+        return float("inf")
+
+
+_ANY_SPILLS = _AnySpills()
+
+
+def _compile_failures(jobs, loop_spills_allowed=None) -> tuple[dict, list[str]]:
     """Compile ``jobs`` in two subprocesses (one a core); the reports, and every failed check: wgmma and TMA
     in the PTX, no local memory (spills), shared memory within a block's limit, and the TMA reduce-add in
     the fused kernel exactly when it adds dQ (not deterministic). ptxas's stack frame is in each message."""
+    # Without a table (the option jobs) the key loops' spills are reported by the compile tool only.
+    loop_spills_allowed = loop_spills_allowed if loop_spills_allowed is not None else _ANY_SPILLS
     procs = [start_compile(jobs[i::2]) for i in range(2)]
     results = {}
     for proc in procs:
@@ -34,6 +58,8 @@ def _compile_failures(jobs) -> tuple[dict, list[str]]:
                 "no wgmma in the PTX": report.has_wgmma,
                 "no TMA bulk tensor copies in the PTX": report.has_tma,
                 f"{report.local_bytes} B of local memory (spills)": report.local_bytes == 0,
+                f"{report.loop_spills} local accesses in a key loop": not fused
+                or report.loop_spills <= loop_spills_allowed.get((d, name, mask, deterministic), 0),
                 f"{report.shared_bytes} B of shared memory": report.shared_bytes <= MAX_SHARED_BYTES,
                 f"TMA reduce-add {has_reduce}": has_reduce == (fused and not deterministic),
                 # The "keys" split at D = 128 releases Q/dO slots thread by thread; elsewhere the
@@ -50,7 +76,7 @@ def _compile_failures(jobs) -> tuple[dict, list[str]]:
 
 
 def test_hopper_bwd_every_variant_compiles_for_sm90():
-    results, failures = _compile_failures(JOBS)
+    results, failures = _compile_failures(JOBS, LOOP_SPILLS_ALLOWED)
     assert sorted(results) == sorted(JOBS)
     assert not failures, "\n".join(failures)
 
