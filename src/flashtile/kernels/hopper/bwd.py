@@ -302,10 +302,15 @@ def _last_first_start(j, m_first, per_head, BM: gl.constexpr):
 
 
 @gluon.jit
-def _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.constexpr):
-    """A "dim" split program's query blocks a head: the first, and how many (none past the keys' end)."""
+def _dim_blocks(
+    n0, seqlen_q, seqlen_k, IS_CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+    row_layout: gl.constexpr,
+):  # fmt: skip
+    """A "dim" split program's key rows (in ``row_layout``), the diagonal's offset N_k − N_q, and its query
+    blocks a head: the first, and how many (none past the keys' end)."""
     m_first, m_end = _q_block_range(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
-    return m_first, gl.maximum(m_end - m_first, 0)
+    rows = n0 + gl.arange(0, BN, layout=row_layout)
+    return rows, seqlen_k - seqlen_q, m_first, gl.maximum(m_end - m_first, 0)
 
 
 @gluon.jit
@@ -856,9 +861,7 @@ def _consumer_dim(
     dv = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
     zero_s = gl.zeros([BN, HALF_M], gl.float32, s_layout)
     zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
-    rows = n0 + gl.arange(0, BN, layout=row_layout)
-    diag_offset = seqlen_k - seqlen_q
-    m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    rows, diag_offset, m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM, BN, row_layout)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
@@ -962,9 +965,7 @@ def _consumer_dim_joined(
     dv_hi = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
     zero_s = gl.zeros([BN, BM], gl.float32, s_layout)
     zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
-    rows = n0 + gl.arange(0, BN, layout=row_layout)
-    diag_offset = seqlen_k - seqlen_q
-    m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM)
+    rows, diag_offset, m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM, BN, row_layout)
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
