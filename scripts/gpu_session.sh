@@ -2809,6 +2809,34 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     cp "$work"/bench/bench.csv "$OUT"/bench_fwd_bwd.csv 2>/dev/null
     finish
     ;;
+  s38a)
+    # (Thirty-eighth session; main after the fold.) dPᵀ's and Sᵀ's accumulators started at −Δ and
+    # −LSE / scale in the keys backward: the Gluon backward's GPU tests (options, varlen, block masks,
+    # sinks), memcheck over the hopper, hopper_options and hopper_sparse groups.
+    begin
+    gpu_tests_step 260 tests/test_gpu_hopper_bwd.py tests/test_gpu_hopper_block_sparse.py tests/test_sinks.py \
+      -k "not 256 and not 192"
+    memcheck_group hopper 60 110
+    memcheck_group hopper_options 40 80
+    memcheck_group hopper_sparse 30 60
+    finish
+    ;;
+  s38b)
+    # (Thirty-eighth session; carrying build/old_src = the code before the fold.) The D = 64 and 128
+    # backward and softcap, ALiBi and varlen at D = 128 against the code before, alternating twice; then
+    # the D = 64 causal backward's variants m64 and m128 (the fourteenth session found m128 4-8 % slower).
+    begin
+    bench_old_new_args bwd 70 --head-dim 64 128 --causal both --mode bwd --seqlen 1024 4096 16384 \
+      --peers flashtile sdpa-cudnn --no-plot
+    bench_old_new_args opts 60 --options softcap alibi varlen --head-dim 128 --causal both --mode bwd \
+      --peers flashtile --no-plot
+    cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
+    cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+    options_csvs_out
+    bench_knob_values FLASHTILE_HOPPER_BWD_VARIANT "m64 m128" d64_variant 40 --head-dim 64 --causal true \
+      --mode bwd --seqlen 1024 4096 16384 --peers flashtile
+    finish
+    ;;
   s38c)
     # (Thirty-eighth session, main.) The paper grid's forward + backward at D = 256, every peer: s37e's box
     # ran out before these cells.
