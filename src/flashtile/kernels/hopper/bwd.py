@@ -707,18 +707,12 @@ def _consumer(
             if HAS_SINK:
                 # (No softcap here: bwd_unsupported_reason, so pt is P.)
                 sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
-            if FOLD_DELTA:
-                dst = pt * dpt
-            else:
-                dst = pt * (dpt - delta[None, :])
+            dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
             if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
         else:
-            if FOLD_LSE:
-                pt = gl.exp2(st * qk_scale)
-            else:
-                pt = gl.exp2(st * qk_scale - lse[None, :])
+            pt = gl.exp2(st * qk_scale) if FOLD_LSE else gl.exp2(st * qk_scale - lse[None, :])
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
@@ -745,10 +739,7 @@ def _consumer(
             else:
                 if HAS_SINK:
                     sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
-                if FOLD_DELTA:
-                    dst = pt * dpt
-                else:
-                    dst = pt * (dpt - delta[None, :])
+                dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
