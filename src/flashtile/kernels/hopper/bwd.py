@@ -146,9 +146,10 @@ VARIANTS: dict[int, dict[str, BwdVariant]] = {
     256: {"n64": BwdVariant(64, 64, 1, "dim", "cols")},
 }
 DEFAULT_VARIANT = {64: "m64", 128: "m64", 256: "n64"}
-# Plain calls (dense, not causal, no window or option, not deterministic) take these instead. H200
-# (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" non-causal at
-# N = 1k-16k, and 4-8 % slower causal.
+# Plain calls (dense or causal, no other window, no option, not deterministic) take these instead. H200
+# (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" without a mask at
+# N = 1k-16k; causal it was 4-8 % slower until its accumulators took −Δ and −LSE / scale, and is now 2-5 %
+# faster (thirty-eighth session).
 PLAIN_VARIANT = {64: "m128"}
 SUPPORTED_HEAD_DIMS = tuple(sorted((*VARIANTS, *PADDED_HEAD_DIM)))
 # Kernel head dims whose default variant has passed the GPU checks (an H100, 2026-11-23; D = 256's n64, and
@@ -173,7 +174,7 @@ def routed_by_default(head_dim: int) -> bool:
 
 def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]:
     """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
-    head dim has a variant of that name, else for a ``plain`` call (dense, not causal, no window or
+    head dim has a variant of that name, else for a ``plain`` call (dense or causal, no other window, no
     option, not deterministic) ``PLAIN_VARIANT``'s if it has one, else ``DEFAULT_VARIANT``."""
     name = _VARIANT.get("").strip()
     if name and name not in variant_names():
@@ -1707,8 +1708,8 @@ def _launch(
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
     # (The plain variant at D = 64, 128-query tiles, spills with a sink's terms: sm_90, 68 → 420.)
     plain = (
-        not (is_causal or deterministic or softcap or dropout_p)
-        and tuple(window_size) == (-1, -1)
+        not (deterministic or softcap or dropout_p)
+        and tuple(window_size) in ((-1, -1), (-1, 0))
         and alibi_slopes is None
         and packed is None
         and mods is None
