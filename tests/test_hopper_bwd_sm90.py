@@ -17,12 +17,10 @@ JOBS = [(d, name, causal, False) for d, table in bwd.VARIANTS.items() for name i
 JOBS += [(d, bwd.DEFAULT_VARIANT[d], causal, True) for d in bwd.VARIANTS for causal in MASKS]
 # Local loads and stores (spilled registers) the fused kernel's key loops may hold
 # (CompileReport.loop_spills), as ptxas lays them out today: none but where recorded (docs/design/
-# hopper_bwd.md: the "dim" split without a mask, "Where the D = 256 kernel spills"; the 128-query blocks
-# and D = 128, "Key-loop spills of the keys split"). A configuration that spills more fails.
+# hopper_bwd.md: the "dim" split without a mask, "Where the D = 256 kernel spills"; causal 128-query
+# blocks and causal D = 128, "Key-loop spills of the keys split"). A configuration that spills more fails.
 LOOP_SPILLS_ALLOWED = {
-    (64, "m128", False, False): 68,
-    (64, "m128", True, False): 158,
-    (128, "m64", False, False): 2,
+    (64, "m128", True, False): 16,
     (128, "m64", True, False): 2,
     (256, "n64", False, False): 37,
     (256, "n64", False, True): 8,

@@ -146,9 +146,10 @@ VARIANTS: dict[int, dict[str, BwdVariant]] = {
     256: {"n64": BwdVariant(64, 64, 1, "dim", "cols")},
 }
 DEFAULT_VARIANT = {64: "m64", 128: "m64", 256: "n64"}
-# Plain calls (dense, not causal, no window or option, not deterministic) take these instead. H200
-# (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" non-causal at
-# N = 1k-16k, and 4-8 % slower causal.
+# Plain calls (dense or causal, no other window, no option, not deterministic) take these instead. H200
+# (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" without a mask at
+# N = 1k-16k; causal it was 4-8 % slower until its accumulators took −Δ and −LSE / scale, and is now 2-5 %
+# faster (thirty-eighth session).
 PLAIN_VARIANT = {64: "m128"}
 SUPPORTED_HEAD_DIMS = tuple(sorted((*VARIANTS, *PADDED_HEAD_DIM)))
 # Kernel head dims whose default variant has passed the GPU checks (an H100, 2026-11-23; D = 256's n64, and
@@ -173,7 +174,7 @@ def routed_by_default(head_dim: int) -> bool:
 
 def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]:
     """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
-    head dim has a variant of that name, else for a ``plain`` call (dense, not causal, no window or
+    head dim has a variant of that name, else for a ``plain`` call (dense or causal, no other window, no
     option, not deterministic) ``PLAIN_VARIANT``'s if it has one, else ``DEFAULT_VARIANT``."""
     name = _VARIANT.get("").strip()
     if name and name not in variant_names():
@@ -519,13 +520,13 @@ def _consumer(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_DROPOUT: gl.constexpr,
-    which: gl.constexpr,
+    HAS_SINK: gl.constexpr, which: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b,
     drop_args, sink_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
     1 / (1 − p)), under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P
-    and dP; ``sink_args`` (sink_ptr, dsink_ptr, HAS_SINK): each query head's sink logit (fp32), and its
+    and dP; ``sink_args`` (sink_ptr, dsink_ptr), under HAS_SINK: each query head's sink logit (fp32), and its
     gradient's fp32 sum −Σ P_sink·Σ_j P·dP (docs/design/sinks.md), added into dsink_ptr + h once a head.
     IS_VARLEN: the sequence's rows start at packed rows q_off and k_off; the rows past its ends (the next
     sequence's) are masked out of P and dS, and dK, dV go out by row-masked pointer stores to dk_ptr, dv_ptr
@@ -538,7 +539,7 @@ def _consumer(
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options[:6]
     drop_args, sink_args = options[6:]
-    sink_ptr, dsink_ptr, HAS_SINK = sink_args
+    sink_ptr, dsink_ptr = sink_args
     WG_ROWS: gl.constexpr = BN // 2
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -590,6 +591,21 @@ def _consumer(
         alibi_cols = gl.arange(0, BM, layout=col_layout).to(gl.float32)
     # The sink's gradient, each key row's share summed over its query blocks (two registers a thread).
     sink_rows = gl.zeros([WG_ROWS], gl.float32, row_layout)
+    # −Δ and −LSE / scale as the dPᵀ and Sᵀ products' starting accumulators: their slices are read before
+    # the products are issued and die there, instead of living beside Pᵀ and dPᵀ (sm_90 compile, key-loop
+    # spills: docs/design/hopper_bwd.md, "Δ and the LSE in the products' accumulators"). Off where the
+    # products must stay bare (dropout scales dP before Δ; the sink's share needs dP) or where it grew
+    # spills (mask bits; D = 128 causal alone) or did nothing (D = 64 with 64-query tiles).
+    PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (
+        HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or MASK_MOD is not None or SPARSE_TILES > 0
+    )
+    FOLD_DELTA: gl.constexpr = not (HAS_DROPOUT or MASK_BITS or HAS_SINK) and (
+        BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL)
+    )
+    # The LSE only where the exponent is the bare scaled score (no softcap, ALiBi or window term).
+    FOLD_LSE: gl.constexpr = FOLD_DELTA and not (HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL)
+    if FOLD_LSE:
+        neg_inv_scale = -1.0 / qk_scale
     dq3: gl.constexpr = dq_desc.layout
     mbarrier.wait(kv_bar, 0)
     for it in range(GROUP * per_head):
@@ -605,15 +621,27 @@ def _consumer(
         # sequence's rows.
         at_end = (m0 + BM > seqlen_q) | (n0 + BN > seqlen_k)
         mbarrier.wait(q_ready.index(s), phase)
-        st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        if FOLD_LSE:
+            # Sᵀ − LSE / scale: exp2 of it times the scale is P.
+            lse = lse_smem.index(s).load(col_layout)
+            st0 = gl.broadcast((lse * neg_inv_scale)[None, :], zero_s)[0]
+            st = warpgroup_mma(k_wg, q_s.permute((1, 0)), st0, is_async=True)
+        else:
+            st = warpgroup_mma(k_wg, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(do_ready.index(s), phase)
-        dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        if FOLD_DELTA:
+            # dPᵀ − Δ, the factor dS takes of P.
+            dpt0 = gl.broadcast(-delta_smem.index(s).load(col_layout)[None, :], zero_s)[0]
+            dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), dpt0, is_async=True)
+        else:
+            dpt = warpgroup_mma(v_wg, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         if HAS_DROPOUT:
             # Dropout's draws while both wgmmas run: a register per eight entries until they are picked.
             drawn = dropout.draw(
                 seed, rng_offset, drop_args[1], seq * H + h, n0 + which * WG_ROWS, m0, BM, s_layout, False
             )  # fmt: skip
-        lse = lse_smem.index(s).load(col_layout)
+        if not FOLD_LSE:
+            lse = lse_smem.index(s).load(col_layout)
         st = warpgroup_mma_wait(1, deps=(st,))
         if HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL:
             # The forward's base-2 score: softcap · tanh(s / softcap), then −slope · |i + N_k − N_q − j|.
@@ -671,7 +699,8 @@ def _consumer(
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if HAS_SOFTCAP:
                 pt = pt * (1.0 - capped * capped)
-            delta = delta_smem.index(s).load(col_layout)
+            if not FOLD_DELTA:
+                delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             if HAS_DROPOUT:
                 # dP of the dropped P: the forward's mask and 1 / (1 − p); Δ already is that of the output.
@@ -679,12 +708,12 @@ def _consumer(
             if HAS_SINK:
                 # (No softcap here: bwd_unsupported_reason, so pt is P.)
                 sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
-            dst = pt * (dpt - delta[None, :])
+            dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
             if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
         else:
-            pt = gl.exp2(st * qk_scale - lse[None, :])
+            pt = gl.exp2(st * qk_scale) if FOLD_LSE else gl.exp2(st * qk_scale - lse[None, :])
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 pt = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), pt, 0.0)
@@ -698,7 +727,8 @@ def _consumer(
                     pt, partial, seq, h, m0, n0 + which * WG_ROWS, cols, rows, seqlen_q, seqlen_k, aux,
                     MASK_MOD, MASK_MOD_AUX, MASK_BITS, SPARSE_TILES * BM, SPARSE_BLOCK_N,
                 )  # fmt: skip
-            delta = delta_smem.index(s).load(col_layout)
+            if not FOLD_DELTA:
+                delta = delta_smem.index(s).load(col_layout)
             dpt = warpgroup_mma_wait(0, deps=(dpt,))
             if HAS_DROPOUT:
                 kept = dropout.kept(*drawn)
@@ -710,7 +740,7 @@ def _consumer(
             else:
                 if HAS_SINK:
                     sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
-                dst = pt * (dpt - delta[None, :])
+                dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
@@ -1144,7 +1174,7 @@ def attn_bwd_kernel(
         stats_off,
     )  # fmt: skip
     drop_args = (rng_state_ptr, dropout_threshold, 1.0 / dropout_keep_frac)
-    sink_args = (sink_ptr, dsink_ptr, HAS_SINK)
+    sink_args = (sink_ptr, dsink_ptr)
     options = (
         window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args, sink_args
     )  # fmt: skip
@@ -1196,12 +1226,12 @@ def attn_bwd_kernel(
                              HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
                              HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
                              lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                             HAS_DROPOUT, 0)),
+                             HAS_DROPOUT, HAS_SINK, 0)),
                 (_consumer, (keys_descs, smem, keys_bars, keys_sizes, qk_scale, softmax_scale, options,
                              HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
                              HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
                              lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                             HAS_DROPOUT, 1)),
+                             HAS_DROPOUT, HAS_SINK, 1)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False)),
             ],
@@ -1678,8 +1708,8 @@ def _launch(
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
     # (The plain variant at D = 64, 128-query tiles, spills with a sink's terms: sm_90, 68 → 420.)
     plain = (
-        not (is_causal or deterministic or softcap or dropout_p)
-        and tuple(window_size) == (-1, -1)
+        not (deterministic or softcap or dropout_p)
+        and tuple(window_size) in ((-1, -1), (-1, 0))
         and alibi_slopes is None
         and packed is None
         and mods is None
