@@ -594,12 +594,13 @@ def _consumer(
     # −Δ and −LSE / scale as the dPᵀ and Sᵀ products' starting accumulators: their slices are read before
     # the products are issued and die there, instead of living beside Pᵀ and dPᵀ (sm_90 compile, key-loop
     # spills: docs/design/hopper_bwd.md, "Δ and the LSE in the products' accumulators"). Off where the
-    # products must stay bare (dropout scales dP before Δ; the sink's share needs dP) or where it grew
-    # spills (mask bits; D = 128 causal alone) or did nothing (D = 64 with 64-query tiles).
+    # products must stay bare (dropout scales dP before Δ; the sink's share needs dP), where it grew
+    # spills (mask bits; D = 128 causal alone), did nothing (D = 64 with 64-query tiles) or was slower
+    # (causal ALiBi alone, 1-2 % at D = 128 on an H200 with 10 spills against 17).
     PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (
         HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or MASK_MOD is not None or SPARSE_TILES > 0
     )
-    FOLD_DELTA: gl.constexpr = not (HAS_DROPOUT or MASK_BITS or HAS_SINK) and (
+    FOLD_DELTA: gl.constexpr = not (HAS_DROPOUT or MASK_BITS or HAS_SINK or ALIBI_SPLIT) and (
         BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL)
     )
     # The LSE only where the exponent is the bare scaled score (no softcap, ALiBi or window term).
