@@ -35,9 +35,9 @@ def test_preprocess_rows_and_zeroed_dq(packed: bool, zero_dq: bool, seed: int) -
     (_, _, _, _), strides = bwd._dims4(out)
     grid = (seqlen_pad // block * batch * heads,)
     bwd.attn_bwd_preprocess_kernel[grid](
-        out, dout, lse, lse2, delta, dq_accum if zero_dq else lse2, lse2, *strides[:3], *strides[:3],
-        seqlen, seqlen_pad, seqlen_pad // block, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=zero_dq,
-        IS_VARLEN=False,
+        out, dout, lse, lse2, delta, dq_accum if zero_dq else lse2, lse2, lse2, lse2, *strides[:3],
+        *strides[:3], seqlen, seqlen_pad, seqlen_pad // block, heads, HEAD_DIM=head_dim, BLOCK=block,
+        ZERO_DQ=zero_dq, IS_VARLEN=False, SINK_TERM=False,
     )  # fmt: skip
     o4, do4 = (t.reshape(batch, seqlen, heads, head_dim).float() for t in (out, dout))
     want_delta = (o4 * do4).sum(-1).permute(0, 2, 1).reshape(batch * heads, seqlen)
@@ -94,8 +94,9 @@ def test_packed_sequences_statistics_at_aligned_offsets(seed: int) -> None:
     (_, _, _, _), strides = bwd._dims4(out)
     num_m_blocks = cdiv(max(PACKED_LENGTHS), block)
     bwd.attn_bwd_preprocess_kernel[(num_m_blocks * sequences * heads,)](
-        out, dout, lse, lse2, delta, dq_accum, cu, *strides[:3], *strides[:3],
+        out, dout, lse, lse2, delta, dq_accum, cu, lse2, lse2, *strides[:3], *strides[:3],
         total, seqlen_pad, num_m_blocks, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=True, IS_VARLEN=True,
+        SINK_TERM=False,
     )  # fmt: skip
     want_delta = (out.float() * dout.float()).sum(-1).T
     want_lse2 = torch.where(lse.isneginf(), math.inf, lse * LOG2_E)
@@ -113,6 +114,49 @@ def test_packed_sequences_statistics_at_aligned_offsets(seed: int) -> None:
     assert previous_end <= seqlen_pad
     assert got_lse2[:, ~written].isnan().all() and got_delta[:, ~written].isnan().all()
     assert (dq_accum[: cu[-1]] == 0).all() and dq_accum[cu[-1] :].isnan().all()
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_preprocess_adds_the_sink_term(packed: bool) -> None:
+    """SINK_TERM: −Σ_i P_sink,i·Δ_i·(1 − P_sink,i) over each head's rows is added to its sink gradient
+    (the rest of it comes from the fused kernel's dS); rows without a key, padding rows and rows no packed
+    sequence holds add nothing."""
+    gen = torch.Generator().manual_seed(3)
+    heads, head_dim, block = 3, 64, 64
+    if packed:
+        total, sequences = PACKED_TOTAL, len(PACKED_LENGTHS)
+        shape, batch = (total, heads, head_dim), 1
+        cu = torch.tensor([0, *itertools.accumulate(PACKED_LENGTHS)], dtype=torch.int32)
+        seqlen_pad = bwd.varlen_stats_rows(total, sequences, block)
+        num_m_blocks, grid_rows = cdiv(max(PACKED_LENGTHS), block), sequences
+        held = torch.zeros(total, dtype=torch.bool)
+        held[: int(cu[-1])] = True
+    else:
+        batch, total = 2, 37
+        shape = (batch, total, heads, head_dim)
+        seqlen_pad = cdiv(total, block) * block
+        num_m_blocks, grid_rows = seqlen_pad // block, batch
+        held = torch.ones(total, dtype=torch.bool)
+    out, dout = (torch.randn(shape, generator=gen, dtype=torch.float16) for _ in range(2))
+    lse = torch.randn(batch * heads * total, generator=gen).abs()
+    lse[4] = -math.inf  # a row without a visible key
+    sink = torch.randn(heads, generator=gen)
+    dsink = torch.full((heads,), 0.5)
+    lse2, delta = torch.full((2, batch * heads * seqlen_pad), math.nan)
+    (_, _, _, _), strides = bwd._dims4(out)
+    bwd.attn_bwd_preprocess_kernel[(num_m_blocks * grid_rows * heads,)](
+        out, dout, lse, lse2, delta, lse2, cu if packed else lse2, sink, dsink, *strides[:3], *strides[:3],
+        total, seqlen_pad, num_m_blocks, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=False,
+        IS_VARLEN=packed, SINK_TERM=True,
+    )  # fmt: skip
+    rows = out.reshape(batch, total, heads, head_dim).double()
+    d = (rows * dout.reshape(batch, total, heads, head_dim).double()).sum(-1).permute(0, 2, 1)  # (B, H, N)
+    stats = lse.double().reshape(batch, heads, total) if not packed else lse.double().reshape(1, heads, total)
+    p_sink = torch.exp(sink.double()[None, :, None] - stats)  # 0 where the LSE is −inf's +inf
+    p_sink = torch.where(stats.isneginf(), 0.0, p_sink) * held
+    want = 0.5 - (p_sink * d * (1 - p_sink)).sum((0, 2))
+    torch.testing.assert_close(dsink.double(), want, rtol=1e-4, atol=1e-4)
+    assert not (p_sink * held == 0).all(), "the case must hold rows with a sink share"
 
 
 def test_packed_postprocess_zeroes_the_rows_no_sequence_holds() -> None:
@@ -154,8 +198,9 @@ def test_packed_statistics_never_overlap_and_fit_their_row(lengths, leading, tra
     (_, _, _, _), strides = bwd._dims4(out)
     num_m_blocks = max(cdiv(max(lengths), block), 1)
     bwd.attn_bwd_preprocess_kernel[(num_m_blocks * sequences * heads,)](
-        out, out, lse, lse2, delta, lse2, cu, *strides[:3], *strides[:3],
+        out, out, lse, lse2, delta, lse2, cu, lse2, lse2, *strides[:3], *strides[:3],
         total, seqlen_pad, num_m_blocks, heads, HEAD_DIM=head_dim, BLOCK=block, ZERO_DQ=False, IS_VARLEN=True,
+        SINK_TERM=False,
     )  # fmt: skip
     previous_end = 0
     for b, (start, end) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):

@@ -179,11 +179,12 @@ def fresh_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_knob_names_are_those_the_hopper_launchers_read() -> None:
     from flashtile.backend import ENV_VAR
-    from flashtile.kernels.hopper.bwd import VARIANT_ENV
+    from flashtile.kernels.hopper.bwd import SINK_ENV, VARIANT_ENV
     from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV, PINGPONG_ENV
 
     names = {knob.name for knob in plain_calls.KNOBS}
-    assert names == {ENV_VAR, "TRITON_INTERPRET", PERSISTENT_ENV, CONSUMERS_ENV, PINGPONG_ENV, VARIANT_ENV}
+    knobs = {PERSISTENT_ENV, CONSUMERS_ENV, PINGPONG_ENV, VARIANT_ENV, SINK_ENV}
+    assert names == {ENV_VAR, "TRITON_INTERPRET", *knobs}
 
 
 def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:

@@ -254,6 +254,37 @@ def test_sink_in_the_hopper_kernels_matches_oracle(case, seed):
     check_against_oracle(case, seed, (hopper.attn_fwd, hopper.attn_bwd))
 
 
+def _hopper_d128_cases(gpu: dict) -> list:
+    return [
+        SinkCase(((1023, 1025),) * 2, head_dim=128, **gpu),
+        # N_q > N_k causal: the first 248 rows see no key (their P_sink is 1, their Δ 0).
+        SinkCase(((1025, 777),) * 2, head_dim=128, causal=True, layout="mqa", **gpu),
+        SinkCase(((777, 1025),) * 2, head_dim=96, causal=True, sink=8.0, **gpu),
+        SinkCase(((2048, 2048),), head_dim=128, window=(128, 0), alibi=True, dropout_p=0.1, **gpu),
+        SinkCase(((1000, 1200), (0, 9), (2048, 2048), (1, 1), (300, 0)), varlen=True, causal=True,
+                 head_dim=128, **gpu),
+        SinkCase(((1100, 1100),) * 3, head_dim=128, dropout_p=0.1, causal=True, layout="mha", **gpu),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", _on_gpu(_hopper_d128_cases))
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_sink_in_the_hopper_backward_at_head_dim_128_matches_oracle(case, seed, monkeypatch):
+    # FLASHTILE_HOPPER_BWD_SINK=1: the Gluon backward takes the sink at kernel head dim 128 (96 padded), its
+    # share from dS and the rest from the preprocess (docs/design/sinks.md, "The share from dS").
+    from flashtile.kernels import hopper
+    from flashtile.kernels.hopper import bwd as gluon_bwd
+
+    monkeypatch.setenv(gluon_bwd.SINK_ENV, "1")
+    problem = make_problem(case)
+    if hopper.device_unsupported_reason(problem.q.device) is not None:
+        pytest.skip("the Gluon kernels need a Hopper GPU")
+    window = hopper.bwd_window(case.causal, problem.kwargs["window_size"])
+    checked = {**problem.kwargs, "window_size": window}
+    assert gluon_bwd.bwd_unsupported_reason(problem.q, problem.k, problem.v, problem.dout, checked) is None
+    check_against_oracle(case, seed, (hopper.attn_fwd, hopper.attn_bwd))
+
+
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 

@@ -82,7 +82,13 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
-_VARIANT, _VARLEN_TMA_STORE = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV)
+# A learnable sink at kernel head dim 128 (D = 96 padded to it): its share of the gradient from dS, the
+# rest in the preprocess (SINK_FROM_DS). Compiled for sm_90 and its preprocess term tested in the
+# interpreter (thirty-eighth session), not yet run on a GPU: off by default, FLASHTILE_HOPPER_BWD_SINK=1
+# takes it there; otherwise the portable backward does.
+GPU_CHECKED_SINK_DIMS = (64,)
+SINK_ENV = "FLASHTILE_HOPPER_BWD_SINK"
+_VARIANT, _VARLEN_TMA_STORE, _SINK = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(SINK_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -218,15 +224,18 @@ def varlen_stats_rows(total_q: int, sequences: int, block_m: int) -> int:
 # Packed batches change the totals at every step: no specialisation on them.
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_pad", "num_m_blocks"])
 def attn_bwd_preprocess_kernel(
-    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr, dq_accum_ptr, cu_seqlens_ptr,
+    o_ptr, do_ptr, lse_ptr, lse2_ptr, delta_ptr, dq_accum_ptr, cu_seqlens_ptr, sink_ptr, dsink_ptr,
     stride_ob, stride_on, stride_oh, stride_dob, stride_don, stride_doh,
     seqlen_q, seqlen_pad, num_m_blocks, H,
     HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ZERO_DQ: tl.constexpr, IS_VARLEN: tl.constexpr,
+    SINK_TERM: tl.constexpr,
 ):  # fmt: skip
     """Δ = rowsum(O ∘ dO) and the LSE in base 2 into [B·H, seqlen_pad] rows the fused kernel reads by
     1-D TMA; padding rows and rows with no visible key get LSE = +inf (their P is exactly 0) and Δ = 0.
     ZERO_DQ: also zero these rows of the fp32 dQ accumulator (B, N, H, D) the fused kernel adds into (one
-    launch and one allocation fewer than a separate memset).
+    launch and one allocation fewer than a separate memset). SINK_TERM: add −Σ_i P_sink,i·Δ_i·(1 − P_sink,i)
+    over these rows into dsink_ptr + h, the part of a learnable sink's gradient the fused kernel leaves out
+    when it takes its share from dS (``SINK_FROM_DS``; docs/design/sinks.md, "The share from dS").
 
     IS_VARLEN: program (block, b, h) takes the rows of packed sequence b, [cu_seqlens[b], cu_seqlens[b + 1])
     clamped into [0, seqlen_q = total], LSE (H, total); its statistics go to row h from
@@ -265,6 +274,10 @@ def attn_bwd_preprocess_kernel(
     lse = tl.where(lse == -float("inf"), float("inf"), lse) * 1.4426950408889634
     tl.store(delta_ptr + stats, delta, mask=stored)
     tl.store(lse2_ptr + stats, lse, mask=stored)
+    if SINK_TERM:
+        # Rows out of range or with no visible key have LSE = +inf here: P_sink = 0.
+        p_sink = tl.exp2(tl.load(sink_ptr + h) * 1.4426950408889634 - lse)
+        tl.atomic_add(dsink_ptr + h, -tl.sum(p_sink * delta * (1.0 - p_sink), axis=0))
     if ZERO_DQ:
         zeros = tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32)
         tl.store(dq_accum_ptr + dq_rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=in_range[:, None])
@@ -497,18 +510,25 @@ def _alibi_probs(score, factor, lse, slope, rows, query_offsets, q0):
 
 
 @gluon.jit
-def _sink_share(pt, dp, lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN: gl.constexpr):
-    """Each key row's part of Σ_i P_sink,i · Σ_j P_ij·dP_ij over this tile's queries m0, m0 + 1, … (Pᵀ and
-    dPᵀ tiles, [keys, queries]; dP with dropout's mask and scale), P_sink,i = 2^(σ_h·log2 e − lse2_i) with
-    the base-2 LSE (+inf on a dense batch's padding rows: 0). Σ_j P·dP is accumulated in fp32 here rather
-    than taken as dO·O from the stored output, whose rounding the sum over every row of a head would
-    magnify (docs/design/sinks.md, "Which Δ")."""
+def _sink_probs(lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN: gl.constexpr):
+    """P_sink,i = 2^(σ_h·log2 e − lse2_i) of queries m0, m0 + 1, … from their base-2 LSE (+inf on a dense
+    batch's padding rows: 0)."""
     p_sink = gl.exp2(gl.load(sink_ptr + h) * LOG2_E_C - lse2)
     if IS_VARLEN:
         # Past a packed sequence's last query the statistics are another sequence's or never written (NaN
         # and inf included), where P is 0: 0, not 0 · NaN.
         cols = m0 + gl.arange(0, lse2.shape[0], layout=lse2.type.layout)
         p_sink = gl.where(cols < seqlen_q, p_sink, 0.0)
+    return p_sink
+
+
+@gluon.jit
+def _sink_share(pt, dp, lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN: gl.constexpr):
+    """Each key row's part of Σ_i P_sink,i · Σ_j P_ij·dP_ij over this tile's queries m0, m0 + 1, … (Pᵀ and
+    dPᵀ tiles, [keys, queries]; dP with dropout's mask and scale; :func:`_sink_probs`). Σ_j P·dP is
+    accumulated in fp32 here rather than taken as dO·O from the stored output, whose rounding the sum over
+    every row of a head would magnify (docs/design/sinks.md, "Which Δ")."""
+    p_sink = _sink_probs(lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
     return gl.sum(pt * dp * p_sink[None, :], axis=1)
 
 
@@ -597,12 +617,16 @@ def _consumer(
     # products must stay bare (dropout scales dP before Δ; the sink's share needs dP), where it grew
     # spills (mask bits; D = 128 causal alone), did nothing (D = 64 with 64-query tiles) or was slower
     # (causal ALiBi alone, 1-2 % at D = 128 on an H200 with 10 spills against 17).
-    PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (
-        HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or MASK_MOD is not None or SPARSE_TILES > 0
-    )
-    FOLD_DELTA: gl.constexpr = not (HAS_DROPOUT or MASK_BITS or HAS_SINK or ALIBI_SPLIT) and (
-        BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL)
-    )
+    ANY_OPTION: gl.constexpr = HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or HAS_SINK
+    PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (ANY_OPTION or MASK_MOD is not None or SPARSE_TILES > 0)
+    # A sink's share at D > 64 from the fp32 dS, Σ_i P_sink,i·Σ_j dS_ij; the preprocess adds the rest,
+    # Σ_i P_sink,i·Δ_i·(1 − P_sink,i) (docs/design/sinks.md, "The share from dS"): Pᵀ and dPᵀ need not
+    # stay live together beside the sink's terms, which spilled at D = 128 (sm_90: 161 / 165 key-loop
+    # local accesses without a mask / causal, 43 / 35 this way). D = 64 keeps the fused Σ P·dP.
+    SINK_FROM_DS: gl.constexpr = HAS_SINK and HEAD_DIM > 64
+    FOLD_DELTA: gl.constexpr = not (
+        HAS_DROPOUT or MASK_BITS or (HAS_SINK and not SINK_FROM_DS) or ALIBI_SPLIT
+    ) and (BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL))
     # The LSE only where the exponent is the bare scaled score (no softcap, ALiBi or window term).
     FOLD_LSE: gl.constexpr = FOLD_DELTA and not (HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL)
     if FOLD_LSE:
@@ -706,7 +730,7 @@ def _consumer(
             if HAS_DROPOUT:
                 # dP of the dropped P: the forward's mask and 1 / (1 − p); Δ already is that of the output.
                 dpt = gl.where(dropout.kept(*drawn), dpt * drop_args[2], 0.0)
-            if HAS_SINK:
+            if HAS_SINK and not SINK_FROM_DS:
                 # (No softcap here: bwd_unsupported_reason, so pt is P.)
                 sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
             dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
@@ -734,18 +758,23 @@ def _consumer(
             if HAS_DROPOUT:
                 kept = dropout.kept(*drawn)
                 dp = gl.where(kept, dpt * drop_args[2], 0.0)
-                if HAS_SINK:
+                if HAS_SINK and not SINK_FROM_DS:
                     sink_rows += _sink_share(pt, dp, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
                 dst = pt * (dp - delta[None, :])
                 p_op = gl.convert_layout(dropout.keep_pairs(pt * drop_args[2], *drawn, dtype), a_layout)
             else:
-                if HAS_SINK:
+                if HAS_SINK and not SINK_FROM_DS:
                     sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
                 dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
+        if SINK_FROM_DS:
+            # The LSE read again here rather than kept live since the products were issued (sm_90: 43 / 35
+            # key-loop spills against 39 / 92).
+            p_sink = _sink_probs(lse_smem.index(s).load(col_layout), sink_ptr, h, m0, seqlen_q, IS_VARLEN)
+            sink_rows += gl.sum(dst * p_sink[None, :], axis=1)
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
         ds_lo = dst.to(dtype)
         ds_op = gl.convert_layout(ds_lo, a_layout)
@@ -1453,10 +1482,16 @@ def bwd_unsupported_reason(
         if group > 1 and mods.block_mask.q_num_blocks.shape[1] > 1:
             return "a block mask that differs between the query heads of a KV head (GQA)"
     if options.get("learnable_sink") is not None:
-        # The sink's gradient sums P·dP over the "keys" split's tiles (_sink_share) by atomic adds: at D = 64
-        # only, where its registers fit (sm_90: at D = 128 the key loop's spills went from 2 to 126).
-        if head_dim != 64:
-            return f"a learnable sink at head dim {head_dim} (the Gluon backward takes it at 64)"
+        # The sink's gradient is summed over the "keys" split's tiles by atomic adds: at D = 64 from P·dP
+        # (_sink_share), at D = 128 from dS (SINK_FROM_DS), which is not yet GPU-checked (the knob); the
+        # "dim" split (D = 192, 256) has no share.
+        kernel_dim = PADDED_HEAD_DIM.get(head_dim, head_dim)
+        knob_on = kernel_dim == 128 and _SINK.get("").strip() == "1"
+        if kernel_dim not in GPU_CHECKED_SINK_DIMS and not knob_on:
+            return (
+                f"a learnable sink at head dim {head_dim} (the Gluon backward takes it at 64; "
+                f"{SINK_ENV}=1 at 96 and 128, not yet GPU-checked)"
+            )
         if options.get("deterministic"):
             return "a learnable sink with deterministic=True"
         if options.get("softcap", 0.0):
@@ -1556,7 +1591,8 @@ def launch_supported(
 
 # The tensors of each launch, in its kernel's parameter order.
 PREPROCESS_POINTERS = (
-    "o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "dq_accum_ptr", "cu_seqlens_ptr",
+    "o_ptr", "do_ptr", "lse_ptr", "lse2_ptr", "delta_ptr", "dq_accum_ptr", "cu_seqlens_ptr", "sink_ptr",
+    "dsink_ptr",
 )  # fmt: skip
 FUSED_POINTERS = (
     "q_desc", "k_desc", "v_desc", "do_desc", "lse_desc", "delta_desc", "dq_desc", "dk_desc", "dv_desc",
@@ -1624,6 +1660,7 @@ def _bwd_launches(
             stride_dob=dout_strides[0], stride_don=dout_strides[1], stride_doh=dout_strides[2],
             seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=num_m_blocks, H=heads,
             HEAD_DIM=head_dim, BLOCK=bm, ZERO_DQ=not deterministic, IS_VARLEN=varlen is not None,
+            SINK_TERM=sink and head_dim > 64,
         ),
         {},
     )  # fmt: skip
@@ -1750,9 +1787,11 @@ def _launch(
     out_rows, out_cols = cfg.out_box(head_dim)
     # The fp32 dQ sum, zeroed by the preprocess (the deterministic dQ kernel writes dQ itself).
     dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=device)
+    sink_ptrs = (learnable_sink.contiguous(), dsink[0]) if dsink else (lse2, lse2)
     preprocess(
-        out, dout, lse, lse2, delta, lse2 if dq_accum is None else dq_accum, lse2 if cu_q is None else cu_q
-    )
+        out, dout, lse, lse2, delta, lse2 if dq_accum is None else dq_accum, lse2 if cu_q is None else cu_q,
+        *sink_ptrs,
+    )  # fmt: skip
     # The dQ descriptor is unused when the second kernel makes dQ; any fp32 tensor of q's shape serves.
     dq_target = dq_accum if dq_accum is not None else lse2.new_empty((1, dq_rows, 1, dq_cols))
     fused(
@@ -1762,8 +1801,7 @@ def _launch(
         _descriptor(dv, out_rows, out_cols), slopes,
         # Dense launches pass the row statistics for the boundaries they do not read.
         lse2 if cu_q is None else cu_q, lse2 if cu_k is None else cu_k, dk, dv, *lists,
-        sparse_aux(km, sparse), lse2 if rng_state is None else rng_state,
-        lse2 if learnable_sink is None else learnable_sink.contiguous(), dsink[0] if dsink else lse2,
+        sparse_aux(km, sparse), lse2 if rng_state is None else rng_state, *sink_ptrs,
     )  # fmt: skip
     if deterministic:
         finish(

@@ -294,14 +294,14 @@ class _GluonBackward:
             dq_sum, dq_target = lse2, self._dq_target
         else:
             dq_sum = dq_target = torch.empty(q.shape, dtype=torch.float32, device=device)
+        sink_ptrs = (lse2, lse2) if sink is None else (sink, dsink)
         pointers = (
-            (out, dout, lse, lse2, delta, dq_sum, lse2),
+            (out, dout, lse, lse2, delta, dq_sum, lse2, *sink_ptrs),
             (
                 self._q[0].over(q), self._k.over(k), self._v.over(v), self._q[1].over(dout),
                 self._stats.over(lse2), self._stats.over(delta), self._dq.over(dq_target), self._dk.over(dk),
                 self._dv.over(dv), alibi_slopes, lse2, lse2, dk, dv, lse, lse, lse, lse, self._aux,
-                lse2 if rng_state is None else rng_state, lse2 if sink is None else sink,
-                lse2 if dsink is None else dsink,
+                lse2 if rng_state is None else rng_state, *sink_ptrs,
             ),
             self._finish_pointers(q, k, v, dout, dq, lse2, delta, dq_sum),
         )  # fmt: skip
