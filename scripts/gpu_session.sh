@@ -2868,10 +2868,11 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
   s39a)
     # (Prepared in the thirty-eighth session; main.) A learnable sink in the Gluon backward at D = 96 and
     # 128 (FLASHTILE_HOPPER_BWD_SINK=1: its share from dS, the rest from the preprocess): the Hopper sink
-    # GPU tests (the D = 128 ones set the knob themselves), memcheck over hopper_sink under the knob, then
+    # GPU tests (the D = 128 ones set the knob themselves) and the prepared calls' (the preprocess took two
+    # pointers more in that session, CPU-checked only), memcheck over hopper_sink under the knob, then
     # the sink backward at D = 128 with the knob against without (the portable backward), twice.
     begin
-    gpu_tests_step 200 tests/test_sinks.py -k "hopper"
+    gpu_tests_step 240 tests/test_sinks.py tests/test_prepared_calls.py -k "hopper or prepared"
     export FLASHTILE_HOPPER_BWD_SINK=1
     memcheck_group hopper_sink 60 120
     unset FLASHTILE_HOPPER_BWD_SINK
