@@ -547,7 +547,8 @@ def _consumer(
     drop_args, sink_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
     1 / (1 − p)), under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P
     and dP; ``sink_args`` (sink_ptr, dsink_ptr), under HAS_SINK: each query head's sink logit (fp32), and its
-    gradient's fp32 sum −Σ P_sink·Σ_j P·dP (docs/design/sinks.md), added into dsink_ptr + h once a head.
+    gradient's fp32 sum −Σ P_sink·Σ_j P·dP (docs/design/sinks.md; at D > 64 −Σ P_sink·Σ_j dS, the
+    preprocess adding the rest), added into dsink_ptr + h once a head.
     IS_VARLEN: the sequence's rows start at packed rows q_off and k_off; the rows past its ends (the next
     sequence's) are masked out of P and dS, and dK, dV go out by row-masked pointer stores to dk_ptr, dv_ptr
     (VARLEN_TMA_STORE: by TMA boxes where the block lies wholly inside its sequence, the pointer stores for a
@@ -614,7 +615,7 @@ def _consumer(
     # −Δ and −LSE / scale as the dPᵀ and Sᵀ products' starting accumulators: their slices are read before
     # the products are issued and die there, instead of living beside Pᵀ and dPᵀ (sm_90 compile, key-loop
     # spills: docs/design/hopper_bwd.md, "Δ and the LSE in the products' accumulators"). Off where the
-    # products must stay bare (dropout scales dP before Δ; the sink's share needs dP), where it grew
+    # products must stay bare (dropout scales dP before Δ; the D = 64 sink's share needs dP), where it grew
     # spills (mask bits; D = 128 causal alone), did nothing (D = 64 with 64-query tiles) or was slower
     # (causal ALiBi alone, 1-2 % at D = 128 on an H200 with 10 spills against 17).
     ANY_OPTION: gl.constexpr = HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or HAS_SINK
