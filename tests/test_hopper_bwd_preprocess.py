@@ -151,9 +151,9 @@ def test_preprocess_adds_the_sink_term(packed: bool) -> None:
     )  # fmt: skip
     rows = out.reshape(batch, total, heads, head_dim).double()
     d = (rows * dout.reshape(batch, total, heads, head_dim).double()).sum(-1).permute(0, 2, 1)  # (B, H, N)
-    stats = lse.double().reshape(batch, heads, total) if not packed else lse.double().reshape(1, heads, total)
-    p_sink = torch.exp(sink.double()[None, :, None] - stats)  # 0 where the LSE is −inf's +inf
-    p_sink = torch.where(stats.isneginf(), 0.0, p_sink) * held
+    stats = lse.double().reshape(batch, heads, total)  # (B, H, N), or packed (H, total) as one batch
+    # A row without a key (LSE −inf) has no sink share: the kernel reads its LSE as +inf.
+    p_sink = torch.where(stats.isneginf(), 0.0, torch.exp(sink.double()[None, :, None] - stats)) * held
     want = 0.5 - (p_sink * d * (1 - p_sink)).sum((0, 2))
     torch.testing.assert_close(dsink.double(), want, rtol=1e-4, atol=1e-4)
     assert not (p_sink * held == 0).all(), "the case must hold rows with a sink share"
