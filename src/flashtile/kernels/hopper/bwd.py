@@ -88,6 +88,9 @@ VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 # takes it there; otherwise the portable backward does.
 GPU_CHECKED_SINK_DIMS = (64,)
 SINK_ENV = "FLASHTILE_HOPPER_BWD_SINK"
+# Above this kernel head dim the sink's share comes from dS (the fused kernel's SINK_FROM_DS and the
+# preprocess's SINK_TERM, which must agree); up to it from P·dP (_sink_share).
+SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(64)
 _VARIANT, _VARLEN_TMA_STORE, _SINK = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(SINK_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
@@ -624,7 +627,7 @@ def _consumer(
     # Σ_i P_sink,i·Δ_i·(1 − P_sink,i) (docs/design/sinks.md, "The share from dS"): Pᵀ and dPᵀ need not
     # stay live together beside the sink's terms, which spilled at D = 128 (sm_90: 161 / 165 key-loop
     # local accesses without a mask / causal, 43 / 35 this way). D = 64 keeps the fused Σ P·dP.
-    SINK_FROM_DS: gl.constexpr = HAS_SINK and HEAD_DIM > 64
+    SINK_FROM_DS: gl.constexpr = HAS_SINK and HEAD_DIM > SINK_SHARE_FROM_PDP_MAX_DIM
     FOLD_DELTA: gl.constexpr = not (
         HAS_DROPOUT or MASK_BITS or (HAS_SINK and not SINK_FROM_DS) or ALIBI_SPLIT
     ) and (BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL))
@@ -1661,7 +1664,7 @@ def _bwd_launches(
             stride_dob=dout_strides[0], stride_don=dout_strides[1], stride_doh=dout_strides[2],
             seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=num_m_blocks, H=heads,
             HEAD_DIM=head_dim, BLOCK=bm, ZERO_DQ=not deterministic, IS_VARLEN=varlen is not None,
-            SINK_TERM=sink and head_dim > 64,
+            SINK_TERM=sink and head_dim > SINK_SHARE_FROM_PDP_MAX_DIM.value,
         ),
         {},
     )  # fmt: skip
