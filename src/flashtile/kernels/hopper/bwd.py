@@ -619,8 +619,9 @@ def _consumer(
     # the products are issued and die there, instead of living beside Pᵀ and dPᵀ (sm_90 compile, key-loop
     # spills: docs/design/hopper_bwd.md, "Δ and the LSE in the products' accumulators"). Off where the
     # products must stay bare (dropout scales dP before Δ; the D = 64 sink's share needs dP), where it grew
-    # spills (mask bits; D = 128 causal alone), did nothing (D = 64 with 64-query tiles) or was slower
-    # (causal ALiBi alone, 1-2 % at D = 128 on an H200 with 10 spills against 17).
+    # spills (mask bits: 23 -> 59 at D = 128), did nothing (D = 64 with 64-query tiles), was slower (causal
+    # ALiBi alone, 1-2 % at D = 128 on an H200 with 10 spills against 17) or is not yet timed (D = 128
+    # plain causal: 2 -> 0 spills; the full kernel's 2 -> 0 gained nothing).
     ANY_OPTION: gl.constexpr = HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or HAS_SINK
     PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (ANY_OPTION or MASK_MOD is not None or SPARSE_TILES > 0)
     # A sink's share at D > 64 from the fp32 dS, Σ_i P_sink,i·Σ_j dS_ij; the preprocess adds the rest,
