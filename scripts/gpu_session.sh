@@ -238,6 +238,16 @@ paper_fwd_step() {
   cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
 }
 
+# The paper grid in MODE (flashtile bench --paper --mode MODE ARGS...) in a box of BOX_S, its CSV brought
+# back as NAME.csv.
+#     paper_mode_step NAME BOX_S MODE [bench arguments]
+paper_mode_step() {
+  local name=$1 box=$2 mode=$3
+  shift 3
+  step "$name" "$box" python3 -m flashtile bench --paper --mode "$mode" "$@" --out-dir "$work/bench"
+  cp "$work"/bench/bench.csv "$OUT/$name.csv" 2>/dev/null
+}
+
 # flashtile bench with ARGS under the knob ENV at each of VALUES ("0 1", say) in turn, twice over; the
 # steps are NAME_VALUE_ROUND, the CSVs NAME_VALUE.csv, brought back.
 #     bench_knob_values ENV "VALUES" NAME BOX_S ARGS...
@@ -2844,8 +2854,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     gpu_tests_step 110 tests/test_prepared_calls.py tests/test_gpu_hopper_bwd.py -k "prepared or (d64 and causal)"
     memcheck_group hopper 50 90
-    step bench_bwd 300 python3 -m flashtile bench --paper --mode bwd --head-dim 64 128 --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_bwd.csv 2>/dev/null
+    paper_mode_step bench_bwd 300 bwd --head-dim 64 128
     cp "$work"/bench/bench_bwd_bf16.png "$OUT"/ 2>/dev/null
     finish
     ;;
@@ -2853,16 +2862,14 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # (Thirty-eighth session, main.) The paper grid's forward + backward at D = 256, every peer: s37e's box
     # ran out before these cells.
     begin
-    step bench_fwd_bwd_d256 420 python3 -m flashtile bench --paper --mode fwd_bwd --head-dim 256 --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_fwd_bwd_d256.csv 2>/dev/null
+    paper_mode_step bench_fwd_bwd_d256 420 fwd_bwd --head-dim 256
     finish
     ;;
   s38e)
     # (Thirty-eighth session, main after the fold.) The paper grid's forward + backward at D = 64 and 128,
     # every peer (s38c has D = 256).
     begin
-    step bench_fwd_bwd 320 python3 -m flashtile bench --paper --mode fwd_bwd --head-dim 64 128 --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_fwd_bwd.csv 2>/dev/null
+    paper_mode_step bench_fwd_bwd 320 fwd_bwd --head-dim 64 128
     finish
     ;;
   s39a)
