@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a|s39b [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -2887,8 +2887,28 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       --mode bwd --peers flashtile
     finish
     ;;
+  s39b)
+    # (Prepared in the thirty-eighth session; main.) The plain causal keys backward masking every query
+    # block of a dense batch (not only those across the diagonal), with Δ and the LSE folded at D = 128
+    # causal too: sm_90 key-loop spills m128 causal 16 -> 0, D = 128 causal 2 -> 0 (docs/design/
+    # hopper_bwd.md, the lead at the end of "Δ and the LSE in the products' accumulators"). The experiment
+    # is made here from this tree (build/exp_src, two lines of kernels/hopper/bwd.py), then its causal
+    # backward GPU tests and the D = 64 / 128 causal backward against main, alternating twice.
+    begin
+    rm -rf build/exp_src && mkdir -p build && cp -r src build/exp_src
+    exp_bwd=build/exp_src/flashtile/kernels/hopper/bwd.py
+    sed -i '0,/if IS_CAUSAL and m0 < n0 + BN - diag_offset:/s//if IS_CAUSAL and (not IS_VARLEN or m0 < n0 + BN - diag_offset):/' "$exp_bwd"
+    sed -i 's/PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (.*)$/PLAIN_CAUSAL: gl.constexpr = False/' "$exp_bwd"
+    step exp_made 10 bash -c "test \$(diff src/flashtile/kernels/hopper/bwd.py $exp_bwd | grep -c '^>') -eq 2"
+    gpu_tests_exp_step 200 tests/test_gpu_hopper_bwd.py -k "causal and (d64 or d128) and not options"
+    bench_main_exp 60 --head-dim 64 128 --causal true --mode bwd --seqlen 1024 4096 16384 \
+      --peers flashtile sdpa-cudnn --no-plot
+    cp "$work"/bench_main/bench.csv "$OUT"/main_bench.csv 2>/dev/null
+    cp "$work"/bench_exp/bench.csv "$OUT"/exp_bench.csv 2>/dev/null
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a|s39b [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
