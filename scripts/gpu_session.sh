@@ -229,15 +229,6 @@ bench_main_exp() {
   done
 }
 
-# The paper grid's forward (flashtile bench --paper --mode fwd) in a box of BOX_S; its CSV (bench_fwd.csv)
-# and plot brought back.
-#     paper_fwd_step BOX_S
-paper_fwd_step() {
-  step bench_fwd "$1" python3 -m flashtile bench --paper --mode fwd --out-dir "$work/bench"
-  cp "$work"/bench/bench.csv "$OUT"/bench_fwd.csv
-  cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
-}
-
 # The paper grid in MODE (flashtile bench --paper --mode MODE ARGS...) in a box of BOX_S, its CSV brought
 # back as NAME.csv.
 #     paper_mode_step NAME BOX_S MODE [bench arguments]
@@ -246,6 +237,13 @@ paper_mode_step() {
   shift 3
   step "$name" "$box" python3 -m flashtile bench --paper --mode "$mode" "$@" --out-dir "$work/bench"
   cp "$work"/bench/bench.csv "$OUT/$name.csv" 2>/dev/null
+}
+
+# The paper grid's forward in a box of BOX_S; its CSV (bench_fwd.csv) and plot brought back.
+#     paper_fwd_step BOX_S
+paper_fwd_step() {
+  paper_mode_step bench_fwd "$1" fwd
+  cp "$work"/bench/bench_fwd_bf16.png "$OUT"/ 2>/dev/null
 }
 
 # flashtile bench with ARGS under the knob ENV at each of VALUES ("0 1", say) in turn, twice over; the
@@ -2774,8 +2772,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
   s36e)
     # (Thirty-sixth session, main.) The paper grid's backward, every head dim, every peer.
     begin
-    step bench_bwd 330 python3 -m flashtile bench --paper --mode bwd --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_bwd.csv 2>/dev/null
+    paper_mode_step bench_bwd 330 bwd
     finish
     ;;
   s36f)
@@ -2807,16 +2804,14 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
   s37c)
     # (Thirty-seventh session, main.) The paper grid's backward, every head dim, every peer.
     begin
-    step bench_bwd 540 python3 -m flashtile bench --paper --mode bwd --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_bwd.csv 2>/dev/null
+    paper_mode_step bench_bwd 540 bwd
     finish
     ;;
   s37e)
     # (Thirty-seventh session, main.) The paper grid's forward + backward, every head dim, every peer,
     # after the causal D = 256 backward's joined partition.
     begin
-    step bench_fwd_bwd 300 python3 -m flashtile bench --paper --mode fwd_bwd --out-dir "$work/bench"
-    cp "$work"/bench/bench.csv "$OUT"/bench_fwd_bwd.csv 2>/dev/null
+    paper_mode_step bench_fwd_bwd 300 fwd_bwd
     finish
     ;;
   s38a)
