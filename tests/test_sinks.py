@@ -282,7 +282,9 @@ def test_sink_in_the_hopper_backward_at_head_dim_128_matches_oracle(case, seed, 
     window = hopper.bwd_window(case.causal, problem.kwargs["window_size"])
     checked = {**problem.kwargs, "window_size": window}
     assert gluon_bwd.bwd_unsupported_reason(problem.q, problem.k, problem.v, problem.dout, checked) is None
-    check_against_oracle(case, seed, (hopper.attn_fwd, hopper.attn_bwd))
+    # The Gluon forward takes no D = 96: the portable one makes its LSE, as the backend would.
+    fwd_reason = hopper.unsupported_reason("attn_fwd", problem.q, problem.k, problem.v, checked)
+    check_against_oracle(case, seed, (hopper.attn_fwd if fwd_reason is None else attn_fwd, hopper.attn_bwd))
 
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

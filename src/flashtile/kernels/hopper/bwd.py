@@ -827,8 +827,10 @@ def _consumer(
         if HAS_SINK:  # noqa: SIM102 (a constexpr test, then a runtime one)
             if it % per_head == per_head - 1:
                 # Head h's last query block: this warpgroup's share, one atomic add (in no fixed order,
-                # so deterministic=True takes the portable backward).
-                gl.atomic_add(dsink_ptr + h, -gl.sum(sink_rows, axis=0))
+                # so deterministic=True takes the portable backward). Key rows past N_k hold zeros whose P
+                # no mask cleared in a dense block without the causal one: their dS = −P·Δ is not zero.
+                share = gl.where(rows < seqlen_k, sink_rows, 0.0)
+                gl.atomic_add(dsink_ptr + h, -gl.sum(share, axis=0))
                 sink_rows = gl.zeros([WG_ROWS], gl.float32, row_layout)
     tma.store_wait(0)
 
