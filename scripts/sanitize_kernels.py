@@ -812,11 +812,9 @@ def hopper_sink_cases() -> Iterator[Case]:
                 varlen = {}
             kw = dict(option_kwargs(options, batch, h), learnable_sink=torch.randn(h, device=T.device))
             window = kw.pop("window_size", (-1, 0) if causal else (-1, -1))
-            # The Gluon backward sums the sink's gradient at D = 64 without softcap, and at 128 under
-            # FLASHTILE_HOPPER_BWD_SINK=1; the portable one else.
-            at_128 = os.environ.get("FLASHTILE_HOPPER_BWD_SINK", "").strip() == "1"
-            gluon_dims = (64, 128) if at_128 else (64,)
-            bwd = K.hopper_bwd if d in gluon_dims and not options.get("softcap") else K.bwd
+            # The Gluon backward sums the sink's gradient at D = 64 and 128 without softcap; the portable
+            # one else.
+            bwd = K.hopper_bwd if d in (64, 128) and not options.get("softcap") else K.bwd
             fwd_bwd(label, K.hopper_fwd, bwd, q, k, v, causal, window_size=window, **kw, **varlen)
 
         yield Case("hopper_sink", label, run)

@@ -275,19 +275,13 @@ def test_gluon_backward_declines_what_it_does_not_run(monkeypatch, options, head
     assert hopper.attn_bwd(q, q, k, v, q, None, 0.1, False, **options) is returned
 
 
-@pytest.mark.parametrize("sink_knob", [None, "1"], ids=["default", "knob"])
-def test_gluon_backward_takes_a_learnable_sink_at_head_dim_64(monkeypatch, sink_knob):
+def test_gluon_backward_takes_a_learnable_sink_at_head_dims_64_96_128(monkeypatch):
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    if sink_knob is None:
-        monkeypatch.delenv(gluon_bwd.SINK_ENV, raising=False)
-    else:
-        monkeypatch.setenv(gluon_bwd.SINK_ENV, sink_knob)
-    declined = "the Gluon backward takes it at 64"
-    # FLASHTILE_HOPPER_BWD_SINK=1 adds the kernel head dim 128 (96 padded to it), not 256's "dim" split.
-    at_128 = None if sink_knob else declined
-    for head_dim, reason in ((64, None), (128, at_128), (96, at_128), (256, declined)):
+    declined = "the Gluon backward takes it at 64, 96 and 128"
+    # Kernel head dims 64 and 128 (96 padded to it), not 256's "dim" split (nor 192 padded to it).
+    for head_dim, reason in ((64, None), (128, None), (96, None), (256, declined), (192, declined)):
         q, k, v = _qkv(head_dim=head_dim)
         on_gpu = q.as_subclass(_ClaimsCuda)
         options = dict(learnable_sink=torch.zeros(4), window_size=(-1, 0))

@@ -115,18 +115,27 @@ def test_hopper_bwd_nan_in_other_batch_or_head_does_not_leak(
     head_dim, variant, causal, deterministic, seed, hopper, monkeypatch
 ):
     q, k, v, dout, out, lse, scale = _problem(3, 97, 75, 2, 2, head_dim, causal, torch.bfloat16)
+    monkeypatch.setenv(hopper.VARIANT_ENV, variant)
+    expected = hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
+    # The clean call against the oracle over all six (batch, head) slices: one 97 × 75 head alone made
+    # the baseline's largest error too noisy a yardstick (3.3-3.5× at two seeds of forty, the portable
+    # backward's error the same; scripts/bwd_error_margin.py).
+    oracle = _reference_grads(q, k, v, dout, causal, torch.float64)
+    baseline = _reference_grads(q, k, v, dout, causal, torch.bfloat16)
+    for name, ours, ref, base in zip(("dq", "dk", "dv"), expected, oracle, baseline, strict=True):
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed)
+    # Then the other batches and head 1 of batch 0 NaN: batch 0, head 0 must come out as before.
     for t in (q, k, v, dout, out, lse):
         t[1:] = float("nan")
     for t in (q, k, v, dout, out):
         t[0, :, 1] = float("nan")
     lse[0, 1] = float("nan")
-    monkeypatch.setenv(hopper.VARIANT_ENV, variant)
     grads = hopper.attn_bwd(dout, q, k, v, out, lse, scale, causal, deterministic=deterministic)
-    clean = [t[:1, :, :1] for t in (q, k, v, dout)]
-    oracle = _reference_grads(*clean, causal, torch.float64)
-    baseline = _reference_grads(*clean, causal, torch.bfloat16)
-    for name, ours, ref, base in zip(("dq", "dk", "dv"), grads, oracle, baseline, strict=True):
-        assert_matches_oracle(name, ours[:1, :, :1], ref, base, grad=True, seed=seed)
+    for name, ours, clean_result in zip(("dq", "dk", "dv"), grads, expected, strict=True):
+        # Batch 0, head 0 as without the NaN: bitwise, but dQ's reduce-adds may land in another order.
+        exact = deterministic or name != "dq"
+        tolerance = {"rtol": 0, "atol": 0} if exact else {"rtol": 2**-7, "atol": 1e-6}
+        torch.testing.assert_close(ours[:1, :, :1], clean_result[:1, :, :1], **tolerance, msg=name)
 
 
 @pytest.mark.parametrize(("head_dim", "variant"), TARGETS)

@@ -99,7 +99,7 @@ OPTION_JOBS += [
 ]
 # A learnable sink's gradient, in the "m64" variant every sink call takes: at D = 64 from P·dP
 # (_sink_share) alone, causal, beside a window, ALiBi and dropout, packed, and with a block mask; at D = 128
-# from dS (SINK_FROM_DS, behind FLASHTILE_HOPPER_BWD_SINK=1) the same but the block mask, which it declines.
+# from dS (SINK_FROM_DS) the same but the block mask, which it declines.
 SINK_MASKS = ("sink", "causal+sink", "local+alibi+dropout+sink", "causal+varlen+sink", "causal+sparse+sink")
 OPTION_JOBS += [(64, "m64", mask, False) for mask in SINK_MASKS]
 OPTION_JOBS += [(128, "m64", mask, False) for mask in SINK_MASKS if "sparse" not in mask]

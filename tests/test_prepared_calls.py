@@ -99,16 +99,17 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
             (B, 100, H, 128), (B, 90, H, 128),
             {"window_size": (17, 5), "alibi_slopes": torch.rand(B, H), "dropout_p": 0.1},
         ),
-        # A learnable sink (its float32 tensor a call's): the Gluon backward sums its gradient at D = 64;
-        # at D = 128 the prepared call's backward hands the call to the general path (the portable one).
+        # A learnable sink (its float32 tensor a call's): the Gluon backward sums its gradient at D = 64 and
+        # 128; at D = 256 the prepared call's backward hands the call to the general path (the portable one).
         "causal-sink-d64": (
             (B, 77, H, 64), (B, 130, 2, 64),
             {"causal": True, "learnable_sink": torch.randn(H).requires_grad_()},
         ),
         "sink-d128": ((B, 77, H, 128), (B, 77, H, 128), {"learnable_sink": torch.randn(H).requires_grad_()}),
+        "sink-d256": ((B, 77, H, 256), (B, 77, H, 256), {"learnable_sink": torch.randn(H).requires_grad_()}),
     }
     # The cases whose backward the prepared call leaves to the general path.
-    general_backward = {"sink-d128"}
+    general_backward = {"sink-d256"}
     for name, (shape_q, shape_kv, options) in cases.items():
         plain_calls._verdicts.clear()
         general, _, taken = one_call(shape_q, shape_kv, options)
@@ -179,11 +180,11 @@ def fresh_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_knob_names_are_those_the_hopper_launchers_read() -> None:
     from flashtile.backend import ENV_VAR
-    from flashtile.kernels.hopper.bwd import SINK_ENV, VARIANT_ENV
+    from flashtile.kernels.hopper.bwd import VARIANT_ENV
     from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV, PINGPONG_ENV
 
     names = {knob.name for knob in plain_calls.KNOBS}
-    knobs = {PERSISTENT_ENV, CONSUMERS_ENV, PINGPONG_ENV, VARIANT_ENV, SINK_ENV}
+    knobs = {PERSISTENT_ENV, CONSUMERS_ENV, PINGPONG_ENV, VARIANT_ENV}
     assert names == {ENV_VAR, "TRITON_INTERPRET", *knobs}
 
 

@@ -269,13 +269,12 @@ def _hopper_d128_cases(gpu: dict) -> list:
 
 @pytest.mark.parametrize("case", _on_gpu(_hopper_d128_cases))
 @pytest.mark.usefixtures("nan_poisoned_allocations")
-def test_sink_in_the_hopper_backward_at_head_dim_128_matches_oracle(case, seed, monkeypatch):
-    # FLASHTILE_HOPPER_BWD_SINK=1: the Gluon backward takes the sink at kernel head dim 128 (96 padded), its
-    # share from dS and the rest from the preprocess (docs/design/sinks.md, "The share from dS").
+def test_sink_in_the_hopper_backward_at_head_dim_128_matches_oracle(case, seed):
+    # The Gluon backward takes the sink at kernel head dim 128 (96 padded), its share from dS and the rest
+    # from the preprocess (docs/design/sinks.md, "The share from dS").
     from flashtile.kernels import hopper
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
-    monkeypatch.setenv(gluon_bwd.SINK_ENV, "1")
     problem = make_problem(case)
     if hopper.device_unsupported_reason(problem.q.device) is not None:
         pytest.skip("the Gluon kernels need a Hopper GPU")

@@ -82,16 +82,14 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
-# A learnable sink at kernel head dim 128 (D = 96 padded to it): its share of the gradient from dS, the
-# rest in the preprocess (SINK_FROM_DS). Compiled for sm_90 and its preprocess term tested in the
-# interpreter (thirty-eighth session), not yet run on a GPU: off by default, FLASHTILE_HOPPER_BWD_SINK=1
-# takes it there; otherwise the portable backward does.
-GPU_CHECKED_SINK_DIMS = (64,)
-SINK_ENV = "FLASHTILE_HOPPER_BWD_SINK"
+# Kernel head dims whose backward takes a learnable sink: 64 (its share from P·dP) and 128 (D = 96 padded
+# to it; its share from dS, the rest in the preprocess: SINK_FROM_DS), both GPU-checked (H200; at 128 in
+# the thirty-ninth session, 0.80-0.91 of the plain backward against the portable one's 0.59-0.66).
+GPU_CHECKED_SINK_DIMS = (64, 128)
 # Above this kernel head dim the sink's share comes from dS (the fused kernel's SINK_FROM_DS and the
 # preprocess's SINK_TERM, which must agree); up to it from P·dP (_sink_share).
 SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(64)
-_VARIANT, _VARLEN_TMA_STORE, _SINK = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(SINK_ENV)
+_VARIANT, _VARLEN_TMA_STORE = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -155,10 +153,11 @@ VARIANTS: dict[int, dict[str, BwdVariant]] = {
     256: {"n64": BwdVariant(64, 64, 1, "dim", "cols")},
 }
 DEFAULT_VARIANT = {64: "m64", 128: "m64", 256: "n64"}
-# Plain calls (dense or causal, no other window, no option, not deterministic) take these instead. H200
+# Plain calls (dense or causal, no other window, no option; deterministic or not) take these instead. H200
 # (docs/design/hopper_bwd.md, "Variants"): at D = 64 "m128" is 7-8 % faster than "m64" without a mask at
 # N = 1k-16k; causal it was 4-8 % slower until its accumulators took −Δ and −LSE / scale, and is now 2-5 %
-# faster (thirty-eighth session).
+# faster (thirty-eighth session); with deterministic=True 4-15 % faster (thirty-ninth session). Packed
+# batches stay on "m64": "m128" was 1-2 % slower there.
 PLAIN_VARIANT = {64: "m128"}
 SUPPORTED_HEAD_DIMS = tuple(sorted((*VARIANTS, *PADDED_HEAD_DIM)))
 # Kernel head dims whose default variant has passed the GPU checks (an H100, 2026-11-23; D = 256's n64, and
@@ -184,7 +183,7 @@ def routed_by_default(head_dim: int) -> bool:
 def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]:
     """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
     head dim has a variant of that name, else for a ``plain`` call (dense or causal, no other window, no
-    option, not deterministic) ``PLAIN_VARIANT``'s if it has one, else ``DEFAULT_VARIANT``."""
+    option) ``PLAIN_VARIANT``'s if it has one, else ``DEFAULT_VARIANT``."""
     name = _VARIANT.get("").strip()
     if name and name not in variant_names():
         raise FlashtileValueError(
@@ -1490,15 +1489,9 @@ def bwd_unsupported_reason(
             return "a block mask that differs between the query heads of a KV head (GQA)"
     if options.get("learnable_sink") is not None:
         # The sink's gradient is summed over the "keys" split's tiles by atomic adds: at D = 64 from P·dP
-        # (_sink_share), at D = 128 from dS (SINK_FROM_DS), which is not yet GPU-checked (the knob); the
-        # "dim" split (D = 192, 256) has no share.
-        kernel_dim = PADDED_HEAD_DIM.get(head_dim, head_dim)
-        knob_on = kernel_dim == 128 and _SINK.get("").strip() == "1"
-        if kernel_dim not in GPU_CHECKED_SINK_DIMS and not knob_on:
-            return (
-                f"a learnable sink at head dim {head_dim} (the Gluon backward takes it at 64; "
-                f"{SINK_ENV}=1 at 96 and 128, not yet GPU-checked)"
-            )
+        # (_sink_share), at D = 128 from dS (SINK_FROM_DS); the "dim" split (D = 192, 256) has no share.
+        if PADDED_HEAD_DIM.get(head_dim, head_dim) not in GPU_CHECKED_SINK_DIMS:
+            return f"a learnable sink at head dim {head_dim} (the Gluon backward takes it at 64, 96 and 128)"
         if options.get("deterministic"):
             return "a learnable sink with deterministic=True"
         if options.get("softcap", 0.0):
@@ -1753,7 +1746,7 @@ def _launch(
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
     # (The plain variant at D = 64, 128-query tiles, spills with a sink's terms: sm_90, 68 → 420.)
     plain = (
-        not (deterministic or softcap or dropout_p)
+        not (softcap or dropout_p)
         and tuple(window_size) in ((-1, -1), (-1, 0))
         and alibi_slopes is None
         and packed is None
