@@ -97,11 +97,12 @@ OPTION_JOBS += [
     for d in (64, 128)
     for mask in ("dropout", "causal+dropout", "local+softcap+alibi+dropout", "causal+varlen+dropout")
 ]
-# A learnable sink's gradient, in the "m64" variant every sink call takes: at D = 64 from P·dP
-# (_sink_share) alone, causal, beside a window, ALiBi and dropout, packed, and with a block mask; at D = 128
-# from dS (SINK_FROM_DS) the same but the block mask, which it declines.
+# A learnable sink's gradient (its share from dS): alone, causal, beside a window, ALiBi and dropout,
+# packed, and with a block mask at D = 64 (the "m64" variant of the option calls; the plain ones' "m128"
+# alone and causal); at D = 128 the same but the block mask, which it declines.
 SINK_MASKS = ("sink", "causal+sink", "local+alibi+dropout+sink", "causal+varlen+sink", "causal+sparse+sink")
 OPTION_JOBS += [(64, "m64", mask, False) for mask in SINK_MASKS]
+OPTION_JOBS += [(64, "m128", mask, False) for mask in ("sink", "causal+sink")]
 OPTION_JOBS += [(128, "m64", mask, False) for mask in SINK_MASKS if "sparse" not in mask]
 
 

@@ -82,13 +82,10 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
-# Kernel head dims whose backward takes a learnable sink: 64 (its share from P·dP) and 128 (D = 96 padded
-# to it; its share from dS, the rest in the preprocess: SINK_FROM_DS), both GPU-checked (H200; at 128 in
-# the thirty-ninth session, 0.80-0.91 of the plain backward against the portable one's 0.59-0.66).
+# Kernel head dims whose backward takes a learnable sink (its share of the gradient from dS in the fused
+# kernel, the rest in the preprocess's SINK_TERM): 64 and 128 (D = 96 padded to it), GPU-checked on an
+# H200 in the thirty-ninth session (0.88 of the plain backward at both, against the portable one's 0.6).
 GPU_CHECKED_SINK_DIMS = (64, 128)
-# Above this kernel head dim the sink's share comes from dS (the fused kernel's SINK_FROM_DS and the
-# preprocess's SINK_TERM, which must agree); up to it from P·dP (_sink_share).
-SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(64)
 _VARIANT, _VARLEN_TMA_STORE = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
@@ -237,7 +234,7 @@ def attn_bwd_preprocess_kernel(
     ZERO_DQ: also zero these rows of the fp32 dQ accumulator (B, N, H, D) the fused kernel adds into (one
     launch and one allocation fewer than a separate memset). SINK_TERM: add −Σ_i P_sink,i·Δ_i·(1 − P_sink,i)
     over these rows into dsink_ptr + h, the part of a learnable sink's gradient the fused kernel leaves out
-    when it takes its share from dS (``SINK_FROM_DS``; docs/design/sinks.md, "The share from dS").
+    (its share from dS; docs/design/sinks.md, "The share from dS").
 
     IS_VARLEN: program (block, b, h) takes the rows of packed sequence b, [cu_seqlens[b], cu_seqlens[b + 1])
     clamped into [0, seqlen_q = total], LSE (H, total); its statistics go to row h from
@@ -525,16 +522,6 @@ def _sink_probs(lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN: gl.constexpr):
 
 
 @gluon.jit
-def _sink_share(pt, dp, lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN: gl.constexpr):
-    """Each key row's part of Σ_i P_sink,i · Σ_j P_ij·dP_ij over this tile's queries m0, m0 + 1, … (Pᵀ and
-    dPᵀ tiles, [keys, queries]; dP with dropout's mask and scale; :func:`_sink_probs`). Σ_j P·dP is
-    accumulated in fp32 here rather than taken as dO·O from the stored output, whose rounding the sum over
-    every row of a head would magnify (docs/design/sinks.md, "Which Δ")."""
-    p_sink = _sink_probs(lse2, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
-    return gl.sum(pt * dp * p_sink[None, :], axis=1)
-
-
-@gluon.jit
 def _consumer(
     descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
@@ -549,8 +536,8 @@ def _consumer(
     drop_args, sink_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
     1 / (1 − p)), under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P
     and dP; ``sink_args`` (sink_ptr, dsink_ptr), under HAS_SINK: each query head's sink logit (fp32), and its
-    gradient's fp32 sum −Σ P_sink·Σ_j P·dP (docs/design/sinks.md; at D > 64 −Σ P_sink·Σ_j dS, the
-    preprocess adding the rest), added into dsink_ptr + h once a head.
+    gradient's share −Σ P_sink·Σ_j dS in fp32 (docs/design/sinks.md, "The share from dS"; the preprocess
+    adds the rest), added into dsink_ptr + h once a head.
     IS_VARLEN: the sequence's rows start at packed rows q_off and k_off; the rows past its ends (the next
     sequence's) are masked out of P and dS, and dK, dV go out by row-masked pointer stores to dk_ptr, dv_ptr
     (VARLEN_TMA_STORE: by TMA boxes where the block lies wholly inside its sequence, the pointer stores for a
@@ -617,20 +604,15 @@ def _consumer(
     # −Δ and −LSE / scale as the dPᵀ and Sᵀ products' starting accumulators: their slices are read before
     # the products are issued and die there, instead of living beside Pᵀ and dPᵀ (sm_90 compile, key-loop
     # spills: docs/design/hopper_bwd.md, "Δ and the LSE in the products' accumulators"). Off where the
-    # products must stay bare (dropout scales dP before Δ; the D = 64 sink's share needs dP), where it grew
+    # products must stay bare (dropout scales dP before Δ), where it grew
     # spills (mask bits: 23 -> 59 at D = 128), did nothing (D = 64 with 64-query tiles), was slower (causal
     # ALiBi alone, 1-2 % at D = 128 on an H200 with 10 spills against 17) or is not yet timed (D = 128
     # plain causal: 2 -> 0 spills; the full kernel's 2 -> 0 gained nothing).
     ANY_OPTION: gl.constexpr = HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL or IS_VARLEN or HAS_SINK
     PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (ANY_OPTION or MASK_MOD is not None or SPARSE_TILES > 0)
-    # A sink's share at D > 64 from the fp32 dS, Σ_i P_sink,i·Σ_j dS_ij; the preprocess adds the rest,
-    # Σ_i P_sink,i·Δ_i·(1 − P_sink,i) (docs/design/sinks.md, "The share from dS"): Pᵀ and dPᵀ need not
-    # stay live together beside the sink's terms, which spilled at D = 128 (sm_90: 161 / 165 key-loop
-    # local accesses without a mask / causal, 43 / 35 this way). D = 64 keeps the fused Σ P·dP.
-    SINK_FROM_DS: gl.constexpr = HAS_SINK and HEAD_DIM > SINK_SHARE_FROM_PDP_MAX_DIM
-    FOLD_DELTA: gl.constexpr = not (
-        HAS_DROPOUT or MASK_BITS or (HAS_SINK and not SINK_FROM_DS) or ALIBI_SPLIT
-    ) and (BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL))
+    FOLD_DELTA: gl.constexpr = not (HAS_DROPOUT or MASK_BITS or ALIBI_SPLIT) and (
+        BM > 64 or (HEAD_DIM > 64 and not PLAIN_CAUSAL)
+    )
     # The LSE only where the exponent is the bare scaled score (no softcap, ALiBi or window term).
     FOLD_LSE: gl.constexpr = FOLD_DELTA and not (HAS_SOFTCAP or HAS_ALIBI or IS_LOCAL)
     if FOLD_LSE:
@@ -734,9 +716,6 @@ def _consumer(
             if HAS_DROPOUT:
                 # dP of the dropped P: the forward's mask and 1 / (1 − p); Δ already is that of the output.
                 dpt = gl.where(dropout.kept(*drawn), dpt * drop_args[2], 0.0)
-            if HAS_SINK and not SINK_FROM_DS:
-                # (No softcap here: bwd_unsupported_reason, so pt is P.)
-                sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
             dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
             if IS_VARLEN and at_end:
                 # 0, not 0 · (the next sequence's dP − Δ), whatever those rows hold.
@@ -762,21 +741,20 @@ def _consumer(
             if HAS_DROPOUT:
                 kept = dropout.kept(*drawn)
                 dp = gl.where(kept, dpt * drop_args[2], 0.0)
-                if HAS_SINK and not SINK_FROM_DS:
-                    sink_rows += _sink_share(pt, dp, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
                 dst = pt * (dp - delta[None, :])
                 p_op = gl.convert_layout(dropout.keep_pairs(pt * drop_args[2], *drawn, dtype), a_layout)
             else:
-                if HAS_SINK and not SINK_FROM_DS:
-                    sink_rows += _sink_share(pt, dpt, lse, sink_ptr, h, m0, seqlen_q, IS_VARLEN)
                 dst = pt * dpt if FOLD_DELTA else pt * (dpt - delta[None, :])
                 p_op = gl.convert_layout(pt.to(dtype), a_layout)
             if IS_VARLEN and at_end:
                 cols = m0 + gl.arange(0, BM, layout=col_layout)
                 dst = gl.where(_in_sequence(rows, cols, seqlen_q, seqlen_k), dst, 0.0)
-        if SINK_FROM_DS:
-            # The LSE read again here rather than kept live since the products were issued (sm_90: 43 / 35
-            # key-loop spills against 39 / 92).
+        if HAS_SINK:
+            # Σ_i P_sink,i·Σ_j dS_ij from the fp32 dS; the preprocess adds the rest, Σ_i P_sink,i·Δ_i·(1 −
+            # P_sink,i) (docs/design/sinks.md, "The share from dS"): Pᵀ and dPᵀ need not stay live together
+            # beside the sink's terms (sm_90 key-loop local accesses, without a mask / causal: D = 128 161 /
+            # 165 → 43 / 35, D = 64 `m128` 422 / 694 → 34 / 33). The LSE is read again here rather than kept
+            # live since the products were issued (D = 128: 43 / 35 against 39 / 92).
             p_sink = _sink_probs(lse_smem.index(s).load(col_layout), sink_ptr, h, m0, seqlen_q, IS_VARLEN)
             sink_rows += gl.sum(dst * p_sink[None, :], axis=1)
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
@@ -1488,8 +1466,8 @@ def bwd_unsupported_reason(
         if group > 1 and mods.block_mask.q_num_blocks.shape[1] > 1:
             return "a block mask that differs between the query heads of a KV head (GQA)"
     if options.get("learnable_sink") is not None:
-        # The sink's gradient is summed over the "keys" split's tiles by atomic adds: at D = 64 from P·dP
-        # (_sink_share), at D = 128 from dS (SINK_FROM_DS); the "dim" split (D = 192, 256) has no share.
+        # The sink's gradient is summed over the "keys" split's tiles by atomic adds (its share from dS);
+        # the "dim" split (D = 192, 256) has no share.
         if PADDED_HEAD_DIM.get(head_dim, head_dim) not in GPU_CHECKED_SINK_DIMS:
             return f"a learnable sink at head dim {head_dim} (the Gluon backward takes it at 64, 96 and 128)"
         if options.get("deterministic"):
@@ -1660,7 +1638,7 @@ def _bwd_launches(
             stride_dob=dout_strides[0], stride_don=dout_strides[1], stride_doh=dout_strides[2],
             seqlen_q=seqlen_q, seqlen_pad=seqlen_pad, num_m_blocks=num_m_blocks, H=heads,
             HEAD_DIM=head_dim, BLOCK=bm, ZERO_DQ=not deterministic, IS_VARLEN=varlen is not None,
-            SINK_TERM=sink and head_dim > SINK_SHARE_FROM_PDP_MAX_DIM.value,
+            SINK_TERM=sink,
         ),
         {},
     )  # fmt: skip
@@ -1744,14 +1722,14 @@ def _launch(
     # Packed rows are one batch (_dims4): the descriptors' batch coordinate is 0, the preprocess's rows the
     # total; q, k, v, dout, out and the gradients stay (total, H, D), the LSE (H, total_q).
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
-    # (The plain variant at D = 64, 128-query tiles, spills with a sink's terms: sm_90, 68 → 420.)
+    # A sink call is plain too: its share from dS spills little in the D = 64 plain variant (sm_90: 34 / 33
+    # key-loop local accesses without a mask / causal), which ran it 13-17 % faster than "m64" (H200, s39e).
     plain = (
         not (softcap or dropout_p)
         and tuple(window_size) in ((-1, -1), (-1, 0))
         and alibi_slopes is None
         and packed is None
         and mods is None
-        and learnable_sink is None
     )
     _, cfg = select_variant(head_dim, plain)
     bm, bn = cfg.block_m, cfg.block_n

@@ -213,8 +213,7 @@ class _GluonBackward:
         batch, seqlen_q, heads, head_dim = q.shape
         seqlen_k, heads_kv = k.shape[1], k.shape[2]
         is_causal = window == (-1, 0)
-        # (A sink call is never plain: the plain variant spills with the sink's terms, as _launch says.)
-        plain = not (softcap or dropout_p or alibi_slopes is not None or sink)
+        plain = not (softcap or dropout_p or alibi_slopes is not None)
         _, cfg = gluon_bwd.select_variant(head_dim, plain and window in ((-1, -1), (-1, 0)))
         q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
