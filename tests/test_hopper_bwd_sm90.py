@@ -141,6 +141,18 @@ def test_plain_calls_take_their_own_variant_where_a_head_dim_has_one(monkeypatch
     assert bwd.select_variant(64, plain=True)[0] == "m64"
 
 
+def test_which_calls_are_plain():
+    plain = {"window_size": (-1, -1), "softcap": 0.0, "alibi_slopes": None, "dropout_p": 0.0}
+    assert bwd.is_plain_call(**plain)
+    # Causal is plain, and so (not arguments here) are deterministic=True and a learnable sink.
+    assert bwd.is_plain_call(**{**plain, "window_size": (-1, 0)})
+    for option in (
+        {"window_size": (8, 0)}, {"window_size": (-1, 3)}, {"softcap": 30.0}, {"alibi_slopes": object()},
+        {"dropout_p": 0.1}, {"packed": object()}, {"mods": object()},
+    ):  # fmt: skip
+        assert not bwd.is_plain_call(**{**plain, **option}), option
+
+
 def test_variant_env_rejects_an_unknown_name(monkeypatch):
     monkeypatch.setenv(bwd.VARIANT_ENV, "m512")
     with pytest.raises(ValueError, match=r"FLASHTILE_HOPPER_BWD_VARIANT='m512'.*accepted: \['m128'"):

@@ -177,6 +177,27 @@ def routed_by_default(head_dim: int) -> bool:
     return kernel_dim in GPU_CHECKED_HEAD_DIMS or knob in VARIANTS[kernel_dim]
 
 
+def is_plain_call(
+    window_size: tuple[int, int],
+    softcap: float,
+    alibi_slopes: object,
+    dropout_p: float,
+    packed: object = None,
+    mods: object = None,
+) -> bool:
+    """Whether a backward call takes ``PLAIN_VARIANT``: dense or causal (no other window), no softcap, ALiBi
+    or dropout, not packed, no block mask; deterministic or not, with a learnable sink or not (its share
+    from dS spills little in the D = 64 plain variant: 34 / 33 key-loop local accesses without a mask /
+    causal on sm_90, 13-17 % faster than "m64" on an H200 in the thirty-ninth session)."""
+    return (
+        tuple(window_size) in ((-1, -1), (-1, 0))
+        and not (softcap or dropout_p)
+        and alibi_slopes is None
+        and packed is None
+        and mods is None
+    )
+
+
 def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]:
     """The variant for a kernel head dim (64, 128 or 256): ``FLASHTILE_HOPPER_BWD_VARIANT`` where this
     head dim has a variant of that name, else for a ``plain`` call (dense or causal, no other window, no
@@ -1722,15 +1743,7 @@ def _launch(
     # Packed rows are one batch (_dims4): the descriptors' batch coordinate is 0, the preprocess's rows the
     # total; q, k, v, dout, out and the gradients stay (total, H, D), the LSE (H, total_q).
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
-    # A sink call is plain too: its share from dS spills little in the D = 64 plain variant (sm_90: 34 / 33
-    # key-loop local accesses without a mask / causal), which ran it 13-17 % faster than "m64" (H200, s39e).
-    plain = (
-        not (softcap or dropout_p)
-        and tuple(window_size) in ((-1, -1), (-1, 0))
-        and alibi_slopes is None
-        and packed is None
-        and mods is None
-    )
+    plain = is_plain_call(window_size, softcap, alibi_slopes, dropout_p, packed, mods)
     _, cfg = select_variant(head_dim, plain)
     bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)

@@ -213,8 +213,9 @@ class _GluonBackward:
         batch, seqlen_q, heads, head_dim = q.shape
         seqlen_k, heads_kv = k.shape[1], k.shape[2]
         is_causal = window == (-1, 0)
-        plain = not (softcap or dropout_p or alibi_slopes is not None)
-        _, cfg = gluon_bwd.select_variant(head_dim, plain and window in ((-1, -1), (-1, 0)))
+        _, cfg = gluon_bwd.select_variant(
+            head_dim, gluon_bwd.is_plain_call(window, softcap, alibi_slopes, dropout_p)
+        )
         q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
             q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
