@@ -2961,13 +2961,13 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_exp_m128.xml" tests/test_sinks.py -k "hopper and d64"
     cp "$work/gpu_tests_exp_m128.xml" "$OUT"/ 2>/dev/null
     PYTHONPATH=build/exp_src memcheck_group hopper_sink 60 120
-    local_args=(--options sink --head-dim 64 --mode bwd --peers flashtile --no-plot --out-dir "$work/bench")
+    sink64_args=(--options sink --head-dim 64 --mode bwd --peers flashtile --no-plot --out-dir "$work/bench")
     for round in 1 2; do
-      step "sink64_main_$round" 60 python3 -m flashtile bench "${local_args[@]}" --name sink64_main
-      step "sink64_exp_$round" 60 env PYTHONPATH=build/exp_src python3 -m flashtile bench "${local_args[@]}" \
+      step "sink64_main_$round" 60 python3 -m flashtile bench "${sink64_args[@]}" --name sink64_main
+      step "sink64_exp_$round" 60 env PYTHONPATH=build/exp_src python3 -m flashtile bench "${sink64_args[@]}" \
         --name sink64_exp
       step "sink64_exp_m128_$round" 60 env PYTHONPATH=build/exp_src FLASHTILE_HOPPER_BWD_VARIANT=m128 \
-        python3 -m flashtile bench "${local_args[@]}" --name sink64_exp_m128
+        python3 -m flashtile bench "${sink64_args[@]}" --name sink64_exp_m128
     done
     cp "$work"/bench/sink64_*.csv "$OUT"/ 2>/dev/null
     finish
