@@ -164,10 +164,10 @@ def _worker(rank: int, world: int, port: int) -> None:
             _check_compiled(rank)
     finally:
         dist.destroy_process_group()
-    # Once every check has passed, leave without the interpreter's teardown: after torch.compile it
-    # sometimes aborted in C++ ("terminate called without an active exception", SIGABRT, no Python error)
-    # while freeing what the compiled graphs and gloo's work objects still held (2 of 2 CI runs in the
-    # thirty-ninth session, always world 2, the one that compiles; pytorch/pytorch#179291 describes gloo's).
+    # Once every check has passed, leave without the interpreter's teardown: a rank sometimes aborted in C++
+    # ("terminate called without an active exception", SIGABRT, no Python error), most likely there, freeing
+    # what the compiled graphs and gloo's work objects still held (2 of 2 CI runs in the thirty-ninth session,
+    # always world 2, the one that compiles; pytorch/pytorch#179291 describes gloo's side of it).
     os._exit(0)
 
 
