@@ -276,6 +276,20 @@ bwd_gap_step() {
   cp "$work/bwd_causal_gap.log" "$OUT/"
 }
 
+# build/exp_src: this tree's src with the sed expressions applied to kernels/hopper/bwd.py, a step checking
+# that they changed exactly LINES lines (an expression that no longer matches fails it).
+#     exp_bwd_step LINES SED_EXPRESSION...
+exp_bwd_step() {
+  local lines=$1 expression
+  shift
+  rm -rf build/exp_src && mkdir -p build && cp -r src build/exp_src
+  local exp_bwd=build/exp_src/flashtile/kernels/hopper/bwd.py
+  for expression in "$@"; do
+    sed -i "$expression" "$exp_bwd"
+  done
+  step exp_made 30 bash -c "test \$(diff src/flashtile/kernels/hopper/bwd.py $exp_bwd | grep -c '^>') -eq $lines"
+}
+
 # The GPU tests named by the arguments, time-boxed, their JUnit XML brought back as gpu_tests_PART.xml.
 #     gpu_tests_step BOX_S [pytest arguments]
 gpu_tests_step() {
@@ -2891,11 +2905,9 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # is made here from this tree (build/exp_src, two lines of kernels/hopper/bwd.py), then its causal
     # backward GPU tests and the D = 64 / 128 causal backward against main, alternating twice.
     begin
-    rm -rf build/exp_src && mkdir -p build && cp -r src build/exp_src
-    exp_bwd=build/exp_src/flashtile/kernels/hopper/bwd.py
-    sed -i '0,/if IS_CAUSAL and m0 < n0 + BN - diag_offset:/s//if IS_CAUSAL and (not IS_VARLEN or m0 < n0 + BN - diag_offset):/' "$exp_bwd"
-    sed -i 's/PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (.*)$/PLAIN_CAUSAL: gl.constexpr = False/' "$exp_bwd"
-    step exp_made 10 bash -c "test \$(diff src/flashtile/kernels/hopper/bwd.py $exp_bwd | grep -c '^>') -eq 2"
+    exp_bwd_step 2 \
+      '0,/if IS_CAUSAL and m0 < n0 + BN - diag_offset:/s//if IS_CAUSAL and (not IS_VARLEN or m0 < n0 + BN - diag_offset):/' \
+      's/PLAIN_CAUSAL: gl.constexpr = IS_CAUSAL and not (.*)$/PLAIN_CAUSAL: gl.constexpr = False/'
     gpu_tests_exp_step 200 tests/test_gpu_hopper_bwd.py -k "causal and (d64 or d128) and not options"
     bench_main_exp 60 --head-dim 64 128 --causal true --mode bwd --seqlen 1024 4096 16384 \
       --peers flashtile sdpa-cudnn --no-plot
@@ -2952,10 +2964,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # memcheck over hopper_sink on it, then bench --options sink --head-dim 64 --mode bwd on main, on it
     # and on it with m128, alternating twice.
     begin
-    rm -rf build/exp_src && mkdir -p build && cp -r src build/exp_src
-    exp_bwd=build/exp_src/flashtile/kernels/hopper/bwd.py
-    sed -i 's/^SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(64)$/SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(0)/' "$exp_bwd"
-    step exp_made 30 bash -c "test \$(diff src/flashtile/kernels/hopper/bwd.py $exp_bwd | grep -c '^>') -eq 1"
+    exp_bwd_step 1 's/^SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(64)$/SINK_SHARE_FROM_PDP_MAX_DIM = gl.constexpr(0)/'
     gpu_tests_exp_step 150 tests/test_sinks.py -k "hopper"
     step gpu_tests_exp_m128 120 env PYTHONPATH=build/exp_src FLASHTILE_HOPPER_BWD_VARIANT=m128 \
       "${pytest_gpu[@]}" --junitxml="$work/gpu_tests_exp_m128.xml" tests/test_sinks.py -k "hopper and d64"
