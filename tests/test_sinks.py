@@ -235,21 +235,30 @@ def _hopper_cases(gpu: dict) -> list:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", _on_gpu(_hopper_cases))
-@pytest.mark.usefixtures("nan_poisoned_allocations")
-def test_sink_in_the_hopper_kernels_matches_oracle(case, seed):
-    # The Gluon forward folds the sink in its epilogue; the Gluon backward sums the sink's gradient at head
-    # dims 64 and 128 without softcap (the Hopper backend's entry point sends the rest to the portable one).
+def _hopper_problem(case: SinkCase) -> tuple[Problem, dict, str | None]:
+    """The case's problem (skipping off a Hopper GPU), its launcher keywords with the backward's window,
+    and why the Gluon backward declines it (None where it takes it)."""
     from flashtile.kernels import hopper
     from flashtile.kernels.hopper import bwd as gluon_bwd
 
     problem = make_problem(case)
     if hopper.device_unsupported_reason(problem.q.device) is not None:
         pytest.skip("the Gluon kernels need a Hopper GPU")
-    assert hopper.fwd_unsupported_reason(problem.q, problem.k, problem.v, problem.kwargs) is None, case.id
     window = hopper.bwd_window(case.causal, problem.kwargs["window_size"])
     checked = {**problem.kwargs, "window_size": window}
     reason = gluon_bwd.bwd_unsupported_reason(problem.q, problem.k, problem.v, problem.dout, checked)
+    return problem, checked, reason
+
+
+@pytest.mark.parametrize("case", _on_gpu(_hopper_cases))
+@pytest.mark.usefixtures("nan_poisoned_allocations")
+def test_sink_in_the_hopper_kernels_matches_oracle(case, seed):
+    # The Gluon forward folds the sink in its epilogue; the Gluon backward sums the sink's gradient at head
+    # dims 64 and 128 without softcap (the Hopper backend's entry point sends the rest to the portable one).
+    from flashtile.kernels import hopper
+
+    problem, _, reason = _hopper_problem(case)
+    assert hopper.fwd_unsupported_reason(problem.q, problem.k, problem.v, problem.kwargs) is None, case.id
     assert (reason is None) == (case.head_dim in (64, 128) and not case.softcap), (case.id, reason)
     check_against_oracle(case, seed, (hopper.attn_fwd, hopper.attn_bwd))
 
@@ -273,14 +282,9 @@ def test_sink_in_the_hopper_backward_at_head_dim_128_matches_oracle(case, seed):
     # The Gluon backward takes the sink at kernel head dim 128 (96 padded), its share from dS and the rest
     # from the preprocess (docs/design/sinks.md, "The share from dS").
     from flashtile.kernels import hopper
-    from flashtile.kernels.hopper import bwd as gluon_bwd
 
-    problem = make_problem(case)
-    if hopper.device_unsupported_reason(problem.q.device) is not None:
-        pytest.skip("the Gluon kernels need a Hopper GPU")
-    window = hopper.bwd_window(case.causal, problem.kwargs["window_size"])
-    checked = {**problem.kwargs, "window_size": window}
-    assert gluon_bwd.bwd_unsupported_reason(problem.q, problem.k, problem.v, problem.dout, checked) is None
+    problem, checked, reason = _hopper_problem(case)
+    assert reason is None, (case.id, reason)
     # The Gluon forward takes no D = 96: the portable one makes its LSE, as the backend would.
     fwd_reason = hopper.unsupported_reason("attn_fwd", problem.q, problem.k, problem.v, checked)
     check_against_oracle(case, seed, (hopper.attn_fwd if fwd_reason is None else attn_fwd, hopper.attn_bwd))
