@@ -25,6 +25,19 @@ def assert_matches_oracle(
     assert result.passed, f"{result} (seed {seed})"
 
 
+def farther_from_oracle(baseline: torch.Tensor, floor: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
+    """A gradient's yardstick: PyTorch's low-precision result or the stored-output floor (the exact float64
+    backward handed the low-precision ``out`` the forward stored), whichever errs more.
+
+    Every flash backward takes Δ = dO·O from the stored output, so O's rounding reaches dS = P·(dP − Δ),
+    where PyTorch's autograd sums P·dP in fp32; on rows of one or two visible keys, or beside a sink, that
+    alone can pass 3× PyTorch's error (docs/testing.md, "The stored-output floor")."""
+    if oracle.numel() == 0:
+        return baseline
+    floor_err = (floor.double() - oracle.double()).abs().max()
+    return floor if floor_err > (baseline.double() - oracle.double()).abs().max() else baseline
+
+
 def nan_poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """An output buffer whose every unwritten element reads as NaN."""
     return torch.full_like(t, float("nan"))
