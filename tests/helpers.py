@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from flashtile.reference import tiled
 from flashtile.reference.compare import GRAD_FACTOR, OUTPUT_FACTOR, compare
 
 
@@ -34,6 +35,17 @@ def assert_matches_oracle(
             baseline = floor
     result = compare(name, ours, oracle, baseline, GRAD_FACTOR if grad else OUTPUT_FACTOR)
     assert result.passed, f"{result} (seed {seed})"
+
+
+def stored_output_floor(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, **options) -> tuple:
+    """dq, dk, dv (and dsink with a ``learnable_sink``) of the exact float64 backward handed the stored
+    low-precision ``out``: :func:`assert_matches_oracle`'s ``floor``. ``lse``: the oracle's (or ours: its
+    fp32 rounding is far below the input dtype's); ``options``: the tiled reference's keywords."""
+    sink = options.get("learnable_sink")
+    if sink is not None:
+        options = dict(options, learnable_sink=sink.double())
+    wide = (t.detach().double() for t in (dout, q, k, v, out, lse))
+    return tiled.attention_bwd(*wide, softmax_scale, causal, **options)
 
 
 def nan_poisoned_like(t: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from flashtile.kernels.bwd import attn_bwd
 from flashtile.kernels.fwd import attn_fwd
 from flashtile.reference import naive, tiled
 from flashtile.validation import normalize_window
-from tests.helpers import HEAD_LAYOUTS, assert_matches_oracle
+from tests.helpers import HEAD_LAYOUTS, assert_matches_oracle, stored_output_floor
 
 NAMES = ("out", "lse", "dq", "dk", "dv", "dsink")
 
@@ -143,15 +143,6 @@ def naive_results(p: Problem, case: SinkCase, scale: float, dtype: torch.dtype) 
     return out, lse, *(t.grad for t in leaves)
 
 
-def stored_output_floor(p: Problem, case: SinkCase, scale: float, out: torch.Tensor, lse: torch.Tensor):
-    """dq, dk, dv (and dsink) of the exact float64 backward handed the stored low-precision ``out``."""
-    wide = [t.double() for t in (p.dout, p.q, p.k, p.v, out)]
-    kwargs = dict(p.kwargs)
-    if p.sink is not None:
-        kwargs["learnable_sink"] = p.sink.double()
-    return tiled.attention_bwd(*wide, lse.double(), scale, case.causal, **kwargs)
-
-
 def check_against_oracle(case: SinkCase, seed: int, launch=(attn_fwd, attn_bwd)) -> None:
     problem = make_problem(case)
     scale = case.head_dim**-0.5
@@ -159,7 +150,9 @@ def check_against_oracle(case: SinkCase, seed: int, launch=(attn_fwd, attn_bwd))
     oracle = naive_results(problem, case, scale, torch.float64)
     baseline = naive_results(problem, case, scale, case.dtype)
     assert len(ours) == len(oracle), (len(ours), len(oracle))
-    floors = (None, None, *stored_output_floor(problem, case, scale, ours[0], oracle[1]))
+    p = problem
+    floor = stored_output_floor(p.dout, p.q, p.k, p.v, ours[0], oracle[1], scale, case.causal, **p.kwargs)
+    floors = (None, None, *floor)
     for name, mine, ref, base, floor in zip(NAMES, ours, oracle, baseline, floors, strict=False):
         assert not torch.isnan(mine).any(), f"{name}: NaN ({case.id}, seed {seed})"
         assert_matches_oracle(name, mine, ref, base, grad=name.startswith("d"), seed=seed, floor=floor)
