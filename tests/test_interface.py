@@ -29,6 +29,7 @@ from flashtile import (
 from flashtile.autograd import DOUBLE_BACKWARD_MESSAGE
 from flashtile.mods import Mods
 from flashtile.reference import naive, tiled
+from flashtile.validation import check_softmax_scale
 from tests.helpers import assert_matches_oracle, stored_output_floor
 
 _NAMES = ("out", "lse", "dq", "dk", "dv")
@@ -90,7 +91,7 @@ def _check_against_oracle(
     ours = _run(fn, q, k, v, dout)
     oracle = _run(_naive(softmax_scale, causal), *(t.double() for t in (q, k, v, dout)))
     baseline = _run(_naive(softmax_scale, causal), q, k, v, dout)
-    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    scale = check_softmax_scale(softmax_scale, q.shape[-1])
     exact = stored_output_floor(dout, q, k, v, ours["out"], oracle["lse"], scale, causal)
     floors = dict(zip(("dq", "dk", "dv"), exact, strict=True))
     for name in _NAMES:
