@@ -1,0 +1,99 @@
+"""Where flashtile stands on the paper grid: each cell's latest ratio to the best peer, from the CSV.
+
+The paper grid's cells have been re-run in parts since its last whole run (a mode, a head dim). This takes
+``benchmarks/results/bench.csv``, keeps the paper grid's bf16 cells (B·N = 16k tokens, H·D = 2048) of the
+named commits' runs on one GPU model, and for each cell uses the last of those commits (in the order given)
+that timed it: flashtile's TFLOP/s over the best other implementation's in the same run, as
+``flashtile bench`` summarises a run. Prints a markdown table per mode (rows: head dim and mask; columns:
+N) and each mode's geometric mean.
+
+    PYTHONPATH=src python scripts/paper_standing.py --gpu "NVIDIA H200" \
+        --commits 6a70cc0 e669a48 63cf771 a13383c fa408b3 1730143 5158a52 60c3a0e
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from flashtile.bench.grid import MODES, PAPER_HEAD_DIMS, PAPER_HIDDEN, PAPER_SEQLENS, PAPER_TOKENS
+
+
+def paper_cells(csv_path: Path, gpu: str, commits: list[str]) -> dict[tuple, tuple[float, str, str]]:
+    """(mode, D, causal, N) -> (flashtile / best peer, the best peer, the commit), the last commit winning."""
+    runs: dict[tuple, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    with csv_path.open() as f:
+        for row in csv.DictReader(f):
+            commit = next((c for c in commits if row["commit"].startswith(c)), None)
+            d, n = int(row["head_dim"]), int(row["seqlen_q"])
+            paper = (
+                row["dtype"] == "bf16" and int(row["batch"]) * n == PAPER_TOKENS
+                and int(row["heads"]) * d == PAPER_HIDDEN and row["seqlen_k"] == row["seqlen_q"]
+                and row["heads_kv"] == row["heads"]
+            )  # fmt: skip
+            if commit is None or row["gpu"] != gpu or not paper or row["status"] != "ok" or not row["tflops"]:
+                continue
+            cell = (row["mode"], d, row["causal"] == "true", n)
+            runs[cell][commit][row["impl"]] = float(row["tflops"])
+    standing = {}
+    for cell, by_commit in runs.items():
+        for commit in reversed(commits):
+            impls = by_commit.get(commit, {})
+            peers = {impl: t for impl, t in impls.items() if impl != "flashtile"}
+            if "flashtile" in impls and peers:
+                best = max(peers, key=peers.get)
+                standing[cell] = (impls["flashtile"] / peers[best], best, commit)
+                break
+    return standing
+
+
+def _format_ratio(ratio: float) -> str:
+    """Two decimals, bold below 1.0 (three where two would round up to 1.00)."""
+    if ratio >= 1.0:
+        return f"{ratio:.2f}"
+    return f"**{ratio:.3f}**" if ratio >= 0.995 else f"**{ratio:.2f}**"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=Path("benchmarks/results/bench.csv"))
+    parser.add_argument("--gpu", default="NVIDIA H200", help="the CSV's gpu column")
+    parser.add_argument("--commits", nargs="+", required=True, help="commit prefixes, oldest run first")
+    args = parser.parse_args()
+    standing = paper_cells(args.csv, args.gpu, args.commits)
+    every = [ratio for ratio, _, _ in standing.values()]
+    for mode in MODES:
+        print(f"\n{mode}: flashtile / best peer, below 1.0× in bold\n")
+        labels = [f"{n // 1024}k" if n >= 1024 else str(n) for n in PAPER_SEQLENS]
+        print("| D | mask | " + " | ".join(labels) + " | run |")
+        print("|---|---|" + "---|" * (len(PAPER_SEQLENS) + 1))
+        ratios = []
+        for d in PAPER_HEAD_DIMS:
+            for causal in (False, True):
+                cells, row_commits = [], []
+                for n in PAPER_SEQLENS:
+                    found = standing.get((mode, d, causal, n))
+                    if found is None:
+                        cells.append("–")
+                        continue
+                    ratio, _, commit = found
+                    ratios.append(ratio)
+                    row_commits += [commit] if commit not in row_commits else []
+                    cells.append(_format_ratio(ratio))
+                mask = "causal" if causal else "full"
+                print(f"| {d} | {mask} | " + " | ".join(cells) + f" | {', '.join(row_commits)} |")
+        if ratios:
+            geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            wins = sum(r >= 1.0 for r in ratios)
+            print(f"\ngeometric mean {geomean:.3f}× over {len(ratios)} cells, ≥ 1.0× in {wins}")
+    if every:
+        geomean = math.exp(sum(map(math.log, every)) / len(every))
+        wins = sum(r >= 1.0 for r in every)
+        print(f"\nevery mode: geometric mean {geomean:.3f}× over {len(every)} cells, ≥ 1.0× in {wins}")
+
+
+if __name__ == "__main__":
+    main()
