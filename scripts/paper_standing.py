@@ -2,10 +2,10 @@
 
 The paper grid's cells have been re-run in parts since its last whole run (a mode, a head dim). This takes
 ``benchmarks/results/bench.csv``, keeps the paper grid's bf16 cells (B·N = 16k tokens, H·D = 2048) of the
-named commits' runs on one GPU model, and for each cell uses the last of those commits (in the order given)
-that timed it: flashtile's TFLOP/s over the best other implementation's in the same run, as
-``flashtile bench`` summarises a run. Prints a markdown table per mode (rows: head dim and mask; columns:
-N) and each mode's geometric mean.
+named commits' runs on one GPU model (a commit's last row of each implementation, so one run a commit), and
+for each cell uses the last of those commits (in the order given) that timed it: flashtile's TFLOP/s over
+the best other implementation's in the same run, as ``flashtile bench`` summarises a run. Prints a markdown
+table per mode (rows: head dim and mask; columns: N) and each mode's geometric mean.
 
     PYTHONPATH=src python scripts/paper_standing.py --gpu "NVIDIA H200" \
         --commits 6a70cc0 e669a48 63cf771 a13383c fa408b3 1730143 5158a52 60c3a0e
@@ -57,6 +57,12 @@ def _format_ratio(ratio: float) -> str:
     return f"**{ratio:.3f}**" if ratio >= 0.995 else f"**{ratio:.2f}**"
 
 
+def _summary(ratios: list[float]) -> str:
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    wins = sum(r >= 1.0 for r in ratios)
+    return f"geometric mean {geomean:.3f}× over {len(ratios)} cells, ≥ 1.0× in {wins}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=Path("benchmarks/results/bench.csv"))
@@ -86,13 +92,9 @@ def main() -> None:
                 mask = "causal" if causal else "full"
                 print(f"| {d} | {mask} | " + " | ".join(cells) + f" | {', '.join(row_commits)} |")
         if ratios:
-            geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-            wins = sum(r >= 1.0 for r in ratios)
-            print(f"\ngeometric mean {geomean:.3f}× over {len(ratios)} cells, ≥ 1.0× in {wins}")
+            print(f"\n{_summary(ratios)}")
     if every:
-        geomean = math.exp(sum(map(math.log, every)) / len(every))
-        wins = sum(r >= 1.0 for r in every)
-        print(f"\nevery mode: geometric mean {geomean:.3f}× over {len(every)} cells, ≥ 1.0× in {wins}")
+        print(f"\nevery mode: {_summary(every)}")
 
 
 if __name__ == "__main__":
