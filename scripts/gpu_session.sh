@@ -3032,6 +3032,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # scripts/accuracy_margins.py over two base seeds of the Hopper backward's file (its NaN-isolation
     # test failed at 3.3-3.5x in s39b/s39c, before the stored-output floor), then one of the sinks' file.
     begin
+    # pytest_gpu's options without its "python3 -m pytest": the script runs pytest itself.
     step margins_hopper_bwd 400 python3 scripts/accuracy_margins.py --seeds 11 22 --top 40 -- \
       "${pytest_gpu[@]:3}" tests/test_gpu_hopper_bwd.py
     step margins_sinks 140 python3 scripts/accuracy_margins.py --seeds 33 --top 40 -- \

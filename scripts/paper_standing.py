@@ -14,30 +14,29 @@ table per mode (rows: head dim and mask; columns: N) and each mode's geometric m
 from __future__ import annotations
 
 import argparse
-import csv
-import math
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from flashtile.bench.grid import MODES, PAPER_HEAD_DIMS, PAPER_HIDDEN, PAPER_SEQLENS, PAPER_TOKENS
+from flashtile.bench.results import read_rows
 
 
 def paper_cells(csv_path: Path, gpu: str, commits: list[str]) -> dict[tuple, tuple[float, str, str]]:
     """(mode, D, causal, N) -> (flashtile / best peer, the best peer, the commit), the last commit winning."""
     runs: dict[tuple, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    with csv_path.open() as f:
-        for row in csv.DictReader(f):
-            commit = next((c for c in commits if row["commit"].startswith(c)), None)
-            d, n = int(row["head_dim"]), int(row["seqlen_q"])
-            paper = (
-                row["dtype"] == "bf16" and int(row["batch"]) * n == PAPER_TOKENS
-                and int(row["heads"]) * d == PAPER_HIDDEN and row["seqlen_k"] == row["seqlen_q"]
-                and row["heads_kv"] == row["heads"]
-            )  # fmt: skip
-            if commit is None or row["gpu"] != gpu or not paper or row["status"] != "ok" or not row["tflops"]:
-                continue
-            cell = (row["mode"], d, row["causal"] == "true", n)
-            runs[cell][commit][row["impl"]] = float(row["tflops"])
+    for row in read_rows(csv_path):
+        commit = next((c for c in commits if row["commit"].startswith(c)), None)
+        d, n = int(row["head_dim"]), int(row["seqlen_q"])
+        paper = (
+            row["dtype"] == "bf16" and int(row["batch"]) * n == PAPER_TOKENS
+            and int(row["heads"]) * d == PAPER_HIDDEN and row["seqlen_k"] == row["seqlen_q"]
+            and row["heads_kv"] == row["heads"]
+        )  # fmt: skip
+        if commit is None or row["gpu"] != gpu or not paper or row["status"] != "ok" or not row["tflops"]:
+            continue
+        cell = (row["mode"], d, row["causal"] == "true", n)
+        runs[cell][commit][row["impl"]] = float(row["tflops"])
     standing = {}
     for cell, by_commit in runs.items():
         for commit in reversed(commits):
@@ -58,7 +57,7 @@ def _format_ratio(ratio: float) -> str:
 
 
 def _summary(ratios: list[float]) -> str:
-    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    geomean = statistics.geometric_mean(ratios)
     wins = sum(r >= 1.0 for r in ratios)
     return f"geometric mean {geomean:.3f}× over {len(ratios)} cells, ≥ 1.0× in {wins}"
 
