@@ -852,7 +852,9 @@ def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) 
     }
     assert {r["seqlen_q"] for r in rows if r["layout"] == "dense"} == {"1024"}
     ours = [r for r in rows if r["impl"] == "flashtile"]
-    assert len(ours) == 2 * 9 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
+    # Nine cells a mode, and the fp8 cell, which is forward only.
+    assert len(ours) == 2 * 9 + 1 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
+    assert [r["mode"] for r in ours if r["dtype"] == "fp8"] == ["fwd"]
     # The router's choice for this GPU (hopper on sm_90, triton elsewhere), never the CPU reference.
     gpu_backend = resolve(torch.device("cuda"))
     assert gpu_backend != "reference" and all(f"backend {gpu_backend}" in r["detail"] for r in ours)
