@@ -3050,11 +3050,13 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       tests/test_cli_bench.py tests/test_bench_masks.py
     finish
     ;;
-  s41e)
+  s41e | s42b)
     # (Prepared in the forty-first session.) Where the host time of the paper grid's host-bound cells goes
     # on current main: the bench recorded 509 us of host time a call for flashtile's D = 64 causal backward
     # at 512 (cuDNN 257) and 560 us for the D = 256 causal forward + backward (cuDNN 469; 5158a52, 1730143),
     # where the CPU machine's host_path.py reads 59 / 101 us. scripts/host_profile_dense.py, bwd profiled.
+    # s42b (forty-second session) is the same after 5d0471e, which profiles a prepared graph's backward:
+    # s41e's kept graph had been its signature's first call, whose backward takes the general path.
     begin
     step host_d64_causal_512 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 32 \
       --head-dim 64 --causal
@@ -3068,17 +3070,6 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # and the forward-only fp8 cell: 19 rows of flashtile's; s41d's run found 19 against the 18 it expected).
     begin
     gpu_tests_step 200 tests/test_cli_bench.py -k options_preset_on_the_gpu
-    finish
-    ;;
-  s42b)
-    # (Forty-second session.) s41e again with the backward profiled on a prepared graph: s41e's kept graph
-    # was its signature's first call, whose backward takes the general path (the bench's are prepared).
-    begin
-    step host_d64_causal_512 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 32 \
-      --head-dim 64 --causal
-    step host_d256_causal_512 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 8 \
-      --head-dim 256 --causal
-    cp "$work"/host_*.log "$OUT"/ 2>/dev/null
     finish
     ;;
   s42c)
