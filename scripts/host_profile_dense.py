@@ -3,8 +3,7 @@
 Prints host µs (calls issued back to back, the GPU kept busy), per-call ms (CUDA events, as `flashtile
 bench` times a call) and kernel ms (the profiler) for flashtile's forward (inputs requiring grad), its
 backward alone (``torch.autograd.grad`` on a kept graph, as the bench times it; in autograd's device thread,
-PyTorch's default, and on the calling thread; and on the graph of the signature's first call, whose backward
-takes the general path), the forward + backward, and the backend's backward called
+PyTorch's default, and on the calling thread), the forward + backward, and the backend's backward called
 directly; the same for SDPA's cuDNN backend. Then a cProfile of the backward (or, with ``--profile fwd``,
 the forward) on the calling thread.
 
@@ -61,9 +60,6 @@ def main() -> None:
     def attention(q, k, v):
         return flash_attn_func(q, k, v, causal=args.causal, window_size=window)
 
-    # A key's first call is validated and its graph's backward takes the general path; a repeated call is
-    # prepared (kernels/hopper/prepared.py), as every call after the first in training and in the bench.
-    first = attention(q, k, v)
     kept = attention(q, k, v)
 
     def fwd():
@@ -95,10 +91,6 @@ def main() -> None:
         ("flashtile fwd (grad)", fwd),
         ("flashtile bwd (engine thread)", bwd),
         ("flashtile bwd (calling thread)", caller_thread(bwd)),
-        (
-            "flashtile bwd, first call's graph",
-            lambda: torch.autograd.grad(first, (q, k, v), dout, retain_graph=True),
-        ),
         ("flashtile fwd+bwd (engine thread)", fwd_bwd),
         ("flashtile fwd+bwd (calling thread)", caller_thread(fwd_bwd)),
         ("flashtile ops.run_attn_bwd", bwd_direct),

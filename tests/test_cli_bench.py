@@ -935,25 +935,3 @@ def test_decode_summary_checks_each_target_on_its_cells() -> None:
     assert across.endswith("2 of 2 cells (worst 0.962, B=1 L=4k G=4 Nq=1 page 64)")
     assert paired.endswith("0 of 1 cells (worst 0.923, B=1 L=4k G=4 Nq=1 page 64)")
     assert summary([])[0].endswith("no cells")
-
-
-def test_the_timed_backward_graphs_come_after_a_first_call_of_their_signature() -> None:
-    # flashtile's first call of a signature is validated and its graph's backward takes the general path;
-    # the timed graphs must be repeated calls, as in training (where only the first step's is not).
-    config = Config("cpu", "fp32", "bwd", False, 1, 2, 2, 16, 16, 8)
-    inputs = [
-        (*(torch.randn(1, 16, 2, 8, requires_grad=True) for _ in range(3)), torch.randn(1, 16, 2, 8))
-        for _ in range(2)
-    ]
-    calls: list[torch.Tensor] = []
-
-    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, **_):
-        calls.append(q)
-        return q * k + v
-
-    peer = Peer("counted", attention, lambda config: None)
-    timed = bench._measured_fn(peer, config, inputs, {})
-    assert [q is inputs[0][0] for q in calls] == [True, True, False], "a first call, then one graph a copy"
-    timed(0)
-    timed(1)
-    assert len(calls) == 3, "the timed calls are backwards on the kept graphs"

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 
+import flashtile.backend
 from flashtile import flash_attn_func, plain_calls
 from tests.test_launch_cache import _FAKE_SM90, _run_sm90_check
 
@@ -81,6 +82,20 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
         return normalised(LAUNCHES), list(TRITON_RUNS), list(TAKEN)
 
 
+    prepare = backend.prepare
+
+    def on_the_general_path(call, *args, **kwargs):
+        # A call validated, routed and launched through Triton: no prepared call for its signature, and no
+        # verdict kept (the next call, a first call again, is prepared).
+        plain_calls._verdicts.clear()
+        backend.prepare = lambda *args, **kwargs: None
+        try:
+            return call(*args, **kwargs)
+        finally:
+            backend.prepare = prepare
+            plain_calls._verdicts.clear()
+
+
     B, H = 2, 4
     cases = {
         "dense-d64": ((B, 77, H, 64), (B, 77, H, 64), {}),
@@ -111,29 +126,29 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
     # The cases whose backward the prepared call leaves to the general path.
     general_backward = {"sink-d256"}
     for name, (shape_q, shape_kv, options) in cases.items():
-        plain_calls._verdicts.clear()
-        general, _, taken = one_call(shape_q, shape_kv, options)
+        general, _, taken = on_the_general_path(one_call, shape_q, shape_kv, options)
         assert taken == [], (name, taken)
-        # The first direct launch of each kernel goes through Triton (a new pointer signature there).
-        one_call(shape_q, shape_kv, options)
-        again, runs, taken = one_call(shape_q, shape_kv, options)
+        # A signature's first call is prepared too (its graph's backward with it); its first direct launch
+        # of each kernel goes through Triton (a new pointer signature there).
+        first, _, taken = one_call(shape_q, shape_kv, options)
         prepared_backward = name not in general_backward
+        assert taken == [("forward", True), ("backward", prepared_backward)], (name, taken)
+        assert first == general, name
+        again, runs, taken = one_call(shape_q, shape_kv, options)
         assert taken == [("forward", True), ("backward", prepared_backward)], (name, taken)
         assert runs == [], (name, runs)
         assert again == general, name
         # q, k, v 2 bytes off a 16-byte boundary: the forward hands the call back (TMA cannot read them) and
-        # the backward copies them, as a first call with such inputs does.
+        # the backward copies them, as the general path does with such inputs.
         unaligned, _, taken = one_call(shape_q, shape_kv, options, offset=1)
         assert taken == [("forward", False), ("backward", prepared_backward)], (name, taken)
-        plain_calls._verdicts.clear()
-        general, _, taken = one_call(shape_q, shape_kv, options, offset=1)
+        general, _, taken = on_the_general_path(one_call, shape_q, shape_kv, options, offset=1)
         assert taken == [] and unaligned == general, name
         first_args = general[0][1]
         assert not any(isinstance(a, tuple) and a[:1] == ("descriptor",) for a in first_args), name
         # dO with a stride of 0 (a sum's gradient): the Gluon backward's general launch, which copies it.
         expanded = lambda out: torch.ones(()).to(out.dtype).expand_as(out)
-        plain_calls._verdicts.clear()
-        general, _, _ = one_call(shape_q, shape_kv, options, dout_of=expanded)
+        general, _, _ = on_the_general_path(one_call, shape_q, shape_kv, options, dout_of=expanded)
         again, _, taken = one_call(shape_q, shape_kv, options, dout_of=expanded)
         assert taken == [("forward", True), ("backward", prepared_backward)], (name, taken)
         assert again == general, name
@@ -145,16 +160,14 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
         torch.autograd.grad(out, (qkv,), torch.randn_like(out))
         return normalised(LAUNCHES), list(TRITON_RUNS), list(TAKEN)
 
-    plain_calls._verdicts.clear()
-    general, _, _ = packed_views_call()
+    general, _, _ = on_the_general_path(packed_views_call)
     packed_views_call()
     again, runs, taken = packed_views_call()
     assert taken == [("forward", True), ("backward", True)] and runs == [] and again == general
     # FLASHTILE_CACHED_LAUNCH=0: the prepared launches go through Triton's launch, with the same arguments.
     os.environ[ENV_VAR] = "0"
     shape_q, shape_kv, options = cases["causal-gqa-d128"]
-    plain_calls._verdicts.clear()
-    general, _, _ = one_call(shape_q, shape_kv, options)
+    general, _, _ = on_the_general_path(one_call, shape_q, shape_kv, options)
     again, runs, taken = one_call(shape_q, shape_kv, options)
     assert taken == [("forward", True), ("backward", True)] and len(runs) == 4 and again == general
     print("ok")
@@ -165,11 +178,11 @@ _PREPARED_CHECK = _FAKE_SM90 + textwrap.dedent(
 def test_prepared_calls_launch_what_the_general_path_launches() -> None:
     """Dense, causal with GQA and N_q ≠ N_k, a window with softcap, deterministic, D = 256, ALiBi (1-D and
     2-D slopes) and dropout, alone and with a window, a learnable sink (D = 64 causal; D = 128, whose
-    backward is the portable one): a plain call's
-    third run (prepared, every launch direct) passes each compiled kernel the arguments its first run
-    (validated, routed, through Triton) passed, q, k and v as views of one packed tensor too; unaligned
-    inputs and a stride-0 dO take the general path; with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go
-    through Triton with the same arguments."""
+    backward is the portable one): a plain call's first and second runs (prepared, the second's every
+    launch direct) pass each compiled kernel the arguments the general path (validated, routed, through
+    Triton, no prepared call) passes, q, k and v as views of one packed tensor too; unaligned inputs and a
+    stride-0 dO take the general path; with FLASHTILE_CACHED_LAUNCH=0 the prepared launches go through
+    Triton with the same arguments."""
     _run_sm90_check(_PREPARED_CHECK)
 
 
@@ -225,10 +238,13 @@ def test_a_knob_change_makes_a_new_verdict(fresh_verdicts, monkeypatch) -> None:
         "sink-d128",
     ],
 )
-def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, shape_kv, options) -> None:
-    """The first call (validated, routed, launched through Triton) and the prepared repeats give the same
-    forward bits and the same dK, dV (and dQ and a learnable sink's gradient, which the fused kernel adds by
-    atomics unless deterministic: there within fp32 summation order)."""
+def test_prepared_calls_give_the_general_paths_bits(
+    fresh_verdicts, monkeypatch, shape_q, shape_kv, options
+) -> None:
+    """The general path (validated, routed, launched through Triton, no prepared call) and the prepared
+    calls, a signature's first among them, give the same forward bits and the same dK, dV (and dQ and a
+    learnable sink's gradient, which the fused kernel adds by atomics unless deterministic: there within
+    fp32 summation order)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the prepared calls are the Hopper backend's")
     q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
@@ -254,11 +270,14 @@ def test_prepared_calls_give_the_general_paths_bits(fresh_verdicts, shape_q, sha
         out = flash_attn_func(*leaves[:3], **options, **with_sink)
         return (out, *torch.autograd.grad(out, leaves, dout))
 
-    first = run()
-    entry = next(iter(plain_calls._verdicts.values()))
-    assert entry[-1] is not None, "a plain Hopper call is prepared"
+    with monkeypatch.context() as general_path:
+        general_path.setattr(flashtile.backend, "prepare", lambda *args, **kwargs: None)
+        first = run()
+    plain_calls._verdicts.clear()
     for _ in range(2):
         again = run()
+        entry = next(iter(plain_calls._verdicts.values()))
+        assert entry[-1] is not None, "a plain Hopper call is prepared"
         for name, a, b in zip(("out", "dq", "dk", "dv", "dsink")[: len(first)], first, again, strict=True):
             # dQ (and the sink's gradient) are summed by atomics unless deterministic.
             if name in ("dq", "dsink") and not options.get("deterministic"):

@@ -275,6 +275,7 @@ def _attention(
     )  # fmt: skip
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
     q, k, v = (_unit_last_stride(t) for t in (q, k, v))
+    plan = None
     if call_key is not None:
         plan = _backend.prepare(
             backend, q, k, v, scale, options.causal, options.window_size, options.softcap,
@@ -288,7 +289,7 @@ def _attention(
         window_size=options.window_size, softcap=options.softcap, alibi_slopes=options.alibi_slopes,
         dropout_p=options.dropout_p, rng_state=rng_state, cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-        deterministic=options.deterministic, mods=checked_mods, learnable_sink=sink,
+        deterministic=options.deterministic, mods=checked_mods, learnable_sink=sink, plan=plan,
     )  # fmt: skip
     if not options.return_attn_probs:
         return out

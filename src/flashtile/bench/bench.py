@@ -529,9 +529,6 @@ def _measured_fn(
     if config.mode == "fwd":
         return lambda i: call(*inputs[i][:3])
     if config.mode == "bwd":
-        # One call first: a call signature's first call is validated, and its graph's backward takes the
-        # general path (flashtile.plain_calls); in training every step's graph but the first is prepared.
-        call(*inputs[0][:3])
         outs = [call(q, k, v) for q, k, v, _ in inputs]
         return lambda i: torch.autograd.grad(outs[i], inputs[i][:3], inputs[i][3], retain_graph=True)
 

@@ -6,9 +6,10 @@ strides, dtypes and devices (the slopes' too), the options and the knobs the lau
 between that verdict and the kernels is then a function of the key: the backend's routing and support
 checks, the launcher's configuration and prepared launch, the descriptors' shapes, strides and boxes, and
 what Triton specialises on in the pointers. A :class:`PlainAttention` works them out at a key's first call;
-a later call allocates its outputs, wraps its tensors in descriptors and launches. A learnable sink (its
-float32 tensor a call's, of the signature's shape) is folded in by the forward at every head dim, and its
-gradient summed by the backward where the Gluon backward takes it (D = 64, not softcap or deterministic).
+that call and every later one allocate their outputs, wrap their tensors in descriptors and launch. A
+learnable sink (its float32 tensor a call's, of the signature's shape) is folded in by the forward at every
+head dim, and its gradient summed by the backward where the Gluon backward takes it (D = 64, not softcap or
+deterministic).
 
 What the key leaves open is checked at each call: TMA reads q, k and v only from 16-byte aligned addresses,
 and a call whose tensors are not is handed back (None) to the general path, which routes it to the portable
