@@ -55,3 +55,13 @@ def test_ratios_below_one_are_bold_and_never_read_as_one(standing) -> None:
     assert standing._format_ratio(1.04) == "1.04"
     assert standing._format_ratio(0.93) == "**0.93**"
     assert standing._format_ratio(0.998) == "**0.998**"
+
+
+def test_the_plot_is_written_with_cells_missing(standing, tmp_path) -> None:
+    cells = {
+        ("bwd", 128, False, 4096): (1.04, "sdpa-cudnn", "aaaa111"),
+        ("fwd", 64, True, 512): (0.91, "sdpa-cudnn", "aaaa111"),
+    }
+    path = tmp_path / "standing.png"
+    standing.plot_standing(cells, "NVIDIA H200", path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from flashtile.bench.grid import MODES, seqlen_label
 from flashtile.bench.results import Result, read_rows
 
-_MODE_TITLES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward + backward"}
+MODE_TITLES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward + backward"}
 
 
 def _latest_date(rows: list[dict[str, str]]) -> str | None:
@@ -130,7 +130,7 @@ def _figure(
     device = "CPU numbers (smoke test, not performance)" if meta["device"] == "cpu" else meta["gpu"]
     what = f"Attention with {option}, TFLOP/s on visible pairs:\n" if option else "Attention "
     fig.suptitle(
-        f"{what}{_MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
+        f"{what}{MODE_TITLES.get(mode, mode)}, {dtype}: {device}\n"
         f"torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}",
         fontsize=10,
     )
@@ -177,7 +177,7 @@ def _head_dim_figures(
                 )
                 ax.legend(fontsize=7)
         fig.suptitle(
-            f"Attention by head dim, {_MODE_TITLES.get(mode, mode)}, {dtype}: {meta['gpu']}\n"
+            f"Attention by head dim, {MODE_TITLES.get(mode, mode)}, {dtype}: {meta['gpu']}\n"
             f"torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}",
             fontsize=10,
         )
