@@ -16,6 +16,7 @@ same as one figure (a panel per mode, each cell coloured by its ratio).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -99,7 +100,7 @@ def plot_standing(standing: dict[tuple, tuple[float, str, str]], gpu: str, path:
                     colour = "white" if abs(found[0] - 1) > 0.6 * _SPREAD else "black"
                     ax.text(j, i, _ratio_text(found[0]), ha="center", va="center", fontsize=8, color=colour)
         image = ax.imshow(grid, cmap="RdBu", vmin=1 - _SPREAD, vmax=1 + _SPREAD)
-        ratios = [r for line in grid for r in line if r == r]
+        ratios = [r for line in grid for r in line if not math.isnan(r)]
         summary = f"geomean {statistics.geometric_mean(ratios):.3f}×" if ratios else "no cells"
         ax.set_title(f"{MODE_TITLES[mode]} ({summary})", fontsize=10)
         ax.set_xticks(range(len(PAPER_SEQLENS)), [seqlen_label(n) for n in PAPER_SEQLENS])
