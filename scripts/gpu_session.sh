@@ -299,6 +299,14 @@ gpu_tests_step() {
   cp "$work/gpu_tests_$part.xml" "$OUT"/ 2>/dev/null
 }
 
+# scripts/host_profile_dense.py at the paper grid's causal N = 512 cell of a head dim (B = 32), its log
+# host_d<D>_causal_512.log.
+#     host_profile_512_step HEADS HEAD_DIM
+host_profile_512_step() {
+  step "host_d$2_causal_512" 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads "$1" \
+    --head-dim "$2" --causal
+}
+
 # Nsight Compute's launch statistics (grid, block, registers, shared memory, occupancy) of each cell,
 # "impl mode D N [--causal]" as scripts/cell_profile.py takes them, gathered into launch_stats.log.
 #     launch_stats_steps CELL...
@@ -3059,10 +3067,8 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # timed the first call's graph beside it: s41e's kept graph had been its signature's first call, whose
     # backward then took the general path (a first call takes its prepared launches since the same session).
     begin
-    step host_d64_causal_512 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 32 \
-      --head-dim 64 --causal
-    step host_d256_causal_512 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 8 \
-      --head-dim 256 --causal
+    host_profile_512_step 32 64
+    host_profile_512_step 8 256
     cp "$work"/host_*.log "$OUT"/ 2>/dev/null
     finish
     ;;
@@ -3100,8 +3106,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # whose "flashtile bwd" rows now time a first call's graph.
     begin
     gpu_tests_step 200 tests/test_prepared_calls.py
-    step host_d64_causal_512 150 python3 scripts/host_profile_dense.py --batch 32 --seqlen 512 --heads 32 \
-      --head-dim 64 --causal
+    host_profile_512_step 32 64
     cp "$work"/host_*.log "$OUT"/ 2>/dev/null
     finish
     ;;

@@ -124,7 +124,7 @@ def main() -> None:
     every = [ratio for ratio, _, _ in standing.values()]
     for mode in MODES:
         print(f"\n{mode}: flashtile / best peer, below 1.0× in bold\n")
-        labels = [f"{n // 1024}k" if n >= 1024 else str(n) for n in PAPER_SEQLENS]
+        labels = [seqlen_label(n) for n in PAPER_SEQLENS]
         print("| D | mask | " + " | ".join(labels) + " | run |")
         print("|---|---|" + "---|" * (len(PAPER_SEQLENS) + 1))
         ratios = []
