@@ -132,8 +132,9 @@ def test_a_grid_never_exceeds_its_work_tiles():
     [
         (64, 2048, (-1, -1), {}, 3),
         (64, 2047, (-1, -1), {}, 2),
-        (64, 4096, (-1, 0), {}, 3),
-        (64, 4095, (-1, 0), {}, 2),
+        (64, 8192, (-1, 0), {}, 3),
+        (64, 8191, (-1, 0), {}, 2),
+        (64, 4096, (-1, 0), {}, 2),
         (64, 2048, (-1, 0), {}, 2),
         (64, 16384, (256, 0), {}, 2),
         (64, 16384, (-1, 100), {}, 2),
@@ -337,3 +338,27 @@ def test_three_consumers_never_take_turns():
     # At D = 64 from 2k rows, plain attention has three consumer warpgroups: the knob cannot force turns.
     values = _launch_values(64, 4096, forced="1")
     assert values["CONSUMERS"] == 3 and values["PINGPONG"] is False
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "window", "options", "stages"),
+    [
+        (64, (-1, -1), {}, 3),
+        (64, (-1, 0), {}, 3),
+        (128, (-1, 0), {}, 2),
+        (256, (-1, -1), {}, 2),
+        (64, (256, 0), {}, 2),
+        (64, (-1, -1), {"softcap": 30.0}, 2),
+        (64, (-1, -1), {"alibi": True}, 2),
+        (64, (-1, 0), {"dropout_p": 0.1}, 2),
+        (64, (-1, -1), {"varlen": True}, 2),
+        (64, (-1, -1), {"mods": True}, 2),
+        (64, (-1, -1), {"fp8": True}, 2),
+        (64, (-1, 0), {"sink": True}, 2),
+    ],
+)
+def test_plain_calls_at_d64_take_a_three_deep_ring(head_dim, window, options, stages):
+    # Only plain dense or causal D = 64 calls were timed with the 3-deep K/V ring (s43d, s43e).
+    args = dict(softcap=0.0, alibi=False, dropout_p=0.0, varlen=False, mods=False, fp8=False, sink=False)
+    plain = fwd.plain_call(window, **{**args, **options})
+    assert stages == configs.hopper_fwd_config(head_dim, plain).STAGES

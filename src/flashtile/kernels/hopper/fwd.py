@@ -99,7 +99,9 @@ SOFTCAP_EXP2_SHARE = 4
 SOFTCAP_EXP2_MAX_HEAD_DIM = 64
 _EXP2_POLY = Knob(EXP2_POLY_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
-THREE_CONSUMERS_MIN_ROWS_CAUSAL = 4096
+# With the 3-deep ring of plain D = 64 calls, two consumers are 1-2 % faster than three at 4k causal and
+# three 3 % faster at 8k (H200, s43d / s43e; docs/design/hopper.md, "A 3-deep ring at D = 64").
+THREE_CONSUMERS_MIN_ROWS_CAUSAL = 8192
 # Shared memory the Q, output and K/V tiles of a persistent program may take (of the 227 KB an sm_90
 # program may have; the rest is for the mbarriers and the compiler's scratch): at D = 256 only with one
 # Q buffer staging the output (output_in_q).
@@ -1485,6 +1487,18 @@ def consumer_count(
     return 2
 
 
+def plain_call(
+    window_size: tuple[int, int], softcap: float, alibi: bool, dropout_p: float, varlen: bool, mods: bool,
+    fp8: bool, sink: bool,
+) -> bool:  # fmt: skip
+    """Whether a forward call is plain attention, dense or causal (``window_size`` normalised, causal
+    (−1, 0)) with no option, packed batch, block mask, float8 input or sink: what
+    :func:`flashtile.kernels.configs.hopper_fwd_config`'s ``plain`` tiling was timed on."""
+    return tuple(window_size) in ((-1, -1), (-1, 0)) and not (
+        softcap or alibi or dropout_p or varlen or mods or fp8 or sink
+    )
+
+
 def runs_persistent(values: dict[str, object]) -> bool:
     """Whether a launch whose kernel arguments ``values`` are takes the persistent grid: work tiles of about
     equal cost (:func:`even_work`) on dense batches with no block mask (softcap, ALiBi and dropout
@@ -1810,7 +1824,11 @@ def attn_fwd(
         v = transposed_fp8(v)
     else:
         q, softmax_scale = positive_scale(q, softmax_scale)
-    cfg = config or configs.hopper_fwd_config(head_dim)
+    plain = plain_call(
+        window_size, softcap, alibi_slopes is not None, dropout_p, cu_seqlens_q is not None, mods is not None,
+        fp8, learnable_sink is not None,
+    )  # fmt: skip
+    cfg = config or configs.hopper_fwd_config(head_dim, plain)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     km = NO_MODS if mods is None else kernel_mods(mods)
     sparse = sparse_key(km, "kv", reads_bits(mods))

@@ -28,7 +28,7 @@ from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper import bwd as gluon_bwd
 from flashtile.kernels.hopper import bwd_window
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, box_layout
-from flashtile.kernels.hopper.fwd import WG_ROWS, launch_for, sparse_aux
+from flashtile.kernels.hopper.fwd import WG_ROWS, launch_for, plain_call, sparse_aux
 
 __all__ = ["PlainAttention"]
 
@@ -85,8 +85,10 @@ class PlainAttention:
         """For a call the Hopper forward runs (``kernels.hopper.prepare`` checks), softmax_scale > 0;
         ``alibi_slopes`` and ``learnable_sink`` stand for every call's (contiguous float32, of one shape)."""
         batch, seqlen_q, heads, head_dim = q.shape
-        cfg = configs.hopper_fwd_config(head_dim)
         sink = learnable_sink is not None
+        alibi = alibi_slopes is not None
+        plain = plain_call(window_size, softcap, alibi, dropout_p, False, False, False, sink)
+        cfg = configs.hopper_fwd_config(head_dim, plain)
         self._fwd = launch_for(
             q, k, batch, seqlen_q, k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes,
             dropout_p, None, None, cfg, False, sink,

@@ -150,11 +150,12 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     from flashtile.kernels import configs
     from flashtile.kernels.hopper import fwd
 
-    cfg = configs.hopper_fwd_config(head_dim)
+    fp8 = dtype == "fp8e4nv"
+    # The launcher's tiling: plain calls ("full", "causal") have their own (fwd.plain_call).
+    cfg = configs.hopper_fwd_config(head_dim, plain=not fp8 and set(variant.split("+")) <= {"full", "causal"})
     rows = fwd.WG_ROWS.value
     options = fwd_options(variant, cfg.BLOCK_N, SEQLEN)
     varlen = options["IS_VARLEN"]
-    fp8 = dtype == "fp8e4nv"
     signature = dict(
         q_desc=_descriptor_type(dtype, rows, head_dim, varlen),
         k_desc=_descriptor_type(dtype, cfg.BLOCK_N, head_dim, varlen),
