@@ -1469,7 +1469,7 @@ def consumer_count(
     fp8: bool = False,
 ) -> int:
     """Consumer warpgroups a program has (``window_size`` normalised, causal (−1, 0)). Three, in 192-row
-    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 4096 causal: their
+    work tiles, at D = 64 for dense batches with no option, N_q ≥ 2048 without a mask or ≥ 8192 causal: their
     160 registers a thread hold D = 64's accumulators with P as the wgmma operand, and the third warpgroup
     hides more of the softmax. Shorter rows lose more to the 192-row tiles' padding and, in a window, to
     the key tiles a warpgroup steps through wholly masked (causal, each takes only its own;
