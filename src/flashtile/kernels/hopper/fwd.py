@@ -1824,11 +1824,13 @@ def attn_fwd(
         v = transposed_fp8(v)
     else:
         q, softmax_scale = positive_scale(q, softmax_scale)
-    plain = plain_call(
-        window_size, softcap, alibi_slopes is not None, dropout_p, cu_seqlens_q is not None, mods is not None,
-        fp8, learnable_sink is not None,
+    cfg = config or configs.hopper_fwd_config(
+        head_dim,
+        plain_call(
+            window_size, softcap, alibi_slopes is not None, dropout_p, cu_seqlens_q is not None,
+            mods is not None, fp8, learnable_sink is not None,
+        ),
     )  # fmt: skip
-    cfg = config or configs.hopper_fwd_config(head_dim, plain)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     km = NO_MODS if mods is None else kernel_mods(mods)
     sparse = sparse_key(km, "kv", reads_bits(mods))
