@@ -151,8 +151,10 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     from flashtile.kernels.hopper import fwd
 
     fp8 = dtype == "fp8e4nv"
-    # The launcher's tiling: plain calls ("full", "causal") have their own (fwd.plain_call).
-    cfg = configs.hopper_fwd_config(head_dim, plain=not fp8 and set(variant.split("+")) <= {"full", "causal"})
+    # The launcher's tiling: plain calls (dense or causal, with two or three consumers) have their own
+    # (fwd.plain_call).
+    plain = not fp8 and set(variant.split("+")) <= {"full", "causal", "three"}
+    cfg = configs.hopper_fwd_config(head_dim, plain)
     rows = fwd.WG_ROWS.value
     options = fwd_options(variant, cfg.BLOCK_N, SEQLEN)
     varlen = options["IS_VARLEN"]
