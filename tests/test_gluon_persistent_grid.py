@@ -362,3 +362,19 @@ def test_plain_calls_at_d64_take_a_three_deep_ring(head_dim, window, options, st
     args = dict(softcap=0.0, alibi=False, dropout_p=0.0, varlen=False, mods=False, fp8=False, sink=False)
     plain = fwd.plain_call(window, **{**args, **options})
     assert stages == configs.hopper_fwd_config(head_dim, plain).STAGES
+
+
+@pytest.mark.parametrize(("causal", "window", "softcap"), [(True, (-1, 0), 0.0), (False, (-1, -1), 30.0)])
+def test_prepared_calls_take_the_launchers_tiling(causal, window, softcap):
+    # kernels.hopper.prepare's forward and attn_fwd pick the ring's depth by the same rule (fwd.plain_call):
+    # one prepared launch, the launcher's, which the other depth is not.
+    from flashtile.kernels.hopper.prepared import PlainAttention
+
+    q, k, v = (torch.randn(2, 1024, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+    prepared = PlainAttention(q, k, v, 0.125, causal, window, softcap, False)
+    plain = fwd.plain_call(window, softcap, False, 0.0, False, False, False, False)
+    args = (q, k, 2, 1024, 1024, 0.125, causal, window, softcap, None, 0.0, None, None)
+    ring = configs.hopper_fwd_config(64, plain)
+    assert prepared._fwd is fwd.launch_for(*args, ring)
+    other = configs.HopperFwdConfig(BLOCK_N=ring.BLOCK_N, STAGES=5 - ring.STAGES)
+    assert prepared._fwd is not fwd.launch_for(*args, other)
