@@ -216,6 +216,13 @@ bench_old_new_args() {
   done
 }
 
+# The CSVs of bench_old_new_args over a plain bench (not --options), brought back as old_bench.csv and
+# new_bench.csv.
+old_new_csvs_out() {
+  cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
+  cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+}
+
 # flashtile bench with ARGS alternating this commit's code and an experiment (build/exp_src, which the
 # device call carries), twice each; the steps are bench_main_1, bench_exp_1, ..., the CSVs in
 # $work/bench_main and $work/bench_exp.
@@ -2820,8 +2827,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       python3 scripts/sanitize_kernels.py --only hopper_d256
     bench_old_new_args d256 80 --head-dim 256 --causal both --mode bwd --seqlen 512 1024 4096 16384 \
       --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
-    cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+    old_new_csvs_out
     finish
     ;;
   s37c)
@@ -2858,8 +2864,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       --peers flashtile sdpa-cudnn --no-plot
     bench_old_new_args opts 60 --options softcap alibi varlen --head-dim 128 --causal both --mode bwd \
       --peers flashtile --no-plot
-    cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
-    cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+    old_new_csvs_out
     options_csvs_out
     bench_knob_values FLASHTILE_HOPPER_BWD_VARIANT "m64 m128" d64_variant 40 --head-dim 64 --causal true \
       --mode bwd --seqlen 1024 4096 16384 --peers flashtile
@@ -3117,8 +3122,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     bench_old_new_args d256c 80 --head-dim 256 --causal true --mode bwd --seqlen 1024 2048 4096 8192 \
       --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
-    cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+    old_new_csvs_out
     gpu_tests_step 240 tests/test_gpu_hopper_bwd.py tests/test_head_dims.py tests/test_prepared_calls.py \
       -k "256 or 192 or prepared"
     finish
@@ -3130,8 +3134,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     bench_old_new_args d256c 80 --head-dim 256 --causal true --mode bwd --seqlen 1024 2048 4096 8192 \
       --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
-    cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+    old_new_csvs_out
     finish
     ;;
   s43c)
@@ -3172,8 +3175,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     begin
     gpu_tests_step 240 tests/test_gpu_hopper.py tests/test_prepared_calls.py -k "64 or prepared"
     bench_old_new_args d64fwd 70 --head-dim 64 --causal both --mode fwd --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_old/bench.csv "$OUT"/old_bench.csv 2>/dev/null
-    cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
+    old_new_csvs_out
     finish
     ;;
   s43g)
