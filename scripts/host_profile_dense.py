@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import sys
 from pathlib import Path
@@ -49,9 +50,18 @@ def main() -> None:
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--window", type=int, nargs=2, default=(-1, -1))
     parser.add_argument(
+        "--cpus",
+        type=int,
+        nargs="+",
+        help="pin the process to these CPUs before the first backward (autograd's device thread, started "
+        "then, inherits the set): whether the device thread's slower Python is its wake-up on another core",
+    )
+    parser.add_argument(
         "--profile", choices=("fwd", "bwd"), default="bwd", help="which call the cProfile runs (100 calls)"
     )
     args = parser.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, set(args.cpus))
     shape = (args.batch, args.seqlen, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -100,7 +110,8 @@ def main() -> None:
     ]
     print(
         f"{torch.cuda.get_device_name()}; flashtile from {Path(flashtile.__file__).parent}; B={args.batch} "
-        f"N={args.seqlen} H={args.heads} D={args.head_dim} bf16 causal={args.causal} window={window}"
+        f"N={args.seqlen} H={args.heads} D={args.head_dim} bf16 causal={args.causal} window={window} "
+        f"cpus={sorted(os.sched_getaffinity(0))}"
     )
     print(f"{'call':36s} {'host µs':>9s} {'call ms':>8s} {'kernels ms':>11s}")
     for name, fn in rows:

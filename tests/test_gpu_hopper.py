@@ -31,6 +31,17 @@ def hopper_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.skip(reason)
 
 
+@pytest.fixture
+def general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls through the API take the general path (validated, routed, launched by ``attn_fwd``): a plain
+    call is otherwise prepared on its first call and never reaches ``attn_fwd``, which the spies below
+    watch. tests/test_prepared_calls.py checks that the prepared calls give the general path's bits."""
+    from flashtile import plain_calls
+
+    monkeypatch.setattr(backend, "prepare", lambda *args, **kwargs: None)
+    monkeypatch.setattr(plain_calls, "_verdicts", {})
+
+
 def _fwd(*args, **kwargs):
     from flashtile.kernels.hopper.fwd import attn_fwd
 
@@ -125,6 +136,7 @@ def test_forward_is_race_free_at_large_batch(seed):
         assert torch.equal(first, again)
 
 
+@pytest.mark.usefixtures("general_path")
 def test_auto_dispatch_on_the_gpu(seed, monkeypatch):
     from flashtile.kernels.hopper import fwd as hopper_fwd
 
@@ -494,6 +506,7 @@ def test_persistent_grid_matches_oracle_and_one_program_a_tile(seed, case, monke
     [((128, 0), 0.0, "h"), ((64, 64), 20.0, None)],
     ids=["causal-window-alibi", "window-softcap"],
 )
+@pytest.mark.usefixtures("general_path")
 def test_options_through_the_api_run_the_gluon_forward(seed, monkeypatch, window, softcap, alibi):
     # flash_attn_func under auto: the Gluon forward runs these options, the portable backward takes its
     # (out, lse); gradients within 3× of the bf16 baseline's error.
