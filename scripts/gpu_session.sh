@@ -306,6 +306,24 @@ gpu_tests_step() {
   cp "$work/gpu_tests_$part.xml" "$OUT"/ 2>/dev/null
 }
 
+# Nsight Compute (--set full) on the forward of scripts/cell_profile.py's --option cell, for each OPTION in
+# turn, then its stall samples summed by opcode and the scheduler and warp-state sections: source_<OPTION>.log.
+#     ncu_fwd_options BOX_S OPTION...
+ncu_fwd_options() {
+  local box=$1 opt
+  shift
+  for opt in "$@"; do
+    step "sampled_$opt" "$box" ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
+      --import-source no -f -o "$work/$opt" python3 scripts/cell_profile.py --option "$opt"
+    step "source_$opt" 60 bash -c "ncu -i '$work/$opt.ncu-rep' --page source --print-source sass --csv \
+      > '$work/${opt}_source.csv'; python3 scripts/ncu_source_top.py '$work/${opt}_source.csv' --top 40; \
+      ncu -i '$work/$opt.ncu-rep' --page details --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section LaunchStats"
+    cp "$work/source_$opt.log" "$OUT/"
+  done
+  rm -f "$work"/*.ncu-rep "$work"/*_source.csv
+}
+
 # scripts/host_profile_dense.py at the paper grid's causal N = 512 cell of a head dim (B = 32), its log
 # host_d<D>_causal_512.log.
 #     host_profile_512_step HEADS HEAD_DIM
@@ -2241,16 +2259,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # softcap's extra time goes, summed by opcode (scripts/ncu_source_top.py).
     begin
     gpu_tests_step 280 tests/test_gpu_hopper.py tests/test_gpu_kvcache.py
-    for opt in softcap plain; do
-      step "sampled_$opt" 90 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
-        --import-source no -f -o "$work/$opt" python3 scripts/cell_profile.py --option "$opt"
-      step "source_$opt" 60 bash -c "ncu -i '$work/$opt.ncu-rep' --page source --print-source sass --csv \
-        > '$work/${opt}_source.csv'; python3 scripts/ncu_source_top.py '$work/${opt}_source.csv' --top 40; \
-        ncu -i '$work/$opt.ncu-rep' --page details --section WarpStateStats --section SchedulerStats \
-        --section ComputeWorkloadAnalysis --section LaunchStats"
-      cp "$work/source_$opt.log" "$OUT/"
-    done
-    rm -f "$work"/*.ncu-rep "$work"/*_source.csv
+    ncu_fwd_options 90 softcap plain
     finish
     ;;
   s29e)
@@ -3243,16 +3252,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # warp-state statistics and the stalls by opcode. Idle slots would leave room to draw the mask in the
     # producer warpgroup.
     begin
-    for opt in dropout plain; do
-      step "sampled_$opt" 120 ncu --nvtx --nvtx-include "profiled/" --kernel-name regex:attn_fwd --set full \
-        --import-source no -f -o "$work/$opt" python3 scripts/cell_profile.py --option "$opt"
-      step "source_$opt" 60 bash -c "ncu -i '$work/$opt.ncu-rep' --page source --print-source sass --csv \
-        > '$work/${opt}_source.csv'; python3 scripts/ncu_source_top.py '$work/${opt}_source.csv' --top 40; \
-        ncu -i '$work/$opt.ncu-rep' --page details --section WarpStateStats --section SchedulerStats \
-        --section ComputeWorkloadAnalysis --section LaunchStats"
-      cp "$work/source_$opt.log" "$OUT/"
-    done
-    rm -f "$work"/*.ncu-rep "$work"/*_source.csv
+    ncu_fwd_options 120 dropout plain
     finish
     ;;
   *)
