@@ -672,8 +672,13 @@ def test_options_preset_is_the_issue_8_grid() -> None:
     for option in ("softcap", "alibi", "dropout"):
         assert by_option[(option,)] == {(4096, False), (16384, False)}
     assert by_option[("sink",)] == {(4096, True), (16384, True)}
-    assert by_option[()] == {(8192, True), (4096, False), (16384, False), (4096, True), (16384, True)}, (
-        "each option's plain yardstick"
+    packed = next(c for c in cells if c.layout == "varlen")
+    documents = {(n, True) for n in packed.lengths}
+    assert by_option[()] == {(8192, True), (4096, False), (16384, False), (4096, True), (16384, True)} | (
+        documents
+    ), "each option's plain yardstick, and the packed batch's documents alone"
+    assert all(
+        c.batch == 1 for c in cells if not c.options and (c.seqlen_q, c.causal) in documents - {(8192, True)}
     )
     window = next(c for c in cells if c.options == ("window",))
     assert window.window == (256, 0) and window.batch * window.seqlen_q == 16384
@@ -684,10 +689,10 @@ def test_options_preset_is_the_issue_8_grid() -> None:
         for option in ("softcap", "alibi", "dropout"):
             assert {c.causal for c in chosen if c.options == (option,)} == expected
         assert {c.causal for c in chosen if c.options == ("window",)} == {True}
-        assert {c.seqlen_q for c in chosen if not c.options and c.causal} == {4096, 8192, 16384}
+        documents = set(next(c for c in chosen if c.layout == "varlen").lengths)
+        assert {c.seqlen_q for c in chosen if not c.options and c.causal} - documents == {4096, 8192, 16384}
     assert {c.softcap for c in cells if c.options == ("softcap",)} == {30.0}
     assert {c.dropout_p for c in cells if c.options == ("dropout",)} == {0.1}
-    packed = next(c for c in cells if c.layout == "varlen")
     padded = next(c for c in cells if c.layout == "padded")
     assert sum(packed.lengths) == packed.tokens == 16384 and packed.causal
     assert all(256 <= n <= 8192 for n in packed.lengths[:-1]) and len(set(packed.lengths)) > 2
@@ -831,8 +836,17 @@ def test_option_comparisons_pair_each_option_with_its_yardstick_and_peer() -> No
         timed(window, "flex", 1.0),
         timed(packed, "flashtile", 4.0),
         timed(padded, "flashtile", 6.0),
+        # The packed batch's documents alone: 2 + 1.5 + 0.5 ms.
+        *(
+            timed(dataclasses.replace(plain, batch=1, seqlen_q=n, seqlen_k=n), "flashtile", ms)
+            for n, ms in ((8000, 2.0), (6000, 1.5), (2384, 0.5))
+        ),
     ]
-    window_row, packed_row, padded_row = bench.option_comparisons(found)
+    window_row, packed_row, alone_row, padded_row = bench.option_comparisons(found)
+    assert alone_row.yardstick == "documents alone" and alone_row.speedup == 1.0
+    # The same time; the dense cells count causal FLOPs as N²/2 (the paper grid's convention), the packed
+    # one its visible pairs, N(N + 1)/2.
+    assert alone_row.ratio == pytest.approx(1.0, rel=1e-3)
     assert window_row.speedup == 20.0 and window_row.peer == "flex" and window_row.peer_ratio == 2.0
     assert window_row.ratio == pytest.approx(20.0 * window.flops() / plain.flops())
     assert packed_row.yardstick == "dense causal" and packed_row.speedup == 2.5

@@ -815,7 +815,8 @@ def _ratio(ours: Result | None, best: tuple[str, float] | None) -> str:
 @dataclass(frozen=True)
 class OptionComparison:
     """flashtile on an option cell against a yardstick (its plain kernel at the same N, or for a packed batch
-    also the same sequences padded to the longest) and against the fastest peer on the same cell."""
+    also its documents run alone and the same sequences padded to the longest) and against the fastest peer
+    on the same cell."""
 
     option: str
     mode: str
@@ -841,6 +842,21 @@ def _plain_key(config: Config) -> tuple[object, ...]:
     lengths cannot share with a dense one of the same token count."""
     c = config.without_options()
     return (c.dtype, c.mode, c.head_dim, c.heads, c.heads_kv, c.causal, c.seqlen_q, c.seqlen_k)
+
+
+def documents_alone(packed: Config, ours: list[Result]) -> tuple[float, float] | None:
+    """A packed batch's documents run one by one, each a dense batch of one (the options preset measures
+    them beside it): their TFLOP/s over all of them and their summed ms, or None if one was not timed."""
+    dense = {r.config: r for r in ours if not r.config.options}
+    total_ms = total_work = 0.0
+    for n in packed.lengths:
+        cell = dataclasses.replace(packed, layout="dense", lengths=(), batch=1, seqlen_q=n, seqlen_k=n)
+        alone = dense.get(cell)
+        if alone is None:
+            return None
+        total_ms += alone.timing.p50_ms
+        total_work += alone.tflops * alone.timing.p50_ms
+    return total_work / total_ms, total_ms
 
 
 def option_comparisons(found: list[Result]) -> list[OptionComparison]:
@@ -870,6 +886,15 @@ def option_comparisons(found: list[Result]) -> list[OptionComparison]:
                 best.tflops if best else None,
             )
         )
+        alone = documents_alone(c, ours) if c.layout == "varlen" else None
+        if alone is not None:
+            alone_tflops, alone_ms = alone
+            compared.append(
+                OptionComparison(
+                    c.option_label(), c.mode, c.seqlen_q, r.tflops, "documents alone", alone_tflops,
+                    alone_ms / r.timing.p50_ms, None, None,
+                )
+            )  # fmt: skip
         pad = padded.get((c.mode, c.lengths)) if c.layout == "varlen" else None
         if pad is not None:
             compared.append(
@@ -890,8 +915,8 @@ def option_comparisons(found: list[Result]) -> list[OptionComparison]:
 
 def render_option_summary(found: list[Result], console: Console) -> None:
     """The options table: TFLOP/s counted on visible pairs, option / yardstick (target ≥ 0.9), the speedup
-    in time over the yardstick (the window's over dense causal, the packed batch's over padding), and
-    flashtile / the fastest peer with the option (target ≥ 1.0)."""
+    in time over the yardstick (the window's over dense causal, the packed batch's over its documents run
+    alone and over padding), and flashtile / the fastest peer with the option (target ≥ 1.0)."""
     compared = option_comparisons(found)
     if not compared:
         return

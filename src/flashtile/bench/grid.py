@@ -412,7 +412,9 @@ class Preset:
         packed = dataclasses.replace(plain, layout="varlen", batch=len(lengths), lengths=lengths)
         longest = max(lengths)
         padded = dataclasses.replace(packed, layout="padded", seqlen_q=longest, seqlen_k=longest)
-        return [plain, packed, padded]
+        # Each document alone, a dense batch of one: the dense kernel on the same real tokens.
+        alone = [dataclasses.replace(plain, batch=1, seqlen_q=n, seqlen_k=n) for n in dict.fromkeys(lengths)]
+        return [plain, packed, padded, *alone]
 
     def _config(
         self, dtype: str, head_dim: int, causal: bool, seqlen: int, mode: str, head_dim_v: int = 0
