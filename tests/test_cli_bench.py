@@ -854,6 +854,25 @@ def test_option_comparisons_pair_each_option_with_its_yardstick_and_peer() -> No
     assert padded_row.ratio == pytest.approx(1.5), "the same real-token FLOPs: the ratio is the speedup"
 
 
+def test_a_packed_batchs_documents_alone_are_not_drawn_as_its_plain_kernel() -> None:
+    """The varlen figure's dashed plain line is dense causal at the cells' lengths, not the documents timed
+    alone (dense batches of one, one of them at the padded batch's length)."""
+    from flashtile.bench import plots
+
+    def row(batch: str, seqlen: str, lengths: str = "", series: str = "flashtile") -> dict[str, str]:
+        common = {"dtype": "bf16", "mode": "fwd", "causal": "true"}
+        return {**common, "batch": batch, "seqlen_q": seqlen, "lengths": lengths, "series": series}
+
+    packed = row("3", "8192", "8000 6000 2384")
+    padded = row("3", "8000", "8000 6000 2384", "flashtile padded")
+    plain, alone = row("2", "8192"), row("1", "8000")
+    figures = plots._options_beside_plain(
+        {("varlen", "bf16", "fwd"): [packed, padded], ("", "bf16", "fwd"): [plain, alone]}
+    )
+    drawn = figures[("varlen", "bf16", "fwd")]
+    assert [r["seqlen_q"] for r in drawn if r["series"] == "flashtile (no option)"] == ["8192"]
+
+
 @pytest.mark.gpu
 def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) -> None:
     fast = ["--warmup-ms", "1", "--rep-ms", "3", "--min-reps", "2", "--no-plot", "--out-dir", str(tmp_path)]

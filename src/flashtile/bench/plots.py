@@ -70,17 +70,22 @@ def _with_series(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 def _options_beside_plain(
     by_figure: dict[tuple[str, str, str], list[dict[str, str]]],
 ) -> dict[tuple[str, str, str], list[dict[str, str]]]:
-    """Each option's figure with the plain rows of the same causal flag and lengths, as dashed lines."""
+    """Each option's figure with the plain rows of the same causal flag and lengths, as dashed lines; not a
+    packed batch's documents timed alone (dense batches of one at the documents' lengths, one of them the
+    padded batch's), which the options table compares with it as a whole."""
     plain = [r for (option, _, _), rs in by_figure.items() if not option for r in rs]
     figures = {}
     for (option, dtype, mode), rows in by_figure.items():
         if not option:
             continue
         shapes = {(r["causal"], r["seqlen_q"]) for r in rows}
+        documents = {n for r in rows for n in r.get("lengths", "").split()}
         beside = [
             {**r, "series": f"{r['series']} (no option)"}
             for r in plain
-            if (r["dtype"], r["mode"]) == (dtype, mode) and (r["causal"], r["seqlen_q"]) in shapes
+            if (r["dtype"], r["mode"]) == (dtype, mode)
+            and (r["causal"], r["seqlen_q"]) in shapes
+            and not (r["batch"] == "1" and r["seqlen_q"] in documents)
         ]
         figures[(option, dtype, mode)] = rows + beside
     return figures
