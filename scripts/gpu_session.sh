@@ -223,6 +223,14 @@ old_new_csvs_out() {
   cp "$work"/bench_new/bench.csv "$OUT"/new_bench.csv 2>/dev/null
 }
 
+# The causal D = 256 backward at 1k-8k with cuDNN, build/old_src against this commit alternating twice
+# (bench_old_new_args), the CSVs brought back (old_new_csvs_out): the forty-third session's A/B.
+bench_d256_causal_old_new() {
+  bench_old_new_args d256c 80 --head-dim 256 --causal true --mode bwd --seqlen 1024 2048 4096 8192 \
+    --peers flashtile sdpa-cudnn --no-plot
+  old_new_csvs_out
+}
+
 # flashtile bench with ARGS alternating this commit's code and an experiment (build/exp_src, which the
 # device call carries), twice each; the steps are bench_main_1, bench_exp_1, ..., the CSVs in
 # $work/bench_main and $work/bench_exp.
@@ -3129,9 +3137,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # causal "dim" split at D = 256 with two Q/dO stages, dQ staged in the block's own slots: the D = 256
     # causal backward against main's code, with cuDNN, then the D = 256 and 192 backward GPU tests.
     begin
-    bench_old_new_args d256c 80 --head-dim 256 --causal true --mode bwd --seqlen 1024 2048 4096 8192 \
-      --peers flashtile sdpa-cudnn --no-plot
-    old_new_csvs_out
+    bench_d256_causal_old_new
     gpu_tests_step 240 tests/test_gpu_hopper_bwd.py tests/test_head_dims.py tests/test_prepared_calls.py \
       -k "256 or 192 or prepared"
     finish
@@ -3141,9 +3147,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # stages read 4-7 % slower; here a block's slot goes back to the producer in the next block after its
     # dV, dK and dQ products are issued (s43a: after its Sᵀ and dPᵀ, where the reduce's read may not be done).
     begin
-    bench_old_new_args d256c 80 --head-dim 256 --causal true --mode bwd --seqlen 1024 2048 4096 8192 \
-      --peers flashtile sdpa-cudnn --no-plot
-    old_new_csvs_out
+    bench_d256_causal_old_new
     finish
     ;;
   s43c)
