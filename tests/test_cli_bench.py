@@ -883,10 +883,16 @@ def test_options_preset_on_the_gpu_runs_and_checks_every_option(tmp_path: Path) 
         (r["impl"], r["mode"], r["layout"], r["window_left"], r["softcap"], r["alibi"], r["dropout_p"]): r
         for r in rows
     }
-    assert {r["seqlen_q"] for r in rows if r["layout"] == "dense"} == {"1024"}
+    # The packed batch's documents, each timed alone (flashtile's, a dense batch of one at its length).
+    documents = set(next(r for r in rows if r["layout"] == "varlen")["lengths"].split())
+    alone = [r for r in rows if r["layout"] == "dense" and r["batch"] == "1" and r["seqlen_q"] in documents]
+    assert {r["impl"] for r in alone} == {"flashtile"} and len(alone) == 2 * len(documents)
+    assert {r["seqlen_q"] for r in rows if r["layout"] == "dense" and r not in alone} == {"1024"}
     ours = [r for r in rows if r["impl"] == "flashtile"]
-    # Nine cells a mode, and the fp8 cell, which is forward only.
-    assert len(ours) == 2 * 9 + 1 and all(r["status"] == "ok" for r in ours), [r["detail"] for r in ours]
+    # Nine cells a mode, the documents alone, and the fp8 cell, which is forward only.
+    assert len(ours) == 2 * 9 + len(alone) + 1 and all(r["status"] == "ok" for r in ours), [
+        r["detail"] for r in ours
+    ]
     fp8 = [r for r in ours if r["dtype"] == "fp8"]
     assert [r["mode"] for r in fp8] == ["fwd"]
     # The router's choice for this GPU (hopper on sm_90, triton elsewhere), never the CPU reference; the fp8
