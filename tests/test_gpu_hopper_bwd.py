@@ -152,6 +152,53 @@ def test_hopper_bwd_deterministic_is_bitwise_stable_over_50_runs(head_dim, varia
         assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
+# Plain non-causal calls on the persistent grid (FLASHTILE_HOPPER_BWD_PERSISTENT=1): more key blocks than
+# SMs, so that programs take several in turn (GQA, odd lengths, N_q ≠ N_k both ways, both "keys" head dims).
+PERSISTENT_CASES = [
+    # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim)
+    pytest.param(4, 1000, 1000, 16, 16, 128, id="mha-1000-d128"),
+    pytest.param(3, 777, 2049, 12, 6, 128, id="gqa-777x2049-d128"),
+    pytest.param(4, 1029, 517, 16, 8, 128, id="gqa-1029x517-d128"),
+    pytest.param(8, 513, 513, 8, 8, 64, id="mha-513-d64"),
+]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["reduce", "deterministic"])
+@pytest.mark.parametrize(("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv", "head_dim"), PERSISTENT_CASES)
+def test_hopper_bwd_persistent_grid_matches_oracle_and_the_one_program_a_block_grid(
+    batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, deterministic, seed, hopper, monkeypatch,
+    nan_poisoned_allocations,
+):  # fmt: skip
+    q, k, v, dout, out, lse, scale = _problem(
+        batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, False, torch.bfloat16
+    )
+    _, cfg = hopper.select_variant(head_dim, plain=True)
+    fused = hopper._bwd_launches(
+        q.device, tuple(q.shape), (seqlen_k, heads_kv), scale, False, deterministic, cfg,
+        tuple(out.stride()[:3]), tuple(dout.stride()[:3]), persistent=True,
+    )[1]  # fmt: skip
+    blocks = -(-seqlen_k // cfg.block_n) * batch * heads_kv
+    assert (
+        fused.grid == (torch.cuda.get_device_properties(0).multi_processor_count,) and blocks > fused.grid[0]
+    )
+    monkeypatch.setenv(hopper.PERSISTENT_ENV, "1")
+    assert hopper.persistent_grid(cfg, False, True)
+    grads = hopper.attn_bwd(dout, q, k, v, out, lse, scale, False, deterministic=deterministic)
+    oracle = _reference_grads(q, k, v, dout, False, torch.float64)
+    baseline = _reference_grads(q, k, v, dout, False, torch.bfloat16)
+    floors = stored_output_floor(dout, q, k, v, out, lse, scale, False)
+    for name, ours, ref, base, floor in zip(("dq", "dk", "dv"), grads, oracle, baseline, floors, strict=True):
+        assert_matches_oracle(name, ours, ref, base, grad=True, seed=seed, floor=floor)
+    # Each key block's dK and dV are summed in the same order on either grid: bitwise equal; dQ too when
+    # deterministic (its own kernel), within the reduce-adds' order otherwise.
+    monkeypatch.setenv(hopper.PERSISTENT_ENV, "0")
+    one_a_block = hopper.attn_bwd(dout, q, k, v, out, lse, scale, False, deterministic=deterministic)
+    for name, ours, theirs in zip(("dq", "dk", "dv"), grads, one_a_block, strict=True):
+        exact = deterministic or name != "dq"
+        tolerance = {"rtol": 0, "atol": 0} if exact else {"rtol": 2**-7, "atol": 1e-6}
+        torch.testing.assert_close(ours, theirs, **tolerance, msg=name)
+
+
 def test_hopper_bwd_unsupported_reasons(hopper):
     q = torch.randn(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
     assert hopper.bwd_unsupported_reason(q, q, q, q, {}) is None

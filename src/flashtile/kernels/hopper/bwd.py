@@ -46,6 +46,7 @@ from flashtile.kernels._block_sparse import NO_MODS, call_mod, kernel_mods
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels._layout import cdiv, grid_seqlen
 from flashtile.kernels._mask_bits import reads_bits
+from flashtile.kernels.configs import multiprocessor_count
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper import dropout
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, descriptor
@@ -82,11 +83,14 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
+# A persistent grid (one program an SM over the key blocks) for plain non-causal calls of the "keys" split:
+# "1" takes it (experimental, read at each launch; docs/design/hopper_bwd.md, "A persistent grid").
+PERSISTENT_ENV = "FLASHTILE_HOPPER_BWD_PERSISTENT"
 # Kernel head dims whose backward takes a learnable sink (its share of the gradient from dS in the fused
 # kernel, the rest in the preprocess's SINK_TERM): 64 and 128 (D = 96 padded to it), GPU-checked on an
 # H200 in the thirty-ninth session (0.88 of the plain backward at both, against the portable one's 0.6).
 GPU_CHECKED_SINK_DIMS = (64, 128)
-_VARIANT, _VARLEN_TMA_STORE = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV)
+_VARIANT, _VARLEN_TMA_STORE, _PERSISTENT = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(PERSISTENT_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -211,6 +215,12 @@ def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]
     if name not in table:
         name = PLAIN_VARIANT.get(head_dim, DEFAULT_VARIANT[head_dim]) if plain else DEFAULT_VARIANT[head_dim]
     return name, table[name]
+
+
+def persistent_grid(cfg: BwdVariant, is_causal: bool, plain: bool) -> bool:
+    """Whether the fused kernel runs on a persistent grid: a plain (dense, see :func:`is_plain_call`)
+    non-causal call of the "keys" split, under ``FLASHTILE_HOPPER_BWD_PERSISTENT=1``."""
+    return plain and not is_causal and cfg.split == "keys" and _PERSISTENT.get("").strip() == "1"
 
 
 @builtin
@@ -467,18 +477,63 @@ def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
+    PERSISTENT: gl.constexpr = False, sched=None,
 ):  # fmt: skip
-    """The TMA warp: K and V once, then (Q, LSE) and (dO, Δ) for every query block of every head of the
-    group, each pair on its own barrier so Sᵀ can start before dO lands; LAST_FIRST: the blocks in the
-    "dim" split's order (:func:`_last_first_start`). The row statistics of query block m0 of head h are at
-    (b·H + h)·seqlen_pad + stats_off + m0 (packed batches: ``stats_off`` is the sequence's aligned offset,
-    :func:`varlen_stats_offset`)."""
+    """The TMA warp of the program's key block, or under PERSISTENT (dense batches) of key blocks pid,
+    pid + P, … (``sched``: (the blocks of every KV head, the blocks a head, KV heads), as
+    :func:`_persistent_block` numbers them), the ring's slots and phases counted across blocks."""
+    if PERSISTENT:
+        num_tiles, num_n_blocks, heads_kv = sched
+        it0 = 0
+        t = 0
+        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            b, h_kv, n0 = _persistent_block(tile, num_n_blocks, heads_kv, BN)
+            seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[3:10]
+            block_sizes = (
+                b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, 0, 0, 0
+            )  # fmt: skip
+            it0 = _produce_block(
+                descs, loads, bars, block_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL, IS_LOCAL,
+                HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, it0, t,
+            )  # fmt: skip
+            t += 1  # noqa: SIM113 (no enumerate in a Gluon kernel)
+    else:
+        _produce_block(
+            descs, loads, bars, sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, lists,
+            SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, 0, 0,
+        )  # fmt: skip
+
+
+@gluon.jit
+def _persistent_block(tile, num_n_blocks, heads_kv, BN: gl.constexpr):
+    """(b, h_kv, n0) of key block ``tile``, numbered head by head as the one-program-a-block grid does."""
+    bh_kv = tile // num_n_blocks
+    return bh_kv // heads_kv, bh_kv % heads_kv, (tile % num_n_blocks) * BN
+
+
+@gluon.jit
+def _produce_block(
+    descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+    NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
+    PERSISTENT: gl.constexpr, it0, t,
+):  # fmt: skip
+    """One key block: K and V once (under PERSISTENT after the consumers released the last block's,
+    ``t`` blocks before), then (Q, LSE) and (dO, Δ) for every query block of every head of the group,
+    each pair on its own barrier so Sᵀ can start before dO lands, in ring entries it0, it0 + 1, …;
+    LAST_FIRST: the blocks in the "dim" split's order (:func:`_last_first_start`). The row statistics
+    of query block m0 of head h are at (b·H + h)·seqlen_pad + stats_off + m0 (packed batches:
+    ``stats_off`` is the sequence's aligned offset, :func:`varlen_stats_offset`). Returns the ring
+    entries counted on."""
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
-    kv_bar, q_ready, do_ready, qdo_empty = bars
+    kv_bar, q_ready, do_ready, qdo_empty, kv_empty = bars
     b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[:10]
     q_off, k_off, stats_off = sizes[10:]
     kv3: gl.constexpr = k_desc.layout
+    if PERSISTENT:
+        # An mbarrier starts with its phase-1 wait complete: the first block finds K and V free.
+        mbarrier.wait(kv_empty, (t & 1) ^ 1)
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(
         k_desc, [b, k_off + n0, h_kv * HEAD_DIM], kv_bar, _rows3(k_smem, BN, HEAD_DIM, kv3)
@@ -493,8 +548,8 @@ def _producer(
     blocks = GROUP * per_head
     q3: gl.constexpr = q_desc.layout
     for it in range(blocks):
-        s = it % NSTAGE
-        phase = (it // NSTAGE) & 1
+        s = (it0 + it) % NSTAGE
+        phase = ((it0 + it) // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         if LAST_FIRST:
             m0 = _last_first_start(it % per_head, m_first, per_head, BM)
@@ -514,6 +569,7 @@ def _producer(
             do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
         )
         tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
+    return it0 + blocks
 
 
 @gluon.jit
@@ -550,11 +606,49 @@ def _consumer(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_DROPOUT: gl.constexpr,
-    HAS_SINK: gl.constexpr, which: gl.constexpr,
+    HAS_SINK: gl.constexpr, which: gl.constexpr, PERSISTENT: gl.constexpr = False, sched=None,
+):  # fmt: skip
+    """One warpgroup of a "keys" split over the program's key block, or under PERSISTENT (dense batches)
+    over key blocks pid, pid + P, … in the producer's order (:func:`_producer`)."""
+    if PERSISTENT:
+        num_tiles, num_n_blocks, heads_kv = sched
+        it0 = 0
+        t = 0
+        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            b, h_kv, n0 = _persistent_block(tile, num_n_blocks, heads_kv, BN)
+            seqlen_q, seqlen_k, GROUP, q_off, k_off, H = sizes[3:9]
+            block_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, b)
+            it0 = _consume_block(
+                descs, smem, bars, block_sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE,
+                DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
+                COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD,
+                MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, it0, t,
+            )  # fmt: skip
+            t += 1  # noqa: SIM113 (no enumerate in a Gluon kernel)
+    else:
+        _consume_block(
+            descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT,
+            DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ,
+            IS_VARLEN, VARLEN_TMA_STORE, lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
+            MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, 0, 0,
+        )  # fmt: skip
+
+
+@gluon.jit
+def _consume_block(
+    descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
+    BN: gl.constexpr, NSTAGE: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr,
+    DQ_COLS: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
+    HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
+    VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_DROPOUT: gl.constexpr,
+    HAS_SINK: gl.constexpr, which: gl.constexpr, PERSISTENT: gl.constexpr, it0, t,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
-    in registers. ``options``: (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b,
-    drop_args, sink_args), read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
+    in registers. Its query blocks take ring entries it0, it0 + 1, … (returned counted on); ``t`` blocks
+    came before it in the program (PERSISTENT: K/V's phase, and its release once read). ``options``:
+    (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args, sink_args),
+    read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
     1 / (1 − p)), under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P
     and dP; ``sink_args`` (sink_ptr, dsink_ptr), under HAS_SINK: each query head's sink logit (fp32), and its
     gradient's share −Σ P_sink·Σ_j dS in fp32 (docs/design/sinks.md, "The share from dS"; the preprocess
@@ -566,7 +660,7 @@ def _consumer(
     MASK_MOD is False (``lists[-1]``: its aux)."""
     dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
-    kv_bar, q_ready, do_ready, qdo_empty, ds_ready, THREAD_RELEASE = bars
+    kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE = bars
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options[:6]
     drop_args, sink_args = options[6:]
@@ -639,10 +733,12 @@ def _consumer(
     if FOLD_LSE:
         neg_inv_scale = -1.0 / qk_scale
     dq3: gl.constexpr = dq_desc.layout
-    mbarrier.wait(kv_bar, 0)
+    mbarrier.wait(kv_bar, t & 1)
     for it in range(GROUP * per_head):
-        s = it % NSTAGE
-        phase = (it // NSTAGE) & 1
+        # The ring's entry, counted across the program's blocks (one block without PERSISTENT).
+        entry = it0 + it
+        s = entry % NSTAGE
+        phase = (entry // NSTAGE) & 1
         h = h_kv * GROUP + it // per_head
         m0 = _tile_start(it % per_head, m_first, tiles, BM, SPARSE_TILES)
         partial = (it % per_head) < n_mod
@@ -783,7 +879,7 @@ def _consumer(
         ds_op = gl.convert_layout(ds_lo, a_layout)
         dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
         if COMPUTE_DQ:
-            ds_buf = ds_smem.index(it % 2)
+            ds_buf = ds_smem.index(entry % 2)
             ds_buf.slice(which * WG_ROWS, WG_ROWS).store(ds_lo)
             fence_async_shared()
             if DQ_SPLIT == "keys":
@@ -794,8 +890,8 @@ def _consumer(
                 )  # fmt: skip
             else:
                 # Both halves of dSᵀ are needed: wait until the other warpgroup has written its own.
-                mbarrier.arrive(ds_ready.index(it % 2))
-                mbarrier.wait(ds_ready.index(it % 2), (it // 2) & 1)
+                mbarrier.arrive(ds_ready.index(entry % 2))
+                mbarrier.wait(ds_ready.index(entry % 2), (entry // 2) & 1)
                 if DQ_SPLIT == "cols":
                     dq = warpgroup_mma(
                         ds_buf.permute((1, 0)), k_smem.slice(which * DQ_COLS, DQ_COLS, dim=1), zero_dq,
@@ -830,6 +926,10 @@ def _consumer(
                 share = gl.where(rows < seqlen_k, sink_rows, 0.0)
                 gl.atomic_add(dsink_ptr + h, -gl.sum(share, axis=0))
                 sink_rows = gl.zeros([WG_ROWS], gl.float32, row_layout)
+    if PERSISTENT:
+        # Every wgmma reading K and V has completed: the producer may load the next block's while this
+        # warpgroup stores dK and dV.
+        _release(kv_empty, THREAD_RELEASE)
     tma.store_wait(0)
 
     if IS_VARLEN:
@@ -848,6 +948,7 @@ def _consumer(
             _store_dkv_rows(dk, dv, dk_ptr, dv_ptr, n0, k_off, seqlen_k, h_kv, H, GROUP, softmax_scale, which)
     else:
         _store_dkv_boxes(dk, dv, dkv_smem, dk_desc, dv_desc, b, n0, h_kv, softmax_scale, which)
+    return it0 + GROUP * per_head
 
 
 @gluon.jit
@@ -1009,7 +1110,7 @@ def _consumer_dim_joined(
     partition barrier. The query blocks go from the last to the first (:func:`_last_first_start`)."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
-    kv_bar, q_ready, do_ready, qdo_empty = bars
+    kv_bar, q_ready, do_ready, qdo_empty = bars[:4]
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP = sizes
     HALF_D: gl.constexpr = HEAD_DIM // 2
     dtype: gl.constexpr = q_smem.dtype
@@ -1105,7 +1206,7 @@ def _consumer_dim_joined(
 @gluon.jit(
     do_not_specialize=[
         "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "window_left", "window_right", "stride_alibi_b",
-        "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold",
+        "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold", "num_tiles",
     ]
 )  # fmt: skip
 def attn_bwd_kernel(
@@ -1114,15 +1215,18 @@ def attn_bwd_kernel(
     q_count_ptr, q_index_ptr, full_q_count_ptr, full_q_index_ptr, aux, rng_state_ptr, sink_ptr, dsink_ptr,
     seqlen_q, seqlen_k, seqlen_pad, num_n_blocks, H, GROUP, qk_scale, softmax_scale,
     window_left, window_right, softcap_qk, softcap_out, stride_alibi_b, dropout_threshold, dropout_keep_frac,
-    list_stride_b, list_stride_h, list_row_len, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-    NSTAGE: gl.constexpr,
+    list_stride_b, list_stride_h, list_row_len, num_tiles, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
+    BN: gl.constexpr, NSTAGE: gl.constexpr,
     SPLIT: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr,
     IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_SINK: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head. A
+    """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head, or
+    under PERSISTENT ("keys" split, dense batches) for key blocks pid, pid + P, … of the ``num_tiles``
+    (one program an SM; the next block's K and V load while the consumers store this one's dK and dV). A
     window (IS_LOCAL, not the plain causal mask), softcap, ALiBi and dropout (HAS_DROPOUT: the forward's
     mask from the int64 (seed, offset) at rng_state_ptr, kept iff the draw ≥ dropout_threshold, kept
     entries scaled by 1 / dropout_keep_frac) are taken by the "keys" split only.
@@ -1177,6 +1281,7 @@ def attn_bwd_kernel(
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_ROWS, DQ_COLS], dq_tile)
 
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
@@ -1186,6 +1291,7 @@ def attn_bwd_kernel(
     # (D = 256) it grew the loops' spills from 56 to 187 (sm_90 compile): one arrival a partition there.
     THREAD_RELEASE: gl.constexpr = SPLIT == "keys" and HEAD_DIM == 128
     mbarrier.init(kv_bar, count=1)
+    mbarrier.init(kv_empty, count=2 * WG_THREADS if THREAD_RELEASE else 2)
     # The causal "dim" split runs its two consumer warpgroups as one partition (_consumer_dim_joined):
     # 6-9 % faster causal at D = 256 on an H200 (s37a), but 1-4 % slower without a mask.
     DIM_JOINED: gl.constexpr = SPLIT == "dim" and IS_CAUSAL
@@ -1199,11 +1305,11 @@ def attn_bwd_kernel(
 
     descs = (dq_desc, dk_desc, dv_desc)
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
-    keys_bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready, THREAD_RELEASE)
+    keys_bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE)
     sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
-    load_bars = (kv_bar, q_ready, do_ready, qdo_empty)
+    load_bars = (kv_bar, q_ready, do_ready, qdo_empty, kv_empty)
     load_sizes = (
         b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, q_off, k_off,
         stats_off,
@@ -1255,20 +1361,22 @@ def attn_bwd_kernel(
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem)
         keys_descs = (dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
         keys_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq)
+        sched = (num_tiles, num_n_blocks, H_KV)
         gl.warp_specialize(
             [
                 (_consumer, (keys_descs, smem, keys_bars, keys_sizes, qk_scale, softmax_scale, options,
                              HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
                              HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
                              lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                             HAS_DROPOUT, HAS_SINK, 0)),
+                             HAS_DROPOUT, HAS_SINK, 0, PERSISTENT, sched)),
                 (_consumer, (keys_descs, smem, keys_bars, keys_sizes, qk_scale, softmax_scale, options,
                              HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
                              HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
                              lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                             HAS_DROPOUT, HAS_SINK, 1)),
+                             HAS_DROPOUT, HAS_SINK, 1, PERSISTENT, sched)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
-                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False)),
+                             IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False,
+                             PERSISTENT, sched)),
             ],
             [4, 1],
             [240, 24],
@@ -1631,6 +1739,7 @@ def _bwd_launches(
     sparse: Sparse | None = None,
     dropout_p: float = 0.0,
     sink: bool = False,
+    persistent: bool = False,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1641,7 +1750,8 @@ def _bwd_launches(
     longest sequence, whose lengths also clamp the window; ``varlen_tma_store``: the packed epilogue's TMA
     boxes (``VARLEN_TMA_STORE_ENV``: on unless it is "0"); ``sparse``: a block mask's
     :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout);
-    ``sink``: a learnable sink (its gradient summed in the fused kernel)."""
+    ``sink``: a learnable sink (its gradient summed in the fused kernel); ``persistent``: the fused kernel
+    on a persistent grid (:func:`persistent_grid`)."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1671,10 +1781,13 @@ def _bwd_launches(
     opts = option_arguments(softmax_scale, False, window_size, softcap, alibi_stride, *longest, dropout_p)
     # The plain causal mask keeps its own code (IS_CAUSAL); IS_LOCAL is any other window.
     opts["IS_LOCAL"] = opts["IS_LOCAL"] and not is_causal
+    num_tiles = num_n_blocks * sequences * heads_kv
+    programs = min(num_tiles, multiprocessor_count(device)) if persistent else num_tiles
     fused = KernelLaunch(
-        attn_bwd_kernel, (num_n_blocks * sequences * heads_kv,), device, FUSED_POINTERS,
+        attn_bwd_kernel, (programs,), device, FUSED_POINTERS,
         dict(
-            **sizes, num_n_blocks=num_n_blocks, **scales, HEAD_DIM=head_dim, BM=bm, BN=bn,
+            **sizes, num_n_blocks=num_n_blocks, num_tiles=num_tiles, PERSISTENT=persistent, **scales,
+            HEAD_DIM=head_dim, BM=bm, BN=bn,
             NSTAGE=cfg.stages, SPLIT=cfg.split, DQ_SPLIT=cfg.dq_split, DQ_ROWS=dq_rows, DQ_COLS=dq_cols,
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
             VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
@@ -1745,6 +1858,7 @@ def _launch(
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
     plain = is_plain_call(window_size, softcap, alibi_slopes, dropout_p, packed, mods)
     _, cfg = select_variant(head_dim, plain)
+    persistent = persistent_grid(cfg, is_causal, plain)
     bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)
     out = out if out.stride(-1) == 1 else out.contiguous()
@@ -1761,6 +1875,7 @@ def _launch(
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
         varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p, bool(dsink),
+        persistent,
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

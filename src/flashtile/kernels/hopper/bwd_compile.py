@@ -24,12 +24,13 @@ from flashtile.kernels.sm90_compile import CompileReport, report
 # FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE=0), "sparse" (a block mask of
 # 128-row blocks: the listed query blocks of each key block), "mod" (the same with a mask_mod), "bits" (with
 # the mask bits create_block_mask's masks run), "dropout" (the forward's Philox mask regenerated), "sink" (a
-# learnable sink's gradient summed by atomic adds).
+# learnable sink's gradient summed by atomic adds), "persistent" (one program an SM over the key blocks).
 Job = tuple[int, str, bool | str, bool]
 Reports = list[tuple[CompileReport, bool]]
 _SCALARS = (
     "seqlen_q", "seqlen_k", "seqlen_pad", "num_n_blocks", "num_m_blocks", "H", "GROUP", "window_left",
     "window_right", "stride_alibi_b", "list_stride_b", "list_stride_h", "list_row_len", "dropout_threshold",
+    "num_tiles",
 )  # fmt: skip
 
 
@@ -79,6 +80,7 @@ def compile_here(
         VARLEN_TMA_STORE="varlen" in words and "rowstores" not in words,
         HAS_DROPOUT="dropout" in words,
         HAS_SINK="sink" in words,
+        PERSISTENT="persistent" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n

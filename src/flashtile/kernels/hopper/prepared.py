@@ -216,14 +216,13 @@ class _GluonBackward:
         batch, seqlen_q, heads, head_dim = q.shape
         seqlen_k, heads_kv = k.shape[1], k.shape[2]
         is_causal = window == (-1, 0)
-        _, cfg = gluon_bwd.select_variant(
-            head_dim, gluon_bwd.is_plain_call(window, softcap, alibi_slopes, dropout_p)
-        )
+        plain = gluon_bwd.is_plain_call(window, softcap, alibi_slopes, dropout_p)
+        _, cfg = gluon_bwd.select_variant(head_dim, plain)
         q_strides, kv_strides = _contiguous_strides(q.shape), _contiguous_strides(k.shape)
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
             q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
             deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap, alibi_stride_b(alibi_slopes),
-            None, False, None, dropout_p, sink,
+            None, False, None, dropout_p, sink, gluon_bwd.persistent_grid(cfg, is_causal, plain),
         )  # fmt: skip
         self._general = (softmax_scale, window, deterministic, softcap)
         self._dropout_p = dropout_p
