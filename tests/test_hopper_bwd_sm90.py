@@ -31,7 +31,7 @@ LOOP_SPILLS_ALLOWED = {
     (256, "n64", False, False): 37,
     (256, "n64", False, True): 8,
     # Scalars of the persistent grid's block loop reloaded in the query-block loops (sm_90 compile).
-    (128, "m64", "persistent", False): 12,
+    (128, "m64", "persistent", False): 7,
 }
 
 

@@ -484,19 +484,20 @@ def _producer(
     :func:`_persistent_block` numbers them), the ring's slots and phases counted across blocks."""
     if PERSISTENT:
         num_tiles, num_n_blocks, heads_kv = sched
-        it0 = 0
-        t = 0
-        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-            b, h_kv, n0 = _persistent_block(tile, num_n_blocks, heads_kv, BN)
-            seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[3:10]
+        seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[3:10]
+        pid = gl.program_id(0)
+        programs = gl.num_programs(0)
+        # Every block of a plain non-causal call visits each query block of its group's heads once.
+        entries = GROUP * gl.cdiv(seqlen_q, BM)
+        for t in range(gl.cdiv(num_tiles - pid, programs)):
+            b, h_kv, n0 = _persistent_block(pid + t * programs, num_n_blocks, heads_kv, BN)
             block_sizes = (
                 b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, 0, 0, 0
             )  # fmt: skip
-            it0 = _produce_block(
+            _produce_block(
                 descs, loads, bars, block_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL, IS_LOCAL,
-                HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, it0, t,
+                HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, t * entries, t,
             )  # fmt: skip
-            t += 1  # noqa: SIM113 (no enumerate in a Gluon kernel)
     else:
         _produce_block(
             descs, loads, bars, sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, lists,
@@ -612,19 +613,20 @@ def _consumer(
     over key blocks pid, pid + P, … in the producer's order (:func:`_producer`)."""
     if PERSISTENT:
         num_tiles, num_n_blocks, heads_kv = sched
-        it0 = 0
-        t = 0
-        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-            b, h_kv, n0 = _persistent_block(tile, num_n_blocks, heads_kv, BN)
-            seqlen_q, seqlen_k, GROUP, q_off, k_off, H = sizes[3:9]
+        seqlen_q, seqlen_k, GROUP, q_off, k_off, H = sizes[3:9]
+        pid = gl.program_id(0)
+        programs = gl.num_programs(0)
+        # Every block of a plain non-causal call visits each query block of its group's heads once.
+        entries = GROUP * gl.cdiv(seqlen_q, BM)
+        for t in range(gl.cdiv(num_tiles - pid, programs)):
+            b, h_kv, n0 = _persistent_block(pid + t * programs, num_n_blocks, heads_kv, BN)
             block_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, b)
-            it0 = _consume_block(
+            _consume_block(
                 descs, smem, bars, block_sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE,
                 DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
                 COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD,
-                MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, it0, t,
+                MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, t * entries, t,
             )  # fmt: skip
-            t += 1  # noqa: SIM113 (no enumerate in a Gluon kernel)
     else:
         _consume_block(
             descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT,
