@@ -25,7 +25,8 @@ Groups (``--only`` takes a comma-separated subset):
   softcap and ALiBi; skipped unless the GPU has compute capability 9.x;
 - ``hopper_persistent``: the Gluon forward's persistent grid (plain attention, D 64/128) at shapes with more
   work tiles than the GPU has SMs, so that programs loop over several (odd lengths, N_q ≠ N_k, GQA), then
-  its backward; skipped unless the GPU has compute capability 9.x;
+  its backward (at D = 64 on the backward's persistent grid); skipped unless the GPU has compute
+  capability 9.x;
 - ``hopper_three``: the Gluon forward's three consumer warpgroups at D = 64 (192-row work tiles: long rows
   by the length rule, plain on the persistent grid and causal one program a tile, and short odd lengths
   with ``FLASHTILE_HOPPER_FWD_CONSUMERS=3``), and sliding windows on the persistent grid (D 64/128, more

@@ -1,9 +1,9 @@
-"""Which Gluon forward launches take the persistent grid (kernels/hopper/fwd.py, docs/design/hopper.md,
-"Persistent forward"): work tiles of equal cost — plain attention, softcap, ALiBi or dropout, or a sliding
-window at most half of N_k wide — or causal row blocks paired longest with shortest, at D = 64 without an
-option or with ≤ 2048 keys a tile, as many programs as SMs; everything else one program a work tile. The
-launches are prepared on the CPU (no kernel runs), where the SM count is 4; the pairing's slot map is
-integer arithmetic, run here in Python."""
+"""Which Gluon forward (and, at the end, backward) launches take the persistent grid (kernels/hopper/fwd.py,
+docs/design/hopper.md, "Persistent forward"): work tiles of equal cost — plain attention, softcap, ALiBi or
+dropout, or a sliding window at most half of N_k wide — or causal row blocks paired longest with shortest,
+at D = 64 without an option or with ≤ 2048 keys a tile, as many programs as SMs; everything else one
+program a work tile. The launches are prepared on the CPU (no kernel runs), where the SM count is 4; the
+pairing's slot map is integer arithmetic, run here in Python."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from flashtile.errors import FlashtileValueError
 from flashtile.kernels import configs
-from flashtile.kernels.hopper import fwd
+from flashtile.kernels.hopper import bwd, fwd
 
 CPU = torch.device("cpu")
 SMS = configs.multiprocessor_count(CPU)
@@ -378,3 +378,55 @@ def test_prepared_calls_take_the_launchers_tiling(causal, window, softcap):
     assert prepared._fwd is fwd.launch_for(*args, ring)
     other = configs.HopperFwdConfig(BLOCK_N=ring.BLOCK_N, STAGES=5 - ring.STAGES)
     assert prepared._fwd is not fwd.launch_for(*args, other)
+
+
+# The backward (kernels/hopper/bwd.py, docs/design/hopper_bwd.md, "A persistent grid"): plain non-causal
+# calls at D = 64, not deterministic and without a sink, by default; FLASHTILE_HOPPER_BWD_PERSISTENT=1 adds
+# D = 128 and deterministic calls, =0 none.
+def bwd_grid(head_dim: int, seqlen: int, *, causal=False, deterministic=False, sink=False, softcap=0.0):
+    window = (-1, 0) if causal else (-1, -1)
+    plain = bwd.is_plain_call(window, softcap, None, 0.0)
+    _, cfg = bwd.select_variant(head_dim, plain)
+    persistent = bwd.persistent_grid(head_dim, cfg, causal, plain, deterministic, sink)
+    strides = (seqlen * 8 * head_dim, 8 * head_dim, head_dim)
+    fused = bwd._bwd_launches(
+        CPU, (2, seqlen, 8, head_dim), (seqlen, 2), head_dim**-0.5, causal, deterministic, cfg, strides,
+        strides, window, softcap, None, None, False, None, 0.0, sink, persistent,
+    )[1]  # fmt: skip
+    return fused.grid
+
+
+def key_blocks(head_dim: int, seqlen: int) -> int:
+    return -(-seqlen // bwd.VARIANTS[head_dim][bwd.DEFAULT_VARIANT[head_dim]].block_n) * 2 * 2
+
+
+@pytest.fixture
+def bwd_knob(monkeypatch):
+    monkeypatch.delenv(bwd.PERSISTENT_ENV, raising=False)
+    monkeypatch.delenv(bwd.VARIANT_ENV, raising=False)
+    return lambda value: monkeypatch.setenv(bwd.PERSISTENT_ENV, value)
+
+
+@pytest.mark.parametrize("seqlen", [512, 1000, 16384])
+def test_plain_non_causal_d64_backward_runs_one_program_an_sm(seqlen, bwd_knob):
+    assert key_blocks(64, seqlen) > SMS
+    assert bwd_grid(64, seqlen) == (SMS,)
+
+
+@pytest.mark.parametrize(
+    "call", [dict(causal=True), dict(deterministic=True), dict(sink=True), dict(softcap=30.0)],
+    ids=["causal", "deterministic", "sink", "softcap"],
+)  # fmt: skip
+def test_other_d64_backwards_run_one_program_a_key_block(call, bwd_knob):
+    assert bwd_grid(64, 1000, **call) == (key_blocks(64, 1000),)
+
+
+def test_the_knob_adds_d128_and_deterministic_calls_or_takes_every_call_off(bwd_knob):
+    assert bwd_grid(128, 1000) == (key_blocks(128, 1000),)
+    bwd_knob("1")
+    assert bwd_grid(128, 1000) == (SMS,)
+    assert bwd_grid(64, 1000, deterministic=True) == (SMS,)
+    assert bwd_grid(128, 1000, causal=True) == (key_blocks(128, 1000),)
+    assert bwd_grid(256, 1000) == (key_blocks(256, 1000),)
+    bwd_knob("0")
+    assert bwd_grid(64, 1000) == (key_blocks(64, 1000),)

@@ -152,8 +152,9 @@ def test_hopper_bwd_deterministic_is_bitwise_stable_over_50_runs(head_dim, varia
         assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
-# Plain non-causal calls on the persistent grid (FLASHTILE_HOPPER_BWD_PERSISTENT=1): more key blocks than
-# SMs, so that programs take several in turn (GQA, odd lengths, N_q ≠ N_k both ways, both "keys" head dims).
+# Plain non-causal calls on the persistent grid (FLASHTILE_HOPPER_BWD_PERSISTENT=1: D = 64's default, and
+# D = 128 and deterministic calls forced): more key blocks than SMs, so that programs take several in turn
+# (GQA, odd lengths, N_q ≠ N_k both ways, both "keys" head dims).
 PERSISTENT_CASES = [
     # (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim)
     pytest.param(4, 1000, 1000, 16, 16, 128, id="mha-1000-d128"),
@@ -182,7 +183,7 @@ def test_hopper_bwd_persistent_grid_matches_oracle_and_the_one_program_a_block_g
         fused.grid == (torch.cuda.get_device_properties(0).multi_processor_count,) and blocks > fused.grid[0]
     )
     monkeypatch.setenv(hopper.PERSISTENT_ENV, "1")
-    assert hopper.persistent_grid(cfg, False, True)
+    assert hopper.persistent_grid(head_dim, cfg, False, True, deterministic, False)
     grads = hopper.attn_bwd(dout, q, k, v, out, lse, scale, False, deterministic=deterministic)
     oracle = _reference_grads(q, k, v, dout, False, torch.float64)
     baseline = _reference_grads(q, k, v, dout, False, torch.bfloat16)

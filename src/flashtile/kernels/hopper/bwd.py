@@ -11,7 +11,9 @@ through shared memory. dS goes through shared memory into dQ = dS·K, which is a
 buffer by a TMA bulk reduce; a postprocess scales and converts it. GQA: a program visits every query
 head of its group. Tensors are read through rank-3 TMA descriptors over [B, N, H·D], so rows past a
 sequence's end read as zeros and stores past it are dropped: nothing of another batch or head enters a
-result. Head dims 96 and 192 run zero-padded to 128 and 256.
+result. Head dims 96 and 192 run zero-padded to 128 and 256. Plain non-causal calls at D = 64 run on a
+persistent grid: one program an SM takes key blocks in turn, loading the next one's K and V while it stores
+this one's dK and dV (``PERSISTENT_ENV``).
 
 Tuning knob: ``FLASHTILE_HOPPER_BWD_VARIANT=<name>`` (read at each launch) picks a row of ``VARIANTS``
 for the head dims that have a variant of that name; the others keep ``DEFAULT_VARIANT``.
@@ -83,9 +85,13 @@ VARLEN_ENV = "FLASHTILE_HOPPER_BWD_VARLEN"
 # an H200 since the statistics load by TMA: docs/design/hopper_bwd.md, "Variable length").
 VARLEN_TMA_STORE_ENV = "FLASHTILE_HOPPER_BWD_VARLEN_TMA_STORE"
 VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
-# A persistent grid (one program an SM over the key blocks) for plain non-causal calls of the "keys" split:
-# "1" takes it (experimental, read at each launch; docs/design/hopper_bwd.md, "A persistent grid").
+# A persistent grid (one program an SM over the key blocks) for plain non-causal calls of the "keys" split
+# (docs/design/hopper_bwd.md, "A persistent grid"), read at each launch: by default at the head dims of
+# PERSISTENT_HEAD_DIMS, not deterministic; "0" never; "1" at D = 64 and 128, deterministic or not.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_BWD_PERSISTENT"
+# D = 64 ("m128"): +3-4 % at N = 1k, +1-1.5 % at 2k, within ±1 % from 4k on an H200 (forty-sixth session,
+# s46a/s46b). D = 128 ("m64") ran 1-3 % slower: its query-block loops reload 7 spilled scalars.
+PERSISTENT_HEAD_DIMS = (64,)
 # Kernel head dims whose backward takes a learnable sink (its share of the gradient from dS in the fused
 # kernel, the rest in the preprocess's SINK_TERM): 64 and 128 (D = 96 padded to it), GPU-checked on an
 # H200 in the thirty-ninth session (0.88 of the plain backward at both, against the portable one's 0.6).
@@ -217,10 +223,18 @@ def select_variant(head_dim: int, plain: bool = False) -> tuple[str, BwdVariant]
     return name, table[name]
 
 
-def persistent_grid(cfg: BwdVariant, is_causal: bool, plain: bool) -> bool:
-    """Whether the fused kernel runs on a persistent grid: a plain (dense, see :func:`is_plain_call`)
-    non-causal call of the "keys" split, under ``FLASHTILE_HOPPER_BWD_PERSISTENT=1``."""
-    return plain and not is_causal and cfg.split == "keys" and _PERSISTENT.get("").strip() == "1"
+def persistent_grid(
+    head_dim: int, cfg: BwdVariant, is_causal: bool, plain: bool, deterministic: bool, sink: bool
+) -> bool:
+    """Whether the fused kernel runs on a persistent grid: a plain (:func:`is_plain_call`) non-causal call
+    of the "keys" split without a learnable sink, at a kernel head dim of ``PERSISTENT_HEAD_DIMS`` and not
+    deterministic, or at any under ``FLASHTILE_HOPPER_BWD_PERSISTENT=1``; none under ``=0``."""
+    if not plain or is_causal or sink or cfg.split != "keys":
+        return False
+    knob = _PERSISTENT.get("").strip()
+    if knob in ("0", "1"):
+        return knob == "1"
+    return head_dim in PERSISTENT_HEAD_DIMS and not deterministic
 
 
 @builtin
@@ -1860,7 +1874,7 @@ def _launch(
     (batch, seqlen_q, heads, head_dim), _ = _dims4(q)
     plain = is_plain_call(window_size, softcap, alibi_slopes, dropout_p, packed, mods)
     _, cfg = select_variant(head_dim, plain)
-    persistent = persistent_grid(cfg, is_causal, plain)
+    persistent = persistent_grid(head_dim, cfg, is_causal, plain, deterministic, learnable_sink is not None)
     bm, bn = cfg.block_m, cfg.block_n
     q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)
     out = out if out.stride(-1) == 1 else out.contiguous()

@@ -222,7 +222,8 @@ class _GluonBackward:
         self._preprocess, self._fused, self._finish = gluon_bwd._bwd_launches(
             q.device, (batch, seqlen_q, heads, head_dim), (seqlen_k, heads_kv), softmax_scale, is_causal,
             deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap, alibi_stride_b(alibi_slopes),
-            None, False, None, dropout_p, sink, gluon_bwd.persistent_grid(cfg, is_causal, plain),
+            None, False, None, dropout_p, sink,
+            gluon_bwd.persistent_grid(head_dim, cfg, is_causal, plain, deterministic, sink),
         )  # fmt: skip
         self._general = (softmax_scale, window, deterministic, softcap)
         self._dropout_p = dropout_p
