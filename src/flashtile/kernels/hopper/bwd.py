@@ -90,7 +90,8 @@ VARIANT_ENV = "FLASHTILE_HOPPER_BWD_VARIANT"
 # PERSISTENT_HEAD_DIMS, not deterministic; "0" never; "1" at D = 64 and 128, deterministic or not.
 PERSISTENT_ENV = "FLASHTILE_HOPPER_BWD_PERSISTENT"
 # D = 64 ("m128"): +3-4 % at N = 1k, +1-1.5 % at 2k, within ±1 % from 4k on an H200 (forty-sixth session,
-# s46a/s46b). D = 128 ("m64") ran 1-3 % slower: its query-block loops reload 7 spilled scalars.
+# s46a/s46b). D = 128 ("m64") ran 1-3 % slower: its query-block loop moves wgmma descriptors from ordinary
+# to uniform registers (+10 % instructions; docs/design/hopper_bwd.md).
 PERSISTENT_HEAD_DIMS = (64,)
 # Kernel head dims whose backward takes a learnable sink (its share of the gradient from dS in the fused
 # kernel, the rest in the preprocess's SINK_TERM): 64 and 128 (D = 96 padded to it), GPU-checked on an
