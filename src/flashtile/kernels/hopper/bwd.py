@@ -495,17 +495,12 @@ def _producer(
     PERSISTENT: gl.constexpr = False, sched=None,
 ):  # fmt: skip
     """The TMA warp of the program's key block, or under PERSISTENT (dense batches) of key blocks pid,
-    pid + P, … (``sched``: (the blocks of every KV head, the blocks a head, KV heads), as
-    :func:`_persistent_block` numbers them), the ring's slots and phases counted across blocks."""
+    pid + P, … (:func:`_persistent_blocks`), the ring's slots and phases counted across blocks."""
     if PERSISTENT:
-        num_tiles, num_n_blocks, heads_kv = sched
         seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[3:10]
-        pid = gl.program_id(0)
-        programs = gl.num_programs(0)
-        # Every block of a plain non-causal call visits each query block of its group's heads once.
-        entries = GROUP * gl.cdiv(seqlen_q, BM)
-        for t in range(gl.cdiv(num_tiles - pid, programs)):
-            b, h_kv, n0 = _persistent_block(pid + t * programs, num_n_blocks, heads_kv, BN)
+        count, entries = _persistent_blocks(sched, seqlen_q, GROUP, BM)
+        for t in range(count):
+            b, h_kv, n0 = _persistent_block(sched, t, BN)
             block_sizes = (
                 b, h_kv, n0, seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right, 0, 0, 0
             )  # fmt: skip
@@ -521,8 +516,20 @@ def _producer(
 
 
 @gluon.jit
-def _persistent_block(tile, num_n_blocks, heads_kv, BN: gl.constexpr):
-    """(b, h_kv, n0) of key block ``tile``, numbered head by head as the one-program-a-block grid does."""
+def _persistent_blocks(sched, seqlen_q, GROUP, BM: gl.constexpr):
+    """The program's key blocks on the persistent grid (``sched``: (key blocks of every KV head, key blocks
+    a head, KV heads)): how many, and the ring entries each takes, every block of a plain non-causal call
+    visiting each query block of its group's heads once."""
+    pid = gl.program_id(0)
+    return gl.cdiv(sched[0] - pid, gl.num_programs(0)), GROUP * gl.cdiv(seqlen_q, BM)
+
+
+@gluon.jit
+def _persistent_block(sched, t, BN: gl.constexpr):
+    """(b, h_kv, n0) of the program's t-th key block, pid + t·P, numbered head by head as the
+    one-program-a-block grid numbers them."""
+    tile = gl.program_id(0) + t * gl.num_programs(0)
+    num_n_blocks, heads_kv = sched[1:]
     bh_kv = tile // num_n_blocks
     return bh_kv // heads_kv, bh_kv % heads_kv, (tile % num_n_blocks) * BN
 
@@ -539,8 +546,7 @@ def _produce_block(
     each pair on its own barrier so Sᵀ can start before dO lands, in ring entries it0, it0 + 1, …;
     LAST_FIRST: the blocks in the "dim" split's order (:func:`_last_first_start`). The row statistics
     of query block m0 of head h are at (b·H + h)·seqlen_pad + stats_off + m0 (packed batches:
-    ``stats_off`` is the sequence's aligned offset, :func:`varlen_stats_offset`). Returns the ring
-    entries counted on."""
+    ``stats_off`` is the sequence's aligned offset, :func:`varlen_stats_offset`)."""
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem = loads
     kv_bar, q_ready, do_ready, qdo_empty, kv_empty = bars
@@ -585,7 +591,6 @@ def _produce_block(
             do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
         )
         tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
-    return it0 + blocks
 
 
 @gluon.jit
@@ -627,14 +632,10 @@ def _consumer(
     """One warpgroup of a "keys" split over the program's key block, or under PERSISTENT (dense batches)
     over key blocks pid, pid + P, … in the producer's order (:func:`_producer`)."""
     if PERSISTENT:
-        num_tiles, num_n_blocks, heads_kv = sched
         seqlen_q, seqlen_k, GROUP, q_off, k_off, H = sizes[3:9]
-        pid = gl.program_id(0)
-        programs = gl.num_programs(0)
-        # Every block of a plain non-causal call visits each query block of its group's heads once.
-        entries = GROUP * gl.cdiv(seqlen_q, BM)
-        for t in range(gl.cdiv(num_tiles - pid, programs)):
-            b, h_kv, n0 = _persistent_block(pid + t * programs, num_n_blocks, heads_kv, BN)
+        count, entries = _persistent_blocks(sched, seqlen_q, GROUP, BM)
+        for t in range(count):
+            b, h_kv, n0 = _persistent_block(sched, t, BN)
             block_sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, b)
             _consume_block(
                 descs, smem, bars, block_sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE,
@@ -662,8 +663,8 @@ def _consume_block(
     HAS_SINK: gl.constexpr, which: gl.constexpr, PERSISTENT: gl.constexpr, it0, t,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
-    in registers. Its query blocks take ring entries it0, it0 + 1, … (returned counted on); ``t`` blocks
-    came before it in the program (PERSISTENT: K/V's phase, and its release once read). ``options``:
+    in registers. Its query blocks take ring entries it0, it0 + 1, …; ``t`` blocks came before it in the
+    program (PERSISTENT: K/V's phase, and its release once read). ``options``:
     (window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b, drop_args, sink_args),
     read under their switches; ``drop_args`` (rng_state_ptr, dropout_threshold,
     1 / (1 − p)), under HAS_DROPOUT: dropout regenerates the forward's mask (kernels/_dropout.py) for dV's P
@@ -965,7 +966,6 @@ def _consume_block(
             _store_dkv_rows(dk, dv, dk_ptr, dv_ptr, n0, k_off, seqlen_k, h_kv, H, GROUP, softmax_scale, which)
     else:
         _store_dkv_boxes(dk, dv, dkv_smem, dk_desc, dv_desc, b, n0, h_kv, softmax_scale, which)
-    return it0 + GROUP * per_head
 
 
 @gluon.jit
