@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from flashtile.errors import FlashtileValueError
-from flashtile.kernels import configs
 from flashtile.kernels.hopper import fwd
 
 
@@ -61,27 +59,19 @@ def test_the_ptx_holds_every_share_and_the_polynomial_once_an_instance():
 
 
 @pytest.mark.parametrize(
-    ("softcap", "head_dim", "consumers", "plain", "forced", "share"),
+    ("softcap", "head_dim", "forced", "share"),
     [
-        (True, 64, 2, False, "", fwd.SOFTCAP_EXP2_SHARE),
-        (True, 128, 2, False, "", 0),
-        (True, 256, 2, False, "", 0),
-        (False, 64, 2, False, "", 0),
-        (False, 64, 2, True, "", fwd.PLAIN_TWO_CONSUMERS_EXP2_SHARE),
-        (False, 64, 3, True, "", 0),
-        (False, 128, 2, True, "", 0),
-        (False, 256, 2, True, "", 0),
-        (False, 64, 2, True, "0", 0),
-        (True, 64, 2, False, "0", 0),
-        (False, 128, 2, False, " 8 ", 8),
-        (True, 256, 2, False, "2", 2),
+        (True, 64, "", fwd.SOFTCAP_EXP2_SHARE),
+        (True, 128, "", 0),
+        (True, 256, "", 0),
+        (False, 64, "", 0),
+        (True, 64, "0", 0),
+        (False, 128, " 8 ", 8),
+        (True, 256, "2", 2),
     ],
 )
-def test_the_share_is_softcaps_and_plain_two_consumers_at_d64_by_default_and_the_knobs_where_set(
-    softcap, head_dim, consumers, plain, forced, share
-):
-    values = {"HAS_SOFTCAP": softcap, "HEAD_DIM": head_dim, "CONSUMERS": consumers}
-    assert fwd.exp2_share(values, forced, plain) == share
+def test_the_share_is_softcaps_at_d64_by_default_and_the_knobs_where_set(softcap, head_dim, forced, share):
+    assert fwd.exp2_share({"HAS_SOFTCAP": softcap, "HEAD_DIM": head_dim}, forced) == share
 
 
 def test_the_knob_names_what_it_accepts():
@@ -89,36 +79,3 @@ def test_the_knob_names_what_it_accepts():
         FlashtileValueError, match=r"FLASHTILE_HOPPER_FWD_EXP2_POLY='3'; accepted: 0, 2, 4 or 8"
     ):
         fwd.exp2_share({"HAS_SOFTCAP": True}, "3")
-
-
-@pytest.mark.parametrize(
-    ("head_dim", "seqlen", "causal", "window", "softcap", "share"),
-    [
-        (64, 4096, True, (-1, 0), 0.0, fwd.PLAIN_TWO_CONSUMERS_EXP2_SHARE),
-        (64, 1024, False, (-1, -1), 0.0, fwd.PLAIN_TWO_CONSUMERS_EXP2_SHARE),
-        (64, 8192, True, (-1, 0), 0.0, 0),
-        (64, 2048, False, (-1, -1), 0.0, 0),
-        (64, 8192, False, (256, 0), 0.0, 0),
-        (64, 4096, False, (-1, -1), 30.0, fwd.SOFTCAP_EXP2_SHARE),
-        (128, 4096, True, (-1, 0), 0.0, 0),
-    ],
-    ids=["causal-4k", "full-1k", "causal-8k-three", "full-2k-three", "window", "softcap", "d128"],
-)
-def test_the_launcher_gives_plain_d64_calls_with_two_consumers_one_in_8(
-    monkeypatch, head_dim, seqlen, causal, window, softcap, share
-):
-    # What a launch of the call compiles (no kernel runs: the launch is only prepared, on the CPU).
-    monkeypatch.delenv(fwd.EXP2_POLY_ENV, raising=False)
-    monkeypatch.delenv(fwd.CONSUMERS_ENV, raising=False)
-    fwd._fwd_launch.cache_clear()
-    plain = fwd.plain_call(window, softcap, False, 0.0, False, False, False, False)
-    cfg = configs.hopper_fwd_config(head_dim, plain)
-    consumers = fwd.consumer_count(head_dim, seqlen, window, softcap, False, 0.0, False, False)
-    launch = fwd._fwd_launch(
-        torch.device("cpu"), 2, seqlen, seqlen, 8, 8, head_dim, head_dim**-0.5, causal, window, softcap, None,
-        cfg.BLOCK_N, cfg.STAGES, consumers=consumers,
-    )  # fmt: skip
-    values = dict(
-        zip(fwd.attn_fwd_kernel.arg_names, launch.arguments((None,) * len(fwd.FWD_POINTERS)), strict=True)
-    )
-    assert values["EXP2_SHARE"] == share

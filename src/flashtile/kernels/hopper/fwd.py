@@ -91,15 +91,12 @@ PINGPONG_ENV = "FLASHTILE_HOPPER_FWD_PINGPONG"
 _PERSISTENT, _CONSUMERS, _PINGPONG = Knob(PERSISTENT_ENV), Knob(CONSUMERS_ENV), Knob(PINGPONG_ENV)
 # One exponential in EXP2_SHARE of the unmasked tiles on the FMA pipes instead of the MUFU
 # (:func:`_exp2_shared`): by default under softcap at D = 64, whose tanh and exp2 keep the MUFU busier
-# than the tensor cores (s31b: 5-9 % faster; D = 128 even, D = 256 slower), and one in 8 in plain D = 64
-# calls with two consumers, whose MUFU and tensor cycles a tile are about equal (s47a / s47b: 1-4 %
-# faster at causal 1k-4k and full 512-1k; with three consumers 5-7 % slower, a window (256, 0) 3 %).
+# than the tensor cores (s31b: 5-9 % faster; D = 128 even, D = 256 and plain attention slower).
 # FLASHTILE_HOPPER_FWD_EXP2_POLY = 0 (every one on the MUFU), 2, 4 or 8 forces a share on every
 # configuration (:func:`exp2_share`).
 EXP2_POLY_ENV = "FLASHTILE_HOPPER_FWD_EXP2_POLY"
 SOFTCAP_EXP2_SHARE = 4
 SOFTCAP_EXP2_MAX_HEAD_DIM = 64
-PLAIN_TWO_CONSUMERS_EXP2_SHARE = 8
 _EXP2_POLY = Knob(EXP2_POLY_ENV)
 THREE_CONSUMERS_MIN_ROWS = 2048
 # With the 3-deep ring of plain D = 64 calls, two consumers are 1-2 % faster than three at 4k causal and
@@ -1447,22 +1444,17 @@ def option_arguments(
     )
 
 
-def exp2_share(values: dict[str, object], forced: str = "", plain: bool = False) -> int:
+def exp2_share(values: dict[str, object], forced: str = "") -> int:
     """The kernel's EXP2_SHARE: one exponential in that many of the unmasked tiles on the FMA pipes
     (:func:`_exp2_shared`), 0 for none. ``forced`` (EXP2_POLY_ENV's value) "0", "2", "4" or "8" decides;
-    otherwise SOFTCAP_EXP2_SHARE under softcap up to SOFTCAP_EXP2_MAX_HEAD_DIM,
-    PLAIN_TWO_CONSUMERS_EXP2_SHARE for a ``plain`` call (:func:`plain_call`) at D = 64 with two consumers,
-    and none elsewhere."""
+    otherwise SOFTCAP_EXP2_SHARE under softcap up to SOFTCAP_EXP2_MAX_HEAD_DIM and none elsewhere."""
     forced = forced.strip()
     if forced:
         if forced not in ("0", "2", "4", "8"):
             raise FlashtileValueError(f"{EXP2_POLY_ENV}={forced!r}; accepted: 0, 2, 4 or 8")
         return int(forced)
-    if values["HAS_SOFTCAP"] and values["HEAD_DIM"] <= SOFTCAP_EXP2_MAX_HEAD_DIM:
-        return SOFTCAP_EXP2_SHARE
-    if plain and values["HEAD_DIM"] == 64 and values["CONSUMERS"] == 2:
-        return PLAIN_TWO_CONSUMERS_EXP2_SHARE
-    return 0
+    mufu_bound = values["HAS_SOFTCAP"] and values["HEAD_DIM"] <= SOFTCAP_EXP2_MAX_HEAD_DIM
+    return SOFTCAP_EXP2_SHARE if mufu_bound else 0
 
 
 def consumer_count(
@@ -1726,9 +1718,7 @@ def _fwd_launch(
         **option_arguments(softmax_scale, causal, window_size, softcap, alibi_stride, *longest, dropout_p),
         **sparse_arguments(sparse, block_n), HAS_SINK=sink,
     )  # fmt: skip
-    alibi, packed, masked = alibi_stride is not None, varlen is not None, sparse is not None
-    plain = plain_call(window_size, softcap, alibi, dropout_p, packed, masked, fp8, sink)
-    values["EXP2_SHARE"] = exp2_share(values, exp2_forced, plain)
+    values["EXP2_SHARE"] = exp2_share(values, exp2_forced)
     # One program fits an SM (its shared memory and 384 threads of up to 240 registers).
     programs = persistent_programs(values, configs.multiprocessor_count(device))
     persistent = persistent and not fp8 and runs_persistent(values) and programs > 0

@@ -202,7 +202,7 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     switches = {name: value for name, value in options.items() if name.isupper()}
     # The launcher's share of the exponentials on the FMA pipes (EXP2_POLY_ENV).
     switches["EXP2_SHARE"] = fwd.exp2_share(
-        {**switches, "HEAD_DIM": head_dim}, os.environ.get(fwd.EXP2_POLY_ENV, ""), plain
+        {**switches, "HEAD_DIM": head_dim}, os.environ.get(fwd.EXP2_POLY_ENV, "")
     )
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.STAGES, **switches)
     # The grid the launcher picks: persistent for equal-cost work tiles (plain, sliding windows) that fit.
