@@ -98,6 +98,9 @@ PERSISTENT_HEAD_DIMS = (64,)
 # H200 in the thirty-ninth session (0.88 of the plain backward at both, against the portable one's 0.6).
 GPU_CHECKED_SINK_DIMS = (64, 128)
 _VARIANT, _VARLEN_TMA_STORE, _PERSISTENT = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(PERSISTENT_ENV)
+# Experiment: "1" has the producer warp issue the "keys" split's dQ reduces (read at a launch's first call).
+DQ_BY_PRODUCER_ENV = "FLASHTILE_EXP_DQ_BY_PRODUCER"
+_DQ_BY_PRODUCER = Knob(DQ_BY_PRODUCER_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -492,10 +495,14 @@ def _producer(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
-    PERSISTENT: gl.constexpr = False, sched=None,
+    PERSISTENT: gl.constexpr = False, sched=None, DQ_BY_PRODUCER: gl.constexpr = False, dq_args=None,
+    DQ_ROWS: gl.constexpr = 64, DQ_COLS: gl.constexpr = 64,
 ):  # fmt: skip
     """The TMA warp of the program's key block, or under PERSISTENT (dense batches) of key blocks pid,
-    pid + P, … (:func:`_persistent_blocks`), the ring's slots and phases counted across blocks."""
+    pid + P, … (:func:`_persistent_blocks`), the ring's slots and phases counted across blocks.
+    DQ_BY_PRODUCER ("keys" split): it also reduce-adds the dQ the consumers staged (``dq_args``: dQ's
+    descriptor, the staging tiles, dq_staged, dq_free), one query block behind its loads."""
+
     if PERSISTENT:
         seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[3:10]
         count, entries = _persistent_blocks(sched, seqlen_q, GROUP, BM)
@@ -507,11 +514,13 @@ def _producer(
             _produce_block(
                 descs, loads, bars, block_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL, IS_LOCAL,
                 HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, t * entries, t,
+                DQ_BY_PRODUCER, dq_args, DQ_ROWS, DQ_COLS,
             )  # fmt: skip
     else:
         _produce_block(
             descs, loads, bars, sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, lists,
-            SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, 0, 0,
+            SPARSE_BLOCK_N, SPARSE_TILES, LAST_FIRST, PERSISTENT, 0, 0, DQ_BY_PRODUCER, dq_args, DQ_ROWS,
+            DQ_COLS,
         )  # fmt: skip
 
 
@@ -539,7 +548,8 @@ def _produce_block(
     descs, loads, bars, sizes, HEAD_DIM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
     NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr, HAS_WINDOW_LEFT: gl.constexpr,
     lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr, LAST_FIRST: gl.constexpr,
-    PERSISTENT: gl.constexpr, it0, t,
+    PERSISTENT: gl.constexpr, it0, t, DQ_BY_PRODUCER: gl.constexpr = False, dq_args=None,
+    DQ_ROWS: gl.constexpr = 64, DQ_COLS: gl.constexpr = 64,
 ):  # fmt: skip
     """One key block: K and V once (under PERSISTENT after the consumers released the last block's,
     ``t`` blocks before), then (Q, LSE) and (dO, Δ) for every query block of every head of the group,
@@ -591,6 +601,38 @@ def _produce_block(
             do_desc, [b, q_off + m0, h * HEAD_DIM], bar, _rows3(do_smem.index(s), BM, HEAD_DIM, q3)
         )
         tma.async_copy_global_to_shared(delta_desc, [row_stats], bar, delta_smem.index(s))
+        if DQ_BY_PRODUCER:  # noqa: SIM102 (a constexpr test, then a runtime one)
+            if it > 0:
+                # The previous query block's dQ, once the consumers staged it.
+                prev = it - 1
+                h_prev = h_kv * GROUP + prev // per_head
+                m_prev = q_off + _tile_start(prev % per_head, m_first, tiles, BM, SPARSE_TILES)
+                _reduce_staged(dq_args, it0 + prev, b, m_prev, h_prev, HEAD_DIM, BM, DQ_ROWS, DQ_COLS)
+    if DQ_BY_PRODUCER:  # noqa: SIM102 (a constexpr test, then a runtime one)
+        if blocks > 0:
+            last = blocks - 1
+            h_last = h_kv * GROUP + last // per_head
+            m_last = q_off + _tile_start(last % per_head, m_first, tiles, BM, SPARSE_TILES)
+            _reduce_staged(dq_args, it0 + last, b, m_last, h_last, HEAD_DIM, BM, DQ_ROWS, DQ_COLS)
+
+
+@gluon.jit
+def _reduce_staged(
+    dq_args, entry, b, row, h, HEAD_DIM: gl.constexpr, BM: gl.constexpr, DQ_ROWS: gl.constexpr,
+    DQ_COLS: gl.constexpr,
+):  # fmt: skip
+    """DQ_BY_PRODUCER: once both consumers staged ring entry ``entry``'s dQ (query block at packed row
+    ``row``, head h), reduce-add their tiles, wait until the reduces have read them, and free them."""
+    dq_desc, dq_smem, dq_staged, dq_free = dq_args
+    dq3: gl.constexpr = dq_desc.layout
+    mbarrier.wait(dq_staged, entry & 1)
+    for which in gl.static_range(2):
+        # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
+        row0 = row + which * (BM - DQ_ROWS)
+        col0 = h * HEAD_DIM + which * (HEAD_DIM - DQ_COLS)
+        _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(dq_smem.index(which), DQ_ROWS, DQ_COLS, dq3))
+    tma.store_wait(0)
+    mbarrier.arrive(dq_free, count=1)
 
 
 @gluon.jit
@@ -678,7 +720,8 @@ def _consume_block(
     MASK_MOD is False (``lists[-1]``: its aux)."""
     dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, dq_smem, dkv_smem = smem
-    kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE = bars
+    kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE = bars[:7]
+    dq_staged, dq_free, DQ_BY_PRODUCER = bars[7:]
     b, h_kv, n0, seqlen_q, seqlen_k, GROUP, q_off, k_off, H, seq = sizes
     window_left, window_right, softcap_qk, softcap_out, alibi_ptr, stride_alibi_b = options[:6]
     drop_args, sink_args = options[6:]
@@ -925,14 +968,20 @@ def _consume_block(
             _release(qdo_empty.index(s), THREAD_RELEASE)
             dq = warpgroup_mma_wait(0, deps=(dq,))
             # The previous block's reduce must have read the staging tile before it is overwritten.
-            tma.store_wait(0)
+            if DQ_BY_PRODUCER:
+                mbarrier.wait(dq_free, (entry & 1) ^ 1)
+            else:
+                tma.store_wait(0)
             stage = dq_smem.index(which)
             stage.store(dq)
             fence_async_shared()
-            # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
-            row0 = q_off + m0 + which * (BM - DQ_ROWS)
-            col0 = h * HEAD_DIM + which * (HEAD_DIM - DQ_COLS)
-            _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
+            if DQ_BY_PRODUCER:
+                mbarrier.arrive(dq_staged, count=1)
+            else:
+                # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
+                row0 = q_off + m0 + which * (BM - DQ_ROWS)
+                col0 = h * HEAD_DIM + which * (HEAD_DIM - DQ_COLS)
+                _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
         else:
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
             _release(qdo_empty.index(s), THREAD_RELEASE)
@@ -1239,7 +1288,7 @@ def attn_bwd_kernel(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_SINK: gl.constexpr,
-    PERSISTENT: gl.constexpr,
+    PERSISTENT: gl.constexpr, DQ_BY_PRODUCER: gl.constexpr = False,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head, or
     under PERSISTENT ("keys" split, dense batches) for key blocks pid, pid + P, … of the ``num_tiles``
@@ -1303,6 +1352,10 @@ def attn_bwd_kernel(
     do_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    # DQ_BY_PRODUCER: the consumers stage dQ and arrive on dq_staged; the producer warp reduce-adds it and
+    # arrives on dq_free once the reduce has read the staging tiles.
+    dq_staged = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    dq_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     # Q/dO slots released by every thread of both consumers (_release) in the "keys" split at D = 128,
     # measured on an H200 (s33c: +1-2 %); at D = 64 it was 8 % slower (causal), and in the "dim" split
     # (D = 256) it grew the loops' spills from 56 to 187 (sm_90 compile): one arrival a partition there.
@@ -1319,10 +1372,15 @@ def attn_bwd_kernel(
         mbarrier.init(qdo_empty.index(i), count=2 * WG_THREADS if THREAD_RELEASE else consumer_arrivals)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
+    mbarrier.init(dq_staged, count=2)
+    mbarrier.init(dq_free, count=1)
 
     descs = (dq_desc, dk_desc, dv_desc)
     bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
-    keys_bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE)
+    keys_bars = (
+        kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE, dq_staged, dq_free,
+        DQ_BY_PRODUCER,
+    )  # fmt: skip
     sizes = (b, h_kv, n0, seqlen_q, seqlen_k, GROUP)
     loads = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem)
     load_descs = (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc)
@@ -1393,7 +1451,8 @@ def attn_bwd_kernel(
                              HAS_DROPOUT, HAS_SINK, 1, PERSISTENT, sched)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False,
-                             PERSISTENT, sched)),
+                             PERSISTENT, sched, DQ_BY_PRODUCER and COMPUTE_DQ,
+                             (dq_desc, dq_smem, dq_staged, dq_free), DQ_ROWS, DQ_COLS)),
             ],
             [4, 1],
             [240, 24],
@@ -1809,6 +1868,7 @@ def _bwd_launches(
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
             VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
             **sparse_arguments(sparse, bm, "q"), HAS_SINK=sink,
+            DQ_BY_PRODUCER=cfg.split == "keys" and _DQ_BY_PRODUCER.get("") == "1",
         ),
         {"num_warps": fused_warps(cfg, is_causal), "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip

@@ -81,6 +81,7 @@ def compile_here(
         HAS_DROPOUT="dropout" in words,
         HAS_SINK="sink" in words,
         PERSISTENT="persistent" in words,
+        DQ_BY_PRODUCER="producer" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
     bm, bn = cfg.block_m, cfg.block_n
