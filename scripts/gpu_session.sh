@@ -3430,10 +3430,11 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     finish
     ;;
   s47f)
-    # (Forty-seventh session, branch exp/dq-by-producer.) The "keys" split's dQ reduces issued by the
-    # producer warp (FLASHTILE_EXP_DQ_BY_PRODUCER=1: the consumers stage dQ and arrive on a barrier, the
-    # producer reduce-adds it one query block behind its loads): bench --mode bwd at D = 64 and 128, knob 0
-    # and 1 alternating twice, with cuDNN; then the backward's GPU file (the "keys" split's cases) under it.
+    # (Forty-seventh session, branch exp/dq-by-producer at ffd3c72.) The "keys" split's dQ reduces issued
+    # by the producer warp (FLASHTILE_EXP_DQ_BY_PRODUCER=1 there, FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER since:
+    # the consumers stage dQ and arrive on a barrier, the producer reduce-adds it one query block behind
+    # its loads): bench --mode bwd at D = 64 and 128, knob 0 and 1 alternating twice, with cuDNN; then the
+    # backward's GPU file (the "keys" split's cases) under it.
     begin
     bench_knob_values FLASHTILE_EXP_DQ_BY_PRODUCER "0 1" dq_producer 100 --head-dim 64 128 --causal both \
       --mode bwd --seqlen 1024 4096 16384 --peers flashtile sdpa-cudnn

@@ -81,9 +81,11 @@ def compile_here(
         HAS_DROPOUT="dropout" in words,
         HAS_SINK="sink" in words,
         PERSISTENT="persistent" in words,
-        DQ_BY_PRODUCER="producer" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
+    # As the launcher picks it (bwd.dq_by_producer): plain calls ("full", "causal", "persistent").
+    plain = words <= {"causal", "persistent"}
+    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(cfg, plain, deterministic, "sink" in words)
     bm, bn = cfg.block_m, cfg.block_n
     sparse = None
     if words & {"sparse", "mod", "bits"}:

@@ -1,0 +1,67 @@
+"""Who issues the Hopper backward's dQ reduce-adds (kernels/hopper/bwd.py, ``dq_by_producer``;
+docs/design/hopper_bwd.md, "dQ reduces issued by the producer warp"): the producer warp for plain calls of
+the "keys" split that add dQ, the consumers otherwise; FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER=1 takes every
+"keys" split call that adds dQ, =0 none. The launches are prepared on the CPU (no kernel runs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashtile.kernels.hopper import bwd
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def knob(monkeypatch):
+    monkeypatch.delenv(bwd.DQ_BY_PRODUCER_ENV, raising=False)
+    monkeypatch.delenv(bwd.VARIANT_ENV, raising=False)
+    return lambda value: monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, value)
+
+
+def fused_flag(head_dim: int, *, causal=False, deterministic=False, sink=False, softcap=0.0) -> bool:
+    """The DQ_BY_PRODUCER the fused kernel of such a call is launched with."""
+    window = (-1, 0) if causal else (-1, -1)
+    plain = bwd.is_plain_call(window, softcap, None, 0.0)
+    _, cfg = bwd.select_variant(head_dim, plain)
+    strides = (300 * 4 * head_dim, 4 * head_dim, head_dim)
+    fused = bwd._bwd_launches(
+        CPU, (2, 300, 4, head_dim), (300, 2), head_dim**-0.5, causal, deterministic, cfg, strides, strides,
+        window, softcap, None, None, False, None, 0.0, sink, False,
+        bwd.dq_by_producer(cfg, plain, deterministic, sink),
+    )[1]  # fmt: skip
+    arguments = fused.arguments((None,) * len(bwd.FUSED_POINTERS))
+    values = dict(zip(bwd.attn_bwd_kernel.arg_names, arguments, strict=True))
+    return values["DQ_BY_PRODUCER"]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_plain_keys_split_calls_have_the_producer_reduce(knob, head_dim, causal):
+    assert fused_flag(head_dim, causal=causal)
+
+
+@pytest.mark.parametrize(
+    "call", [dict(deterministic=True), dict(sink=True), dict(softcap=30.0)],
+    ids=["deterministic", "sink", "softcap"],
+)  # fmt: skip
+def test_other_calls_keep_the_consumers_reduce(knob, call):
+    assert not fused_flag(64, **call)
+    assert not fused_flag(128, **call)
+
+
+def test_the_dim_split_keeps_its_own(knob):
+    # D = 256 ("dim" split): both consumers add their half of dQ themselves.
+    assert not fused_flag(256)
+    knob("1")
+    assert not fused_flag(256)
+
+
+def test_the_knob_takes_every_call_that_adds_dq_or_none(knob):
+    knob("1")
+    assert fused_flag(128, softcap=30.0) and fused_flag(64, sink=True)
+    # Deterministic calls add no dQ in the fused kernel: nothing to reduce.
+    assert not fused_flag(128, deterministic=True)
+    knob("0")
+    assert not fused_flag(64) and not fused_flag(128, causal=True)
