@@ -517,7 +517,6 @@ def _producer(
     pid + P, … (:func:`_persistent_blocks`), the ring's slots and phases counted across blocks.
     DQ_BY_PRODUCER ("keys" split): it also reduce-adds the dQ the consumers staged (``dq_args``: dQ's
     descriptor, the staging tiles, dq_staged, dq_free), one query block behind its loads."""
-
     if PERSISTENT:
         seqlen_q, seqlen_k, seqlen_pad, H, GROUP, window_left, window_right = sizes[3:10]
         count, entries = _persistent_blocks(sched, seqlen_q, GROUP, BM)
@@ -619,28 +618,29 @@ def _produce_block(
         if DQ_BY_PRODUCER:  # noqa: SIM102 (a constexpr test, then a runtime one)
             if it > 0:
                 # The previous query block's dQ, once the consumers staged it.
-                prev = it - 1
-                h_prev = h_kv * GROUP + prev // per_head
-                m_prev = q_off + _tile_start(prev % per_head, m_first, tiles, BM, SPARSE_TILES)
-                _reduce_staged(dq_args, it0 + prev, b, m_prev, h_prev, HEAD_DIM, BM, DQ_ROWS, DQ_COLS)
+                block = (it0, it - 1, b, h_kv * GROUP, per_head, m_first, tiles, q_off)
+                _reduce_staged(dq_args, block, HEAD_DIM, BM, SPARSE_TILES, DQ_ROWS, DQ_COLS)
     if DQ_BY_PRODUCER:  # noqa: SIM102 (a constexpr test, then a runtime one)
         if blocks > 0:
-            last = blocks - 1
-            h_last = h_kv * GROUP + last // per_head
-            m_last = q_off + _tile_start(last % per_head, m_first, tiles, BM, SPARSE_TILES)
-            _reduce_staged(dq_args, it0 + last, b, m_last, h_last, HEAD_DIM, BM, DQ_ROWS, DQ_COLS)
+            block = (it0, blocks - 1, b, h_kv * GROUP, per_head, m_first, tiles, q_off)
+            _reduce_staged(dq_args, block, HEAD_DIM, BM, SPARSE_TILES, DQ_ROWS, DQ_COLS)
 
 
 @gluon.jit
 def _reduce_staged(
-    dq_args, entry, b, row, h, HEAD_DIM: gl.constexpr, BM: gl.constexpr, DQ_ROWS: gl.constexpr,
-    DQ_COLS: gl.constexpr,
+    dq_args, block, HEAD_DIM: gl.constexpr, BM: gl.constexpr, SPARSE_TILES: gl.constexpr,
+    DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr,
 ):  # fmt: skip
-    """DQ_BY_PRODUCER: once both consumers staged ring entry ``entry``'s dQ (query block at packed row
-    ``row``, head h), reduce-add their tiles, wait until the reduces have read them, and free them."""
+    """DQ_BY_PRODUCER: once both consumers staged the dQ of the key block's query block ``i`` (ring entry
+    it0 + i; ``block``: (it0, i, b, the group's first head, query blocks a head, the first, the block
+    list, the packed row offset)), reduce-add their tiles, wait until the reduces have read them, and free
+    them."""
+    it0, i, b, h0, per_head, m_first, tiles, q_off = block
     dq_desc, dq_smem, dq_staged, dq_free = dq_args
     dq3: gl.constexpr = dq_desc.layout
-    mbarrier.wait(dq_staged, entry & 1)
+    h = h0 + i // per_head
+    row = q_off + _tile_start(i % per_head, m_first, tiles, BM, SPARSE_TILES)
+    mbarrier.wait(dq_staged, (it0 + i) & 1)
     for which in gl.static_range(2):
         # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
         row0 = row + which * (BM - DQ_ROWS)
