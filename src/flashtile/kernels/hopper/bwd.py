@@ -242,15 +242,18 @@ def persistent_grid(
     return head_dim in PERSISTENT_HEAD_DIMS and not deterministic
 
 
-def dq_by_producer(cfg: BwdVariant, plain: bool, deterministic: bool, sink: bool) -> bool:
+def dq_by_producer(cfg: BwdVariant, is_causal: bool, plain: bool, deterministic: bool, sink: bool) -> bool:
     """Whether the producer warp issues the fused kernel's dQ reduces (DQ_BY_PRODUCER): the consumers
     stage dQ and arrive on a barrier instead of waiting for their last reduce and issuing the next one. By
     default for plain calls (:func:`is_plain_call`) of the "keys" split without a learnable sink that add
-    dQ (not deterministic): 1.5-6 % faster at D = 64 and 0-2 % at D = 128 on an H200 (s47f); every
-    "keys" split call that adds dQ under DQ_BY_PRODUCER_ENV=1, none under =0."""
-    if cfg.split != "keys" or deterministic:
+    dQ (not deterministic): 1.5-6 % faster at D = 64 and 0-2 % at D = 128 on an H200 (s47f). Under
+    DQ_BY_PRODUCER_ENV=1 every "keys" split call that adds dQ, and the causal "dim" split's joined
+    partition (D = 256; compiled for sm_90, not yet run on a GPU); none under =0."""
+    if deterministic:
         return False
     knob = _DQ_BY_PRODUCER.get("").strip()
+    if cfg.split != "keys":
+        return knob == "1" and is_causal
     if knob in ("0", "1"):
         return knob == "1"
     return plain and not sink
@@ -619,27 +622,30 @@ def _produce_block(
             if it > 0:
                 # The previous query block's dQ, once the consumers staged it.
                 block = (it0, it - 1, b, h_kv * GROUP, per_head, m_first, tiles, q_off)
-                _reduce_staged(dq_args, block, HEAD_DIM, BM, SPARSE_TILES, DQ_ROWS, DQ_COLS)
+                _reduce_staged(dq_args, block, HEAD_DIM, BM, SPARSE_TILES, LAST_FIRST, DQ_ROWS, DQ_COLS)
     if DQ_BY_PRODUCER:  # noqa: SIM102 (a constexpr test, then a runtime one)
         if blocks > 0:
             block = (it0, blocks - 1, b, h_kv * GROUP, per_head, m_first, tiles, q_off)
-            _reduce_staged(dq_args, block, HEAD_DIM, BM, SPARSE_TILES, DQ_ROWS, DQ_COLS)
+            _reduce_staged(dq_args, block, HEAD_DIM, BM, SPARSE_TILES, LAST_FIRST, DQ_ROWS, DQ_COLS)
 
 
 @gluon.jit
 def _reduce_staged(
     dq_args, block, HEAD_DIM: gl.constexpr, BM: gl.constexpr, SPARSE_TILES: gl.constexpr,
-    DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr,
+    LAST_FIRST: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_COLS: gl.constexpr,
 ):  # fmt: skip
     """DQ_BY_PRODUCER: once both consumers staged the dQ of the key block's query block ``i`` (ring entry
     it0 + i; ``block``: (it0, i, b, the group's first head, query blocks a head, the first, the block
-    list, the packed row offset)), reduce-add their tiles, wait until the reduces have read them, and free
-    them."""
+    list, the packed row offset); LAST_FIRST: the "dim" split's order), reduce-add their tiles, wait until
+    the reduces have read them, and free them."""
     it0, i, b, h0, per_head, m_first, tiles, q_off = block
     dq_desc, dq_smem, dq_staged, dq_free = dq_args
     dq3: gl.constexpr = dq_desc.layout
     h = h0 + i // per_head
-    row = q_off + _tile_start(i % per_head, m_first, tiles, BM, SPARSE_TILES)
+    if LAST_FIRST:
+        row = q_off + _last_first_start(i % per_head, m_first, per_head, BM)
+    else:
+        row = q_off + _tile_start(i % per_head, m_first, tiles, BM, SPARSE_TILES)
     mbarrier.wait(dq_staged, (it0 + i) & 1)
     for which in gl.static_range(2):
         # "cols" adds columns [D/2·which, +D/2), "rows" rows [m0 + BM/2·which, +BM/2), "keys" all.
@@ -1183,12 +1189,15 @@ def _consumer_dim(
 def _consumer_dim_joined(
     descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr,
+    DQ_BY_PRODUCER: gl.constexpr = False, dq_bars=None,
 ):  # fmt: skip
     """The causal "dim" split as one partition of two warpgroups (8 warps): every wgmma spreads its N over
     both, warpgroup w taking Sᵀ and dPᵀ for query rows [BM/2·w, +BM/2) and columns [D/4·w, +D/4) of each D/2
     half of dK, dV and dQ (each half its own accumulator, so that it stages and leaves by the halves' TMA
     boxes). P and dS go to shared memory as [query, key] tiles, read whole by the next wgmmas after a
-    partition barrier. The query blocks go from the last to the first (:func:`_last_first_start`)."""
+    partition barrier. The query blocks go from the last to the first (:func:`_last_first_start`).
+    DQ_BY_PRODUCER: dQ's halves are staged for the producer warp's reduces (``dq_bars``: dq_staged,
+    dq_free)."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty = bars[:4]
@@ -1251,16 +1260,25 @@ def _consumer_dim_joined(
             mbarrier.arrive(qdo_empty.index(s))
             dq_lo, dq_hi = warpgroup_mma_wait(0, deps=(dq_lo, dq_hi))
             # The previous block's reduces must have read the staging tiles before they are overwritten.
-            tma.store_wait(0)
+            if DQ_BY_PRODUCER:
+                mbarrier.wait(dq_bars[1], (it & 1) ^ 1)
+            else:
+                tma.store_wait(0)
             dq_smem.index(0).store(dq_lo)
             dq_smem.index(1).store(dq_hi)
             fence_async_shared()
-            col0 = h * HEAD_DIM
-            _tma_reduce_add(dq_desc, [b, m0, col0], _rows3(dq_smem.index(0), BM, HALF_D, dq3))
-            _tma_reduce_add(dq_desc, [b, m0, col0 + HALF_D], _rows3(dq_smem.index(1), BM, HALF_D, dq3))
+            if DQ_BY_PRODUCER:
+                mbarrier.arrive(dq_bars[0], count=1)
+            else:
+                col0 = h * HEAD_DIM
+                _tma_reduce_add(dq_desc, [b, m0, col0], _rows3(dq_smem.index(0), BM, HALF_D, dq3))
+                _tma_reduce_add(dq_desc, [b, m0, col0 + HALF_D], _rows3(dq_smem.index(1), BM, HALF_D, dq3))
         else:
             dv_lo, dv_hi, dk_lo, dk_hi = warpgroup_mma_wait(0, deps=(dv_lo, dv_hi, dk_lo, dk_hi))
             mbarrier.arrive(qdo_empty.index(s))
+    if DQ_BY_PRODUCER:
+        # The producer's last reduces have read the tiles (parity 1 of a fresh barrier: no block).
+        mbarrier.wait(dq_bars[1], ((GROUP * per_head) & 1) ^ 1)
     tma.store_wait(0)
 
     # dK and dV are staged in the dQ tiles, free now that the last reduces have read them.
@@ -1388,7 +1406,7 @@ def attn_bwd_kernel(
         mbarrier.init(qdo_empty.index(i), count=2 * WG_THREADS if THREAD_RELEASE else consumer_arrivals)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
-    mbarrier.init(dq_staged, count=2)
+    mbarrier.init(dq_staged, count=consumer_arrivals)
     mbarrier.init(dq_free, count=1)
 
     descs = (dq_desc, dk_desc, dv_desc)
@@ -1424,9 +1442,12 @@ def attn_bwd_kernel(
             gl.warp_specialize(
                 [
                     (_consumer_dim_joined, (descs, smem, load_bars, sizes, qk_scale, softmax_scale, HEAD_DIM,
-                                            BM, BN, NSTAGE, IS_CAUSAL, COMPUTE_DQ)),
+                                            BM, BN, NSTAGE, IS_CAUSAL, COMPUTE_DQ,
+                                            DQ_BY_PRODUCER and COMPUTE_DQ, (dq_staged, dq_free))),
                     (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE,
-                                 IS_CAUSAL, False, False, lists, SPARSE_BLOCK_N, 0, True)),
+                                 IS_CAUSAL, False, False, lists, SPARSE_BLOCK_N, 0, True, False, None,
+                                 DQ_BY_PRODUCER and COMPUTE_DQ, (dq_desc, dq_smem, dq_staged, dq_free),
+                                 DQ_ROWS, DQ_COLS)),
                 ],
                 [1],
                 [24],
@@ -1971,7 +1992,7 @@ def _launch(
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
         varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p, bool(dsink),
-        persistent, dq_by_producer(cfg, plain, deterministic, sink),
+        persistent, dq_by_producer(cfg, is_causal, plain, deterministic, sink),
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

@@ -85,7 +85,7 @@ def compile_here(
     cfg = bwd.VARIANTS[d][variant]
     # As the launcher picks it (bwd.dq_by_producer): plain calls ("full", "causal", "persistent").
     plain = words <= {"causal", "persistent"}
-    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(cfg, plain, deterministic, "sink" in words)
+    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(cfg, causal, plain, deterministic, "sink" in words)
     bm, bn = cfg.block_m, cfg.block_n
     sparse = None
     if words & {"sparse", "mod", "bits"}:
