@@ -123,6 +123,27 @@ def test_hopper_bwd_options_compile_for_sm90_without_local_memory():
     assert not failures, "\n".join(failures)
 
 
+# FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER=1: the producer warp's dQ reduces where only the knob gives them
+# (the causal D = 256 joined partition, windows with softcap and ALiBi, packed batches): no spill in a key
+# loop either (sm_90, forty-seventh session).
+PRODUCER_JOBS = [
+    (256, "n64", True, False),
+    (64, "m64", "local+softcap+alibi", False),
+    (128, "m64", "causal+varlen", False),
+]
+
+
+def test_the_producers_dq_reduces_under_the_knob_compile_for_sm90(monkeypatch):
+    # The compiling subprocesses inherit the knob (bwd_compile picks DQ_BY_PRODUCER as the launcher does).
+    monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "1")
+    for d, name, mask, deterministic in PRODUCER_JOBS:
+        causal = mask is True or "causal" in str(mask)
+        assert bwd.dq_by_producer(bwd.VARIANTS[d][name], causal, False, deterministic, False), (d, mask)
+    results, failures = _compile_failures(PRODUCER_JOBS, {})
+    assert len(results) == len(PRODUCER_JOBS)
+    assert not failures, "\n".join(failures)
+
+
 def test_every_head_dim_has_a_default_variant():
     assert set(bwd.DEFAULT_VARIANT) == set(bwd.VARIANTS)
     for d, name in bwd.DEFAULT_VARIANT.items():
