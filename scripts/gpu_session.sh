@@ -3475,10 +3475,12 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     finish
     ;;
   s48c)
-    # (Forty-eighth session, main.) The paper grid's backward and forward+backward with the producer's dQ
-    # reduces by default (cuDNN, SDPA flash), then the options' backwards (window, softcap, ALiBi, packed
-    # batch) with the producer's dQ reduces (knob 1) against without (0), alternating.
+    # (Forty-eighth session, main.) The producer's dQ reduces by default in plain calls, now the causal
+    # D = 256 joined partition's too: the backward's D = 192 / 256 GPU cases and the head dims' file, the
+    # paper grid's backward and forward+backward (cuDNN, SDPA flash), then the options' backwards (window,
+    # softcap, ALiBi, packed batch) with the producer's dQ reduces (knob 1) against without (0), alternating.
     begin
+    gpu_tests_step 170 tests/test_gpu_hopper_bwd.py tests/test_head_dims.py -k "256 or 192"
     for mode in bwd fwd_bwd; do
       step "bench_$mode" 200 python3 -m flashtile bench --paper --mode "$mode" \
         --peers flashtile sdpa-cudnn sdpa-flash --no-plot --out-dir "$work/bench" --name "$mode"

@@ -98,8 +98,8 @@ PERSISTENT_HEAD_DIMS = (64,)
 # H200 in the thirty-ninth session (0.88 of the plain backward at both, against the portable one's 0.6).
 GPU_CHECKED_SINK_DIMS = (64, 128)
 _VARIANT, _VARLEN_TMA_STORE, _PERSISTENT = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(PERSISTENT_ENV)
-# The "keys" split's dQ reduces issued by the producer warp (:func:`dq_by_producer`): plain calls by
-# default; FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER = 0 never, 1 every "keys" split call that adds dQ.
+# The dQ reduces issued by the producer warp (:func:`dq_by_producer`): plain calls by default;
+# FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER = 0 never, 1 every call that adds dQ where the kernel has it.
 DQ_BY_PRODUCER_ENV = "FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER"
 _DQ_BY_PRODUCER = Knob(DQ_BY_PRODUCER_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -245,15 +245,16 @@ def persistent_grid(
 def dq_by_producer(cfg: BwdVariant, is_causal: bool, plain: bool, deterministic: bool, sink: bool) -> bool:
     """Whether the producer warp issues the fused kernel's dQ reduces (DQ_BY_PRODUCER): the consumers
     stage dQ and arrive on a barrier instead of waiting for their last reduce and issuing the next one. By
-    default for plain calls (:func:`is_plain_call`) of the "keys" split without a learnable sink that add
-    dQ (not deterministic): 1.5-6 % faster at D = 64 and 0-2 % at D = 128 on an H200 (s47f). Under
-    DQ_BY_PRODUCER_ENV=1 every "keys" split call that adds dQ, and the causal "dim" split's joined
-    partition (D = 256; compiled for sm_90, not yet run on a GPU); none under =0."""
+    default for plain calls (:func:`is_plain_call`) without a learnable sink that add dQ (not
+    deterministic), of the "keys" split (1.5-6 % faster at D = 64 and 0-2 % at D = 128 on an H200, s47f)
+    and causal of the "dim" split, whose joined partition then stages its dQ too (D = 256: 4-7 %, s48b).
+    Under DQ_BY_PRODUCER_ENV=1 every "keys" split call that adds dQ and every causal "dim" split call;
+    none under =0."""
     if deterministic:
         return False
+    if cfg.split != "keys" and not is_causal:
+        return False
     knob = _DQ_BY_PRODUCER.get("").strip()
-    if cfg.split != "keys":
-        return knob == "1" and is_causal
     if knob in ("0", "1"):
         return knob == "1"
     return plain and not sink
