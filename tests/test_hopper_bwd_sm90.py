@@ -124,20 +124,26 @@ def test_hopper_bwd_options_compile_for_sm90_without_local_memory():
 
 
 # FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER=1: the producer warp's dQ reduces where only the knob gives them
-# (windows with softcap and ALiBi, packed batches; the causal D = 256 joined partition has them by default,
-# JOBS): no spill in a key loop either (sm_90, forty-seventh session).
+# (dropout, block masks; the other options take them by default, OPTION_JOBS): no spill in a key loop
+# either (sm_90).
 PRODUCER_JOBS = [
-    (64, "m64", "local+softcap+alibi", False),
-    (128, "m64", "causal+varlen", False),
+    (64, "m64", "local+softcap+alibi+dropout", False),
+    (128, "m64", "causal+varlen+dropout", False),
+    (64, bwd.DEFAULT_VARIANT[64], "causal+sparse", False),
+    (128, bwd.DEFAULT_VARIANT[128], "mod", False),
 ]
 
 
 def test_the_producers_dq_reduces_under_the_knob_compile_for_sm90(monkeypatch):
     # The compiling subprocesses inherit the knob (bwd_compile picks DQ_BY_PRODUCER as the launcher does).
     monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "1")
-    for d, name, mask, deterministic in PRODUCER_JOBS:
-        causal = mask is True or "causal" in str(mask)
-        assert bwd.dq_by_producer(bwd.VARIANTS[d][name], causal, False, deterministic, False), (d, mask)
+    for d, name, mask, _ in PRODUCER_JOBS:
+        words = set(mask.split("+"))
+        dropout, block_mask = "dropout" in words, bool(words & {"sparse", "mod"})
+        assert bwd.dq_by_producer(bwd.VARIANTS[d][name], "causal" in words, False, dropout, block_mask)
+        monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "")
+        assert not bwd.dq_by_producer(bwd.VARIANTS[d][name], "causal" in words, False, dropout, block_mask)
+        monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "1")
     results, failures = _compile_failures(PRODUCER_JOBS, {})
     assert len(results) == len(PRODUCER_JOBS)
     assert not failures, "\n".join(failures)

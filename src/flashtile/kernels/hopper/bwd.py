@@ -98,8 +98,8 @@ PERSISTENT_HEAD_DIMS = (64,)
 # H200 in the thirty-ninth session (0.88 of the plain backward at both, against the portable one's 0.6).
 GPU_CHECKED_SINK_DIMS = (64, 128)
 _VARIANT, _VARLEN_TMA_STORE, _PERSISTENT = Knob(VARIANT_ENV), Knob(VARLEN_TMA_STORE_ENV), Knob(PERSISTENT_ENV)
-# The dQ reduces issued by the producer warp (:func:`dq_by_producer`): plain calls by default;
-# FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER = 0 never, 1 every call that adds dQ where the kernel has it.
+# The dQ reduces issued by the producer warp (:func:`dq_by_producer`): calls without dropout or a block
+# mask by default; FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER = 0 never, 1 every call that adds dQ where it can.
 DQ_BY_PRODUCER_ENV = "FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER"
 _DQ_BY_PRODUCER = Knob(DQ_BY_PRODUCER_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -242,22 +242,22 @@ def persistent_grid(
     return head_dim in PERSISTENT_HEAD_DIMS and not deterministic
 
 
-def dq_by_producer(cfg: BwdVariant, is_causal: bool, plain: bool, deterministic: bool, sink: bool) -> bool:
+def dq_by_producer(
+    cfg: BwdVariant, is_causal: bool, deterministic: bool, dropout: bool, block_mask: bool
+) -> bool:
     """Whether the producer warp issues the fused kernel's dQ reduces (DQ_BY_PRODUCER): the consumers
-    stage dQ and arrive on a barrier instead of waiting for their last reduce and issuing the next one. By
-    default for plain calls (:func:`is_plain_call`) without a learnable sink that add dQ (not
-    deterministic), of the "keys" split (1.5-6 % faster at D = 64 and 0-2 % at D = 128 on an H200, s47f)
-    and causal of the "dim" split, whose joined partition then stages its dQ too (D = 256: 4-7 %, s48b).
-    Under DQ_BY_PRODUCER_ENV=1 every "keys" split call that adds dQ and every causal "dim" split call;
-    none under =0."""
-    if deterministic:
-        return False
-    if cfg.split != "keys" and not is_causal:
+    stage dQ and arrive on a barrier instead of waiting for their last reduce and issuing the next one.
+    Only calls that add dQ (not deterministic), of the "keys" split or causal of the "dim" split (whose
+    joined partition then stages its dQ too). By default those without dropout or a block mask: on an
+    H200, plain calls 1.5-6 % faster at D = 64 and 0-2 % at D = 128 (s47f), 4-7 % at D = 256 causal
+    (s48b); windows, softcap, ALiBi, packed batches and sinks 0-5 % (s48c, s48d); dropout 1-2 % slower
+    (s48d), block masks never timed. DQ_BY_PRODUCER_ENV=1 takes those two too, =0 none."""
+    if deterministic or (cfg.split != "keys" and not is_causal):
         return False
     knob = _DQ_BY_PRODUCER.get("").strip()
     if knob in ("0", "1"):
         return knob == "1"
-    return plain and not sink
+    return not (dropout or block_mask)
 
 
 @builtin
@@ -1993,7 +1993,7 @@ def _launch(
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
         varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p, bool(dsink),
-        persistent, dq_by_producer(cfg, is_causal, plain, deterministic, sink),
+        persistent, dq_by_producer(cfg, is_causal, deterministic, dropout_p > 0, mods is not None),
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

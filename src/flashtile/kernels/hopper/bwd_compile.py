@@ -83,9 +83,9 @@ def compile_here(
         PERSISTENT="persistent" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
-    # As the launcher picks it (bwd.dq_by_producer): plain calls ("full", "causal", "persistent").
-    plain = words <= {"causal", "persistent"}
-    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(cfg, causal, plain, deterministic, "sink" in words)
+    # As the launcher picks it (bwd.dq_by_producer).
+    dropout, block_mask = "dropout" in words, bool(words & {"sparse", "mod", "bits"})
+    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(cfg, causal, deterministic, dropout, block_mask)
     bm, bn = cfg.block_m, cfg.block_n
     sparse = None
     if words & {"sparse", "mod", "bits"}:
