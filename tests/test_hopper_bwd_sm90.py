@@ -124,14 +124,19 @@ def test_hopper_bwd_options_compile_for_sm90_without_local_memory():
 
 
 # FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER=1: the producer warp's dQ reduces where only the knob gives them
-# (dropout, block masks; the other options take them by default, OPTION_JOBS): no spill in a key loop
-# either (sm_90).
+# (dropout, block masks; the other options take them by default, OPTION_JOBS), and the key-loop spills
+# they hold at D = 128 (sm_90, forty-eighth session; docs/design/hopper_bwd.md, "dQ reduces issued by the
+# producer warp").
 PRODUCER_JOBS = [
     (64, "m64", "local+softcap+alibi+dropout", False),
     (128, "m64", "causal+varlen+dropout", False),
     (64, bwd.DEFAULT_VARIANT[64], "causal+sparse", False),
     (128, bwd.DEFAULT_VARIANT[128], "mod", False),
 ]
+PRODUCER_LOOP_SPILLS_ALLOWED = {
+    (128, "m64", "causal+varlen+dropout", False): 48,
+    (128, bwd.DEFAULT_VARIANT[128], "mod", False): 1,
+}
 
 
 def test_the_producers_dq_reduces_under_the_knob_compile_for_sm90(monkeypatch):
@@ -144,7 +149,7 @@ def test_the_producers_dq_reduces_under_the_knob_compile_for_sm90(monkeypatch):
         monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "")
         assert not bwd.dq_by_producer(bwd.VARIANTS[d][name], "causal" in words, False, dropout, block_mask)
         monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "1")
-    results, failures = _compile_failures(PRODUCER_JOBS, {})
+    results, failures = _compile_failures(PRODUCER_JOBS, PRODUCER_LOOP_SPILLS_ALLOWED)
     assert len(results) == len(PRODUCER_JOBS)
     assert not failures, "\n".join(failures)
 
