@@ -1330,7 +1330,8 @@ def attn_bwd_kernel(
     window (IS_LOCAL, not the plain causal mask), softcap, ALiBi and dropout (HAS_DROPOUT: the forward's
     mask from the int64 (seed, offset) at rng_state_ptr, kept iff the draw ≥ dropout_threshold, kept
     entries scaled by 1 / dropout_keep_frac) are taken by the "keys" split only. DQ_BY_PRODUCER ("keys"
-    split, COMPUTE_DQ): the consumers stage dQ and the producer warp reduce-adds it (:func:`dq_by_producer`).
+    split, or the "dim" split's causal joined partition; COMPUTE_DQ): the consumers stage dQ and the
+    producer warp reduce-adds it (:func:`dq_by_producer`).
 
     IS_VARLEN ("keys" split only): q/k/v/dO/dQ are packed (1, total, H·D) behind the descriptors,
     seqlen_q/k the totals, sequence b the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into
