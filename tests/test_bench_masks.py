@@ -52,6 +52,17 @@ def test_cli_parses_masks_and_refuses_other_presets(capsys: pytest.CaptureFixtur
     assert "--masks takes --quick" in capsys.readouterr().err
 
 
+def test_peers_choose_the_implementations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_masks.chosen_peers(None) == ("flashtile", "flex")
+    assert bench_masks.chosen_peers(["flex", "flashtile"]) == ("flashtile", "flex")
+    assert bench_masks.chosen_peers(["flashtile"]) == ("flashtile",)
+    with pytest.raises(ValueError, match="sdpa-cudnn not in the --masks preset; choose from flashtile, flex"):
+        bench_masks.chosen_peers(["flashtile", "sdpa-cudnn"])
+    # Checked before anything needs a GPU.
+    assert main(["bench", "--masks", "--quick", "--peers", "flexattention", "--device", "cpu"]) == 2
+    assert "--peers: flexattention not in the --masks preset" in capsys.readouterr().err
+
+
 def test_masks_needs_cuda(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--masks", "--quick", "--device", "cpu"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
@@ -162,3 +173,12 @@ def test_masks_preset_on_the_gpu_checks_and_times_every_case(tmp_path: Path) -> 
             first = status[("document", mode, impl)]
             assert first["status"] == "ok" and float(first["first_call_s"]) > 0, first["detail"]
     assert (tmp_path / "bench_masks.png").exists()
+
+
+@pytest.mark.gpu
+def test_masks_preset_with_flashtile_alone(tmp_path: Path) -> None:
+    fast = ["--warmup-ms", "1", "--rep-ms", "3", "--min-reps", "2", "--out-dir", str(tmp_path), "--no-plot"]
+    assert main(["bench", "--masks", "--quick", "--seqlen", "2k", "--peers", "flashtile", *fast]) == 0
+    rows = _rows(tmp_path / "bench_masks.csv")
+    assert {r["impl"] for r in rows} == {"flashtile", "flashtile-dense"}
+    assert all(r["status"] == "ok" for r in rows), [r["detail"] for r in rows if r["status"] != "ok"]

@@ -150,7 +150,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "(prefix 2k) masks against FlexAttention, bf16, D=128, H=16, N=16k, fwd and bwd, and the first "
         "call of a new mask (compile included) in a fresh process with empty caches; about 4 minutes on "
         "an H100 with empty compile caches (with --quick, no prefix-LM: about 2); --seqlen replaces 16k; "
-        "CUDA only",
+        "--peers flashtile or flex keeps one; CUDA only",
     )
     parser.add_argument(
         "--head-dims",

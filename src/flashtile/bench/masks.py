@@ -349,15 +349,37 @@ def _timed_row(
     }
 
 
+# The implementations --peers may name; "flashtile" brings its dense yardstick (flashtile-dense) along.
+PEERS = ("flashtile", "flex")
+
+
+def chosen_peers(names: list[str] | None) -> tuple[str, ...]:
+    """The implementations ``--peers`` keeps (all of :data:`PEERS` without it), in their order; a clear
+    ValueError for any other name."""
+    if not names:
+        return PEERS
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise ValueError(
+            f"--peers: {', '.join(unknown)} not in the --masks preset; choose from {', '.join(PEERS)}"
+        )
+    return tuple(p for p in PEERS if p in names)
+
+
 def measure_case(
-    case: str, seqlen: int, device: torch.device, env: results.Environment, timing: TimingBudget
+    case: str,
+    seqlen: int,
+    device: torch.device,
+    env: results.Environment,
+    timing: TimingBudget,
+    peers: tuple[str, ...] = PEERS,
 ) -> list[dict[str, object]]:
-    """Rows of every implementation on ``case``, fwd and bwd: checked, then timed."""
+    """Rows of each implementation of ``peers`` on ``case``, fwd and bwd: checked, then timed."""
     block_mask, aux = flashtile_mask(case, seqlen, device)
     mods = Mods(block_mask, None, None, None, aux)
     masked = (HEADS * visible_pairs(block_mask, aux), f"{block_mask.sparsity():.4f}", mods)
-    impls = {"flashtile": masked, "flex": masked}
-    if case == "block_sparse":
+    impls = {name: masked for name in peers}
+    if case == "block_sparse" and "flashtile" in peers:
         impls["flashtile-dense"] = (HEADS * seqlen * seqlen, "0", None)
     config = Config(device.type, DTYPE_NAME, "fwd", False, 1, HEADS, HEADS, seqlen, seqlen, HEAD_DIM)
     inputs = bench._make_inputs(config, device)
@@ -430,12 +452,15 @@ def first_call(
     return json.loads(lines[-1])
 
 
-def measure_first_call(case: str, seqlen: int, env: results.Environment) -> list[dict[str, object]]:
-    """Two first-call rows per implementation for ``case``: ``first_call``, a fresh process with empty
-    caches; ``first_call_new_mask``, a fresh process whose caches hold what a first step with another mask
-    (:data:`OTHER_MASK`) left there: what a user pays for a mask new to an installation already in use."""
+def measure_first_call(
+    case: str, seqlen: int, env: results.Environment, peers: tuple[str, ...] = PEERS
+) -> list[dict[str, object]]:
+    """Two first-call rows per implementation of ``peers`` for ``case``: ``first_call``, a fresh process
+    with empty caches; ``first_call_new_mask``, a fresh process whose caches hold what a first step with
+    another mask (:data:`OTHER_MASK`) left there: what a user pays for a mask new to an installation
+    already in use."""
     rows = []
-    for impl in ("flashtile", "flex"):
+    for impl in peers:
         for mode in ("first_call", "first_call_new_mask"):
             row = {**_base_row(env, impl, case, seqlen), "mode": mode}
             try:
@@ -619,17 +644,18 @@ def main(args: argparse.Namespace) -> int:
         if path:
             console.print(f"plot: {path}", highlight=False)
         return 0
+    try:
+        seqlen = check_seqlen(args.seqlen[0] if args.seqlen else SEQLEN)
+        peers = chosen_peers(args.peers)
+    except ValueError as exc:
+        print(f"flashtile bench: {exc}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available() or args.device == "cpu":
         print(
             "flashtile bench --masks: needs a CUDA device (FlexAttention is compiled for it and times come "
             "from CUDA events)",
             file=sys.stderr,
         )
-        return 2
-    try:
-        seqlen = check_seqlen(args.seqlen[0] if args.seqlen else SEQLEN)
-    except ValueError as exc:
-        print(f"flashtile bench: {exc}", file=sys.stderr)
         return 2
     base = QUICK_TIMING if args.quick else TIMING
     timing = TimingBudget(
@@ -645,7 +671,8 @@ def main(args: argparse.Namespace) -> int:
     first_calls = QUICK_FIRST_CALL_CASES if args.quick else FIRST_CALL_CASES
     console.print(
         f"flashtile bench --masks on {env.gpu}, torch {env.torch}, triton {env.triton}, commit {env.commit}: "
-        f"N={seqlen}, cases {', '.join(cases)}, first calls {', '.join(first_calls)} → {csv_path}",
+        f"N={seqlen}, {', '.join(peers)}, cases {', '.join(cases)}, first calls {', '.join(first_calls)} "
+        f"→ {csv_path}",
         highlight=False,
     )
     started = time.monotonic()
@@ -653,13 +680,13 @@ def main(args: argparse.Namespace) -> int:
     status = 0
     try:
         for case in cases:
-            rows = measure_case(case, seqlen, device, env, timing)
+            rows = measure_case(case, seqlen, device, env, timing, peers)
             results.append_rows(csv_path, rows, COLUMNS)
             found += rows
             torch.cuda.empty_cache()
             console.print(f"{case}: {time.monotonic() - started:.0f} s", highlight=False)
         for case in first_calls:
-            rows = measure_first_call(case, seqlen, env)
+            rows = measure_first_call(case, seqlen, env, peers)
             results.append_rows(csv_path, rows, COLUMNS)
             found += rows
             console.print(f"{case} first call: {time.monotonic() - started:.0f} s", highlight=False)
