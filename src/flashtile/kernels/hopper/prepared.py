@@ -224,6 +224,7 @@ class _GluonBackward:
             deterministic, cfg, q_strides[:3], q_strides[:3], window, softcap, alibi_stride_b(alibi_slopes),
             None, False, None, dropout_p, sink,
             gluon_bwd.persistent_grid(head_dim, cfg, is_causal, plain, deterministic, sink),
+            # A prepared call never has a block mask (block_mask False).
             gluon_bwd.dq_by_producer(cfg, is_causal, deterministic, dropout_p > 0, False),
         )  # fmt: skip
         self._general = (softmax_scale, window, deterministic, softcap)
