@@ -232,8 +232,9 @@ bench_d256_causal_old_new() {
 }
 
 # flashtile bench with ARGS alternating this commit's code and an experiment (build/exp_src, which the
-# device call carries), twice each; the steps are bench_main_1, bench_exp_1, ..., the CSVs in
-# $work/bench_main and $work/bench_exp.
+# device call carries or exp_patch_step makes), twice each; the steps are bench_main_1, bench_exp_1, ...,
+# the CSVs in $work/bench_main and $work/bench_exp, a plain bench's brought back as main_bench.csv and
+# exp_bench.csv.
 #     bench_main_exp BOX_S ARGS...
 bench_main_exp() {
   local box=$1 round
@@ -243,6 +244,8 @@ bench_main_exp() {
     step "bench_exp_$round" "$box" env PYTHONPATH=build/exp_src python3 -m flashtile bench "$@" \
       --out-dir "$work/bench_exp"
   done
+  cp "$work"/bench_main/bench.csv "$OUT"/main_bench.csv 2>/dev/null
+  cp "$work"/bench_exp/bench.csv "$OUT"/exp_bench.csv 2>/dev/null
 }
 
 # The paper grid in MODE (flashtile bench --paper --mode MODE ARGS...) in a box of BOX_S, its CSV brought
@@ -2950,8 +2953,6 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     gpu_tests_exp_step 200 tests/test_gpu_hopper_bwd.py -k "causal and (d64 or d128) and not options"
     bench_main_exp 60 --head-dim 64 128 --causal true --mode bwd --seqlen 1024 4096 16384 \
       --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_main/bench.csv "$OUT"/main_bench.csv 2>/dev/null
-    cp "$work"/bench_exp/bench.csv "$OUT"/exp_bench.csv 2>/dev/null
     finish
     ;;
   s39c)
@@ -3555,8 +3556,6 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     gpu_tests_exp_step 220 tests/test_gpu_hopper_bwd.py -k "not 256 and not 192"
     bench_main_exp 70 --mode bwd --head-dim 64 128 --causal both --seqlen 1024 4096 16384 \
       --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_main/bench.csv "$OUT"/main_bench.csv 2>/dev/null
-    cp "$work"/bench_exp/bench.csv "$OUT"/exp_bench.csv 2>/dev/null
     finish
     ;;
   s49b)
@@ -3571,8 +3570,6 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     gpu_tests_exp_step 170 tests/test_gpu_hopper_bwd.py tests/test_head_dims.py -k "256 or 192"
     bench_main_exp 60 --mode bwd --head-dim 256 --causal false --seqlen 512 1024 2048 4096 16384 \
       --peers flashtile sdpa-cudnn --no-plot
-    cp "$work"/bench_main/bench.csv "$OUT"/main_bench.csv 2>/dev/null
-    cp "$work"/bench_exp/bench.csv "$OUT"/exp_bench.csv 2>/dev/null
     finish
     ;;
   *)
