@@ -142,12 +142,12 @@ PRODUCER_LOOP_SPILLS_ALLOWED = {
 def test_the_producers_dq_reduces_under_the_knob_compile_for_sm90(monkeypatch):
     # The compiling subprocesses inherit the knob (bwd_compile picks DQ_BY_PRODUCER as the launcher does).
     monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "1")
-    for d, name, mask, _ in PRODUCER_JOBS:
+    for _, _, mask, _ in PRODUCER_JOBS:
         words = set(mask.split("+"))
         dropout, block_mask = "dropout" in words, bool(words & {"sparse", "mod"})
-        assert bwd.dq_by_producer(bwd.VARIANTS[d][name], "causal" in words, False, dropout, block_mask)
+        assert bwd.dq_by_producer(False, dropout, block_mask)
         monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "")
-        assert not bwd.dq_by_producer(bwd.VARIANTS[d][name], "causal" in words, False, dropout, block_mask)
+        assert not bwd.dq_by_producer(False, dropout, block_mask)
         monkeypatch.setenv(bwd.DQ_BY_PRODUCER_ENV, "1")
     results, failures = _compile_failures(PRODUCER_JOBS, PRODUCER_LOOP_SPILLS_ALLOWED)
     assert len(results) == len(PRODUCER_JOBS)

@@ -102,6 +102,10 @@ _VARIANT, _VARLEN_TMA_STORE, _PERSISTENT = Knob(VARIANT_ENV), Knob(VARLEN_TMA_ST
 # mask by default; FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER = 0 never, 1 every call that adds dQ where it can.
 DQ_BY_PRODUCER_ENV = "FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER"
 _DQ_BY_PRODUCER = Knob(DQ_BY_PRODUCER_ENV)
+# The "keys" split's dK wgmma issued after dQ's (:func:`dk_after_dq`): plain non-causal calls at kernel head
+# dim 128 by default; FLASHTILE_HOPPER_BWD_DK_LAST = 0 never, 1 every "keys" split call that adds dQ.
+DK_LAST_ENV = "FLASHTILE_HOPPER_BWD_DK_LAST"
+_DK_LAST = Knob(DK_LAST_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims without a kernel of their own run zero-padded: zero columns change neither S nor dP nor Δ.
 PADDED_HEAD_DIM = {96: 128, 192: 256}
@@ -146,10 +150,10 @@ class BwdVariant:
         return self.block_n // 2, head_dim
 
 
-def fused_warps(cfg: BwdVariant, is_causal: bool) -> int:
-    """The fused kernel's default partition: the first consumer warpgroup (4 warps), or for the causal
-    "dim" split both consumer warpgroups as one partition (8; :func:`_consumer_dim_joined`)."""
-    return 8 if cfg.split == "dim" and is_causal else FUSED_WARPS
+def fused_warps(cfg: BwdVariant) -> int:
+    """The fused kernel's default partition: the first consumer warpgroup (4 warps), or for the "dim"
+    split both consumer warpgroups as one partition (8; :func:`_consumer_dim_joined`)."""
+    return 8 if cfg.split == "dim" else FUSED_WARPS
 
 
 # Per kernel head dim. D = 64: "m64" is the measured one; "m64-cols" halves the dQ reduce traffic for
@@ -242,22 +246,37 @@ def persistent_grid(
     return head_dim in PERSISTENT_HEAD_DIMS and not deterministic
 
 
-def dq_by_producer(
-    cfg: BwdVariant, is_causal: bool, deterministic: bool, dropout: bool, block_mask: bool
-) -> bool:
+def dq_by_producer(deterministic: bool, dropout: bool, block_mask: bool) -> bool:
     """Whether the producer warp issues the fused kernel's dQ reduces (DQ_BY_PRODUCER): the consumers
     stage dQ and arrive on a barrier instead of waiting for their last reduce and issuing the next one.
-    Only calls that add dQ (not deterministic), of the "keys" split or causal of the "dim" split (whose
-    joined partition then stages its dQ too). By default those without dropout or a block mask: on an
+    Only calls that add dQ (not deterministic). By default those without dropout or a block mask: on an
     H200, plain calls 1.5-6 % faster at D = 64 and 0-2 % at D = 128 (s47f), 4-7 % at D = 256 causal
-    (s48b); windows, softcap, ALiBi, packed batches and sinks 0-5 % (s48c, s48d); dropout 1-2 % slower
-    (s48d), block masks never timed. DQ_BY_PRODUCER_ENV=1 takes those two too, =0 none."""
-    if deterministic or (cfg.split != "keys" and not is_causal):
+    (s48b) and 2-3 % without a mask (s49b); windows, softcap, ALiBi, packed batches and sinks 0-5 % (s48c,
+    s48d); dropout 1-2 % slower (s48d), block masks +1 % (75 % empty tiles) and -6 % (documents) with a
+    spread of 4 % (s49). DQ_BY_PRODUCER_ENV=1 takes those two too, =0 none."""
+    if deterministic:
         return False
     knob = _DQ_BY_PRODUCER.get("").strip()
     if knob in ("0", "1"):
         return knob == "1"
     return not (dropout or block_mask)
+
+
+def dk_after_dq(
+    head_dim: int, cfg: BwdVariant, is_causal: bool, plain: bool, sink: bool, deterministic: bool
+) -> bool:
+    """Whether the "keys" split's consumers issue dK's wgmma after dQ's (DK_LAST), so that dQ's staging
+    and reduce run while dK's wgmma does (FlashAttention-4's sm_90 order), instead of before it. Only
+    calls that add dQ (not deterministic). By default plain non-causal calls without a sink at kernel head
+    dim 128: on an H200 those ran 2-4 % faster at N = 1k-16k, but causal D = 128 ran 3-5 % slower and
+    D = 64 2-4 % slower with or without the mask (s49a); calls with options never timed. DK_LAST_ENV=1
+    takes every call of the "keys" split that adds dQ, =0 none."""
+    if deterministic or cfg.split != "keys":
+        return False
+    knob = _DK_LAST.get("").strip()
+    if knob in ("0", "1"):
+        return knob == "1"
+    return head_dim == 128 and plain and not is_causal and not sink
 
 
 @builtin
@@ -692,9 +711,11 @@ def _consumer(
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_DROPOUT: gl.constexpr,
     HAS_SINK: gl.constexpr, which: gl.constexpr, PERSISTENT: gl.constexpr = False, sched=None,
+    DK_LAST: gl.constexpr = False,
 ):  # fmt: skip
     """One warpgroup of a "keys" split over the program's key block, or under PERSISTENT (dense batches)
-    over key blocks pid, pid + P, … in the producer's order (:func:`_producer`)."""
+    over key blocks pid, pid + P, … in the producer's order (:func:`_producer`). DK_LAST (with COMPUTE_DQ
+    only): dK's wgmma issued after dQ's."""
     if PERSISTENT:
         seqlen_q, seqlen_k, GROUP, q_off, k_off, H = sizes[3:9]
         count, entries = _persistent_blocks(sched, seqlen_q, GROUP, BM)
@@ -705,14 +726,14 @@ def _consumer(
                 descs, smem, bars, block_sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE,
                 DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI,
                 COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE, lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD,
-                MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, t * entries, t,
+                MASK_MOD_AUX, MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, t * entries, t, DK_LAST,
             )  # fmt: skip
     else:
         _consume_block(
             descs, smem, bars, sizes, qk_scale, softmax_scale, options, HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT,
             DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL, HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ,
             IS_VARLEN, VARLEN_TMA_STORE, lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX,
-            MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, 0, 0,
+            MASK_BITS, HAS_DROPOUT, HAS_SINK, which, PERSISTENT, 0, 0, DK_LAST,
         )  # fmt: skip
 
 
@@ -724,7 +745,7 @@ def _consume_block(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, COMPUTE_DQ: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, lists, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_DROPOUT: gl.constexpr,
-    HAS_SINK: gl.constexpr, which: gl.constexpr, PERSISTENT: gl.constexpr, it0, t,
+    HAS_SINK: gl.constexpr, which: gl.constexpr, PERSISTENT: gl.constexpr, it0, t, DK_LAST: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup of a "keys" split: K/V rows [n0 + BN/2·which, +BN/2) of the block; dK and dV stay
     in registers. Its query blocks take ring entries it0, it0 + 1, …; ``t`` blocks came before it in the
@@ -960,7 +981,8 @@ def _consume_block(
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
         ds_lo = dst.to(dtype)
         ds_op = gl.convert_layout(ds_lo, a_layout)
-        dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
+        if not DK_LAST:
+            dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
         if COMPUTE_DQ:
             ds_buf = ds_smem.index(entry % 2)
             ds_buf.slice(which * WG_ROWS, WG_ROWS).store(ds_lo)
@@ -985,10 +1007,17 @@ def _consume_block(
                         ds_buf.slice(which * DQ_ROWS, DQ_ROWS, dim=1).permute((1, 0)), k_smem, zero_dq,
                         use_acc=False, is_async=True,
                     )  # fmt: skip
-            # The register operands stay alive until their dots complete.
-            dv, dk, _, _ = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))
-            _release(qdo_empty.index(s), THREAD_RELEASE)
-            dq = warpgroup_mma_wait(0, deps=(dq,))
+            if DK_LAST:
+                # dK goes after dQ, so that dQ's staging below runs while it does; P (dV's register
+                # operand) is free once dV completes.
+                dv, _ = warpgroup_mma_wait(1, deps=(dv, p_op))
+                dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
+                dq = warpgroup_mma_wait(1, deps=(dq,))
+            else:
+                # The register operands stay alive until their dots complete.
+                dv, dk, _, _ = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))
+                _release(qdo_empty.index(s), THREAD_RELEASE)
+                dq = warpgroup_mma_wait(0, deps=(dq,))
             # The previous block's reduce must have read the staging tile before it is overwritten.
             if DQ_BY_PRODUCER:
                 mbarrier.wait(dq_free, (entry & 1) ^ 1)
@@ -1004,6 +1033,10 @@ def _consume_block(
                 row0 = q_off + m0 + which * (BM - DQ_ROWS)
                 col0 = h * HEAD_DIM + which * (HEAD_DIM - DQ_COLS)
                 _tma_reduce_add(dq_desc, [b, row0, col0], _rows3(stage, DQ_ROWS, DQ_COLS, dq3))
+            if DK_LAST:
+                # The register operand dS stays alive until dK completes.
+                dk, _ = warpgroup_mma_wait(0, deps=(dk, ds_op))
+                _release(qdo_empty.index(s), THREAD_RELEASE)
         else:
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
             _release(qdo_empty.index(s), THREAD_RELEASE)
@@ -1081,108 +1114,6 @@ def _store_dkv_boxes(
     tma.async_copy_shared_to_global(
         dk_desc, [b, row0, h_kv * HEAD_DIM], _rows3(stage, WG_ROWS, HEAD_DIM, out3)
     )
-    tma.store_wait(0)
-
-
-@gluon.jit
-def _consumer_dim(
-    descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
-    BN: gl.constexpr, NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr,
-    which: gl.constexpr,
-):  # fmt: skip
-    """One warpgroup of a "dim" split: columns [D/2·which, +D/2) of dK, dV and dQ for all BN K/V rows.
-    It computes Sᵀ and dPᵀ for query rows [BM/2·which, +BM/2) of each block and writes its half of P
-    and dS ([query, key] tiles) to shared memory, where both warpgroups read all of them. The query blocks
-    go from the last to the first (:func:`_last_first_start`)."""
-    dq_desc, dk_desc, dv_desc = descs
-    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
-    kv_bar, q_ready, do_ready, qdo_empty, ds_ready = bars
-    b, h_kv, n0, seqlen_q, seqlen_k, GROUP = sizes
-    HALF_M: gl.constexpr = BM // 2
-    HALF_D: gl.constexpr = HEAD_DIM // 2
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF_M, 16]
-    )
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF_D, 16]
-    )
-    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-
-    k_cols = k_smem.slice(which * HALF_D, HALF_D, dim=1)
-    dk = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
-    dv = gl.zeros([BN, HALF_D], gl.float32, acc_layout)
-    zero_s = gl.zeros([BN, HALF_M], gl.float32, s_layout)
-    zero_dq = gl.zeros([BM, HALF_D], gl.float32, acc_layout)
-    rows, diag_offset, m_first, per_head = _dim_blocks(n0, seqlen_q, seqlen_k, IS_CAUSAL, BM, BN, row_layout)
-    dq3: gl.constexpr = dq_desc.layout
-    mbarrier.wait(kv_bar, 0)
-    for it in range(GROUP * per_head):
-        s, phase, h, m0, buf = _dim_step(it, m_first, per_head, h_kv, GROUP, NSTAGE, BM)
-        q_s = q_smem.index(s)
-        do_s = do_smem.index(s)
-
-        mbarrier.wait(q_ready.index(s), phase)
-        st = warpgroup_mma(
-            k_smem, q_s.slice(which * HALF_M, HALF_M).permute((1, 0)), zero_s, use_acc=False, is_async=True
-        )
-        mbarrier.wait(do_ready.index(s), phase)
-        dpt = warpgroup_mma(
-            v_smem, do_s.slice(which * HALF_M, HALF_M).permute((1, 0)), zero_s, use_acc=False,
-            is_async=True,
-        )  # fmt: skip
-        lse = lse_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
-        st = warpgroup_mma_wait(1, deps=(st,))
-        pt = gl.exp2(st * qk_scale - lse[None, :])
-        # Only the blocks across the diagonal: masking every block spilled less (47 against 56 loop spills)
-        # but ran 1-3 % slower on an H200 (docs/design/hopper_bwd.md, "Causal launch order").
-        if IS_CAUSAL and m0 < n0 + BN - diag_offset:
-            cols = m0 + which * HALF_M + gl.arange(0, HALF_M, layout=col_layout)
-            pt = gl.where(rows[:, None] <= cols[None, :] + diag_offset, pt, 0.0)
-        delta = delta_smem.index(s).slice(which * HALF_M, HALF_M).load(col_layout)
-        dpt = warpgroup_mma_wait(0, deps=(dpt,))
-        dst = pt * (dpt - delta[None, :])
-        p_smem.index(buf).slice(which * HALF_M, HALF_M).permute((1, 0)).store(pt.to(dtype))
-        ds_smem.index(buf).slice(which * HALF_M, HALF_M).permute((1, 0)).store(dst.to(dtype))
-        fence_async_shared()
-        # Every query row of P and dS is needed: wait until the other warpgroup has written its half.
-        mbarrier.arrive(ds_ready.index(buf))
-        mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
-        dv = warpgroup_mma(
-            p_smem.index(buf).permute((1, 0)), do_s.slice(which * HALF_D, HALF_D, dim=1), dv, is_async=True
-        )
-        dk = warpgroup_mma(
-            ds_smem.index(buf).permute((1, 0)), q_s.slice(which * HALF_D, HALF_D, dim=1), dk, is_async=True
-        )
-        if COMPUTE_DQ:
-            dq = warpgroup_mma(ds_smem.index(buf), k_cols, zero_dq, use_acc=False, is_async=True)
-            dv, dk = warpgroup_mma_wait(1, deps=(dv, dk))
-            mbarrier.arrive(qdo_empty.index(s))
-            dq = warpgroup_mma_wait(0, deps=(dq,))
-            # The previous block's reduce must have read the staging tile before it is overwritten.
-            tma.store_wait(0)
-            stage = dq_smem.index(which)
-            stage.store(dq)
-            fence_async_shared()
-            _tma_reduce_add(dq_desc, [b, m0, h * HEAD_DIM + which * HALF_D], _rows3(stage, BM, HALF_D, dq3))
-        else:
-            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
-            mbarrier.arrive(qdo_empty.index(s))
-    tma.store_wait(0)
-
-    # dK and dV are staged in this warpgroup's dQ tile, free now that its last reduce has read it.
-    out3: gl.constexpr = dk_desc.layout
-    out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, HALF_D], dtype)
-    stage = dq_smem.index(which)._reinterpret(dtype, [BN, HALF_D], out_tile)
-    col0 = h_kv * HEAD_DIM + which * HALF_D
-    stage.store(dv.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dv_desc, [b, n0, col0], _rows3(stage, BN, HALF_D, out3))
-    tma.store_wait(0)
-    stage.store((dk * softmax_scale).to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [b, n0, col0], _rows3(stage, BN, HALF_D, out3))
     tma.store_wait(0)
 
 
@@ -1322,7 +1253,7 @@ def attn_bwd_kernel(
     HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, HAS_DROPOUT: gl.constexpr, IS_VARLEN: gl.constexpr,
     VARLEN_TMA_STORE: gl.constexpr, SPARSE_BLOCK_N: gl.constexpr, SPARSE_TILES: gl.constexpr,
     MASK_MOD: gl.constexpr, MASK_MOD_AUX: gl.constexpr, MASK_BITS: gl.constexpr, HAS_SINK: gl.constexpr,
-    PERSISTENT: gl.constexpr, DQ_BY_PRODUCER: gl.constexpr,
+    PERSISTENT: gl.constexpr, DQ_BY_PRODUCER: gl.constexpr, DK_LAST: gl.constexpr = False,
 ):  # fmt: skip
     """Fused dK/dV (and dQ by reduce-add when COMPUTE_DQ) for one BN-row K/V block of one KV head, or
     under PERSISTENT ("keys" split, dense batches) for key blocks pid, pid + P, … of the ``num_tiles``
@@ -1330,8 +1261,9 @@ def attn_bwd_kernel(
     window (IS_LOCAL, not the plain causal mask), softcap, ALiBi and dropout (HAS_DROPOUT: the forward's
     mask from the int64 (seed, offset) at rng_state_ptr, kept iff the draw ≥ dropout_threshold, kept
     entries scaled by 1 / dropout_keep_frac) are taken by the "keys" split only. DQ_BY_PRODUCER ("keys"
-    split, or the "dim" split's causal joined partition; COMPUTE_DQ): the consumers stage dQ and the
-    producer warp reduce-adds it (:func:`dq_by_producer`).
+    split, or the "dim" split's joined partition; COMPUTE_DQ): the consumers stage dQ and the
+    producer warp reduce-adds it (:func:`dq_by_producer`). DK_LAST ("keys" split, COMPUTE_DQ): dK's
+    wgmma is issued after dQ's (:func:`dk_after_dq`).
 
     IS_VARLEN ("keys" split only): q/k/v/dO/dQ are packed (1, total, H·D) behind the descriptors,
     seqlen_q/k the totals, sequence b the rows [cu_seqlens[b], cu_seqlens[b + 1]) (clamped into
@@ -1398,10 +1330,10 @@ def attn_bwd_kernel(
     THREAD_RELEASE: gl.constexpr = SPLIT == "keys" and HEAD_DIM == 128
     mbarrier.init(kv_bar, count=1)
     mbarrier.init(kv_empty, count=2 * WG_THREADS if THREAD_RELEASE else 2)
-    # The causal "dim" split runs its two consumer warpgroups as one partition (_consumer_dim_joined):
-    # 6-9 % faster causal at D = 256 on an H200 (s37a), but 1-4 % slower without a mask.
-    DIM_JOINED: gl.constexpr = SPLIT == "dim" and IS_CAUSAL
-    consumer_arrivals: gl.constexpr = 1 if DIM_JOINED else 2
+    # The "dim" split runs its two consumer warpgroups as one partition (_consumer_dim_joined): against
+    # two partitions, 6-9 % faster causal at D = 256 on an H200 (s37a), and with the producer's dQ reduces
+    # 2-3 % faster without a mask (s49b).
+    consumer_arrivals: gl.constexpr = 1 if SPLIT == "dim" else 2
     for i in gl.static_range(NSTAGE):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
@@ -1412,7 +1344,6 @@ def attn_bwd_kernel(
     mbarrier.init(dq_free, count=1)
 
     descs = (dq_desc, dk_desc, dv_desc)
-    bars = (kv_bar, q_ready, do_ready, qdo_empty, ds_ready)
     keys_bars = (
         kv_bar, q_ready, do_ready, qdo_empty, ds_ready, kv_empty, THREAD_RELEASE, dq_staged, dq_free,
         DQ_BY_PRODUCER,
@@ -1440,33 +1371,19 @@ def attn_bwd_kernel(
         p_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], pds_tile)
         ds_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], pds_tile)
         smem = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem)
-        if DIM_JOINED:
-            gl.warp_specialize(
-                [
-                    (_consumer_dim_joined, (descs, smem, load_bars, sizes, qk_scale, softmax_scale, HEAD_DIM,
-                                            BM, BN, NSTAGE, IS_CAUSAL, COMPUTE_DQ,
-                                            DQ_BY_PRODUCER and COMPUTE_DQ, (dq_staged, dq_free))),
-                    (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE,
-                                 IS_CAUSAL, False, False, lists, SPARSE_BLOCK_N, 0, True, False, None,
-                                 DQ_BY_PRODUCER and COMPUTE_DQ, (dq_desc, dq_smem, dq_staged, dq_free),
-                                 DQ_ROWS, DQ_COLS)),
-                ],
-                [1],
-                [24],
-            )  # fmt: skip
-        else:
-            gl.warp_specialize(
-                [
-                    (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN,
-                                     NSTAGE, IS_CAUSAL, COMPUTE_DQ, 0)),
-                    (_consumer_dim, (descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM, BM, BN,
-                                     NSTAGE, IS_CAUSAL, COMPUTE_DQ, 1)),
-                    (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE,
-                                 IS_CAUSAL, False, False, lists, SPARSE_BLOCK_N, 0, True)),
-                ],
-                [4, 1],
-                [240, 24],
-            )  # fmt: skip
+        gl.warp_specialize(
+            [
+                (_consumer_dim_joined, (descs, smem, load_bars, sizes, qk_scale, softmax_scale, HEAD_DIM,
+                                        BM, BN, NSTAGE, IS_CAUSAL, COMPUTE_DQ,
+                                        DQ_BY_PRODUCER and COMPUTE_DQ, (dq_staged, dq_free))),
+                (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE,
+                             IS_CAUSAL, False, False, lists, SPARSE_BLOCK_N, 0, True, False, None,
+                             DQ_BY_PRODUCER and COMPUTE_DQ, (dq_desc, dq_smem, dq_staged, dq_free),
+                             DQ_ROWS, DQ_COLS)),
+            ],
+            [1],
+            [24],
+        )  # fmt: skip
     else:
         ds_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
         out_tile: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, HEAD_DIM], dtype)
@@ -1482,12 +1399,12 @@ def attn_bwd_kernel(
                              HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
                              HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
                              lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                             HAS_DROPOUT, HAS_SINK, 0, PERSISTENT, sched)),
+                             HAS_DROPOUT, HAS_SINK, 0, PERSISTENT, sched, DK_LAST and COMPUTE_DQ)),
                 (_consumer, (keys_descs, smem, keys_bars, keys_sizes, qk_scale, softmax_scale, options,
                              HEAD_DIM, BM, BN, NSTAGE, DQ_SPLIT, DQ_ROWS, DQ_COLS, IS_CAUSAL, IS_LOCAL,
                              HAS_WINDOW_LEFT, HAS_SOFTCAP, HAS_ALIBI, COMPUTE_DQ, IS_VARLEN, VARLEN_TMA_STORE,
                              lists, SPARSE_BLOCK_N, SPARSE_TILES, MASK_MOD, MASK_MOD_AUX, MASK_BITS,
-                             HAS_DROPOUT, HAS_SINK, 1, PERSISTENT, sched)),
+                             HAS_DROPOUT, HAS_SINK, 1, PERSISTENT, sched, DK_LAST and COMPUTE_DQ)),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE, IS_CAUSAL,
                              IS_LOCAL, HAS_WINDOW_LEFT, lists, SPARSE_BLOCK_N, SPARSE_TILES, False,
                              PERSISTENT, sched, DQ_BY_PRODUCER and COMPUTE_DQ,
@@ -1856,6 +1773,7 @@ def _bwd_launches(
     sink: bool = False,
     persistent: bool = False,
     producer_reduces: bool = False,
+    dk_last: bool = False,
 ) -> tuple[KernelLaunch, KernelLaunch, KernelLaunch]:
     """The preprocess, the fused kernel, and the deterministic dQ kernel or the dQ postprocess.
     ``shape_q`` is q's (B, N_q, H, D), ``shape_k`` (N_k, H_KV); the strides are out's and dout's first
@@ -1868,7 +1786,8 @@ def _bwd_launches(
     :data:`flashtile.kernels.hopper.fwd.Sparse`, or None; ``dropout_p``: the forward's (0 without dropout);
     ``sink``: a learnable sink (its gradient summed in the fused kernel); ``persistent``: the fused kernel
     on a persistent grid (:func:`persistent_grid`); ``producer_reduces``: its dQ reduces issued by the
-    producer warp (:func:`dq_by_producer`)."""
+    producer warp (:func:`dq_by_producer`); ``dk_last``: dK's wgmma issued after dQ's
+    (:func:`dk_after_dq`)."""
     batch, seqlen_q, heads, head_dim = shape_q
     seqlen_k, heads_kv = shape_k
     longest = (seqlen_q, seqlen_k) if varlen is None else varlen[1:]
@@ -1909,9 +1828,9 @@ def _bwd_launches(
             IS_CAUSAL=is_causal, COMPUTE_DQ=not deterministic, IS_VARLEN=varlen is not None,
             VARLEN_TMA_STORE=varlen is not None and varlen_tma_store, **opts,
             **sparse_arguments(sparse, bm, "q"), HAS_SINK=sink,
-            DQ_BY_PRODUCER=producer_reduces,
+            DQ_BY_PRODUCER=producer_reduces, DK_LAST=dk_last,
         ),
-        {"num_warps": fused_warps(cfg, is_causal), "maxnreg": FUSED_MAXNREG},
+        {"num_warps": fused_warps(cfg), "maxnreg": FUSED_MAXNREG},
     )  # fmt: skip
     if deterministic:
         num_m_blocks = cdiv(seqlen_q, DQ_BLOCK_M)
@@ -1994,7 +1913,8 @@ def _launch(
         deterministic, cfg, _dims4(out)[1][:3], _dims4(dout)[1][:3], tuple(window_size), softcap,
         alibi_stride_b(slopes), varlen,
         varlen is not None and _VARLEN_TMA_STORE.get("").strip() != "0", sparse, dropout_p, bool(dsink),
-        persistent, dq_by_producer(cfg, is_causal, deterministic, dropout_p > 0, mods is not None),
+        persistent, dq_by_producer(deterministic, dropout_p > 0, mods is not None),
+        dk_after_dq(head_dim, cfg, is_causal, plain, sink, deterministic),
     )  # fmt: skip
     seqlen_pad = _stats_rows(seqlen_q, bm, varlen)
     # The base-2 LSE and Δ rows, one allocation (each half starts 256-byte aligned: seqlen_pad % 64 == 0);

@@ -83,9 +83,11 @@ def compile_here(
         PERSISTENT="persistent" in words,
     )
     cfg = bwd.VARIANTS[d][variant]
-    # As the launcher picks it (bwd.dq_by_producer).
+    # As the launcher picks them (bwd.dq_by_producer, bwd.dk_after_dq).
     dropout, block_mask = "dropout" in words, bool(words & {"sparse", "mod", "bits"})
-    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(cfg, causal, deterministic, dropout, block_mask)
+    switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(deterministic, dropout, block_mask)
+    plain = not words & {"local", "softcap", "alibi", "varlen", "dropout", "sparse", "mod", "bits"}
+    switches["DK_LAST"] = bwd.dk_after_dq(d, cfg, causal, plain, "sink" in words, deterministic)
     bm, bn = cfg.block_m, cfg.block_n
     sparse = None
     if words & {"sparse", "mod", "bits"}:
@@ -122,7 +124,7 @@ def compile_here(
             **({} if switches["HAS_ALIBI"] else {"alibi_ptr": None}),
             **({} if "bits" in words else {"aux": None}),
         ),
-        {"num_warps": bwd.fused_warps(cfg, causal), "maxnreg": bwd.FUSED_MAXNREG},
+        {"num_warps": bwd.fused_warps(cfg), "maxnreg": bwd.FUSED_MAXNREG},
     )  # fmt: skip
     kernels = [fused]
     if deterministic:

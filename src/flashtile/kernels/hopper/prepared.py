@@ -225,7 +225,8 @@ class _GluonBackward:
             None, False, None, dropout_p, sink,
             gluon_bwd.persistent_grid(head_dim, cfg, is_causal, plain, deterministic, sink),
             # A prepared call never has a block mask (block_mask False).
-            gluon_bwd.dq_by_producer(cfg, is_causal, deterministic, dropout_p > 0, False),
+            gluon_bwd.dq_by_producer(deterministic, dropout_p > 0, False),
+            gluon_bwd.dk_after_dq(head_dim, cfg, is_causal, plain, sink, deterministic),
         )  # fmt: skip
         self._general = (softmax_scale, window, deterministic, softcap)
         self._dropout_p = dropout_p
