@@ -154,6 +154,24 @@ def test_the_producers_dq_reduces_under_the_knob_compile_for_sm90(monkeypatch):
     assert not failures, "\n".join(failures)
 
 
+# Where only FLASHTILE_HOPPER_BWD_DK_LAST=1 issues dK's wgmmas after dQ's: D = 256's joined partition and
+# the D = 64 / causal D = 128 "keys" split (none of them spills with it).
+DK_LAST_JOBS = [
+    (256, bwd.DEFAULT_VARIANT[256], False, False),
+    (256, bwd.DEFAULT_VARIANT[256], True, False),
+    (64, bwd.DEFAULT_VARIANT[64], True, False),
+    (128, bwd.DEFAULT_VARIANT[128], True, False),
+]
+
+
+def test_dk_after_dq_under_the_knob_compiles_for_sm90(monkeypatch):
+    # The compiling subprocesses inherit the knob (bwd_compile picks DK_LAST as the launcher does).
+    monkeypatch.setenv(bwd.DK_LAST_ENV, "1")
+    results, failures = _compile_failures(DK_LAST_JOBS, {})
+    assert len(results) == len(DK_LAST_JOBS)
+    assert not failures, "\n".join(failures)
+
+
 def test_every_head_dim_has_a_default_variant():
     assert set(bwd.DEFAULT_VARIANT) == set(bwd.VARIANTS)
     for d, name in bwd.DEFAULT_VARIANT.items():
