@@ -195,12 +195,12 @@ def test_knob_names_are_those_the_hopper_launchers_read() -> None:
     from flashtile.backend import ENV_VAR
     from flashtile.kernels.hopper.bwd import DK_LAST_ENV, DQ_BY_PRODUCER_ENV, VARIANT_ENV
     from flashtile.kernels.hopper.bwd import PERSISTENT_ENV as BWD_PERSISTENT_ENV
-    from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, PERSISTENT_ENV, PINGPONG_ENV
+    from flashtile.kernels.hopper.fwd import CONSUMERS_ENV, EXP2_POLY_ENV, PERSISTENT_ENV, PINGPONG_ENV
 
     names = {knob.name for knob in plain_calls.KNOBS}
     knobs = {
         PERSISTENT_ENV, CONSUMERS_ENV, PINGPONG_ENV, VARIANT_ENV, BWD_PERSISTENT_ENV, DQ_BY_PRODUCER_ENV,
-        DK_LAST_ENV,
+        DK_LAST_ENV, EXP2_POLY_ENV,
     }  # fmt: skip
     assert names == {ENV_VAR, "TRITON_INTERPRET", *knobs}
 

@@ -24,16 +24,18 @@ MAX_VERDICTS = 256
 _verdicts: dict[tuple, tuple] = {}
 
 # The environment a verdict depends on: the backend's choice, and the knobs a prepared call
-# (flashtile.backend.prepare) fixes when it is made — the Hopper forward's persistent grid, consumer count and
-# ping-pong (kernels/hopper/fwd.py's PERSISTENT_ENV, CONSUMERS_ENV, PINGPONG_ENV) and the Hopper backward's
-# variant, grid, dQ reducer and dK order (bwd.py's VARIANT_ENV, PERSISTENT_ENV, DQ_BY_PRODUCER_ENV,
-# DK_LAST_ENV). tests/test_prepared_calls.py checks the names against those modules.
+# (flashtile.backend.prepare) fixes when it is made — the Hopper forward's persistent grid, consumer count,
+# ping-pong and exponentials' share on the FMA pipes (kernels/hopper/fwd.py's PERSISTENT_ENV,
+# CONSUMERS_ENV, PINGPONG_ENV, EXP2_POLY_ENV) and the Hopper backward's variant, grid, dQ reducer and dK
+# order (bwd.py's VARIANT_ENV, PERSISTENT_ENV, DQ_BY_PRODUCER_ENV, DK_LAST_ENV).
+# tests/test_prepared_calls.py checks the names against those modules.
 KNOBS = tuple(
     Knob(name)
     for name in (
         BACKEND_ENV, "TRITON_INTERPRET", "FLASHTILE_HOPPER_FWD_PERSISTENT", "FLASHTILE_HOPPER_FWD_CONSUMERS",
         "FLASHTILE_HOPPER_FWD_PINGPONG", "FLASHTILE_HOPPER_BWD_VARIANT", "FLASHTILE_HOPPER_BWD_PERSISTENT",
         "FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER", "FLASHTILE_HOPPER_BWD_DK_LAST",
+        "FLASHTILE_HOPPER_FWD_EXP2_POLY",
     )
 )  # fmt: skip
 
