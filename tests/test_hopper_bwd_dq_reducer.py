@@ -98,7 +98,8 @@ def test_dk_goes_after_dq_in_plain_non_causal_calls_at_d128_only(knob):
     assert dk_last(128)
     assert not dk_last(128, causal=True) and not dk_last(64) and not dk_last(64, causal=True)
     assert not dk_last(128, softcap=30.0) and not dk_last(128, sink=True) and not dk_last(128, dropout_p=0.1)
-    # Deterministic calls add no dQ in the fused kernel; D = 256's "dim" split has no such order.
+    # Deterministic calls add no dQ in the fused kernel; D = 256's joined partition takes it under the knob
+    # only.
     assert not dk_last(128, deterministic=True) and not dk_last(256)
 
 

@@ -86,7 +86,11 @@ def compile_here(
     # As the launcher picks them (bwd.dq_by_producer, bwd.dk_after_dq).
     dropout, block_mask = "dropout" in words, bool(words & {"sparse", "mod", "bits"})
     switches["DQ_BY_PRODUCER"] = bwd.dq_by_producer(deterministic, dropout, block_mask)
-    plain = not words & {"local", "softcap", "alibi", "varlen", "dropout", "sparse", "mod", "bits"}
+    plain = bwd.is_plain_call(
+        (8, 0) if "local" in words else (-1, -1), 1.0 if "softcap" in words else 0.0,
+        True if "alibi" in words else None, 0.1 if dropout else 0.0, True if "varlen" in words else None,
+        True if block_mask else None,
+    )  # fmt: skip
     switches["DK_LAST"] = bwd.dk_after_dq(d, cfg, causal, plain, "sink" in words, deterministic)
     bm, bn = cfg.block_m, cfg.block_n
     sparse = None
