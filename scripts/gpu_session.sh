@@ -123,7 +123,7 @@
 #      benchmarks/launch_overhead.py --peer with the remembered verdicts of plain calls, the API GPU tests
 #   zw flashtile bench --paper again (the plain calls' shorter host path in the short cells)
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a|s39b|s39c|s39d|s39e|s39f|s40a|s40b|s41a|s41b|s41c|s41d|s41e|s42a|s42b|s42c|s42d|s42e|s43a|s43b|s43c|s43d|s43e|s43f|s43g|s43h|s43i|s44a|s44b|s44c|s44d|s45b|s45d|s45e|s45f|s45g|s46a|s46b|s46c|s46d|s46e|s46f|s46g|s47a|s47b|s47c|s47d|s47e|s47f|s47g|s48a|s48b|s48c|s48d|s48e|s48f|s48g|s49c|s50a [test files for a, c, e, f, h, i and k]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a|s39b|s39c|s39d|s39e|s39f|s40a|s40b|s41a|s41b|s41c|s41d|s41e|s42a|s42b|s42c|s42d|s42e|s43a|s43b|s43c|s43d|s43e|s43f|s43g|s43h|s43i|s44a|s44b|s44c|s44d|s45b|s45d|s45e|s45f|s45g|s46a|s46b|s46c|s46d|s46e|s46f|s46g|s47a|s47b|s47c|s47d|s47e|s47f|s47g|s48a|s48b|s48c|s48d|s48e|s48f|s48g|s49c|s50a|s50b|s50c [test files for a, c, e, f, h, i and k]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -3571,8 +3571,27 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
       --options window softcap alibi --mode bwd --peers flashtile
     finish
     ;;
+  s50b | s50c)
+    # (Fiftieth session, main.) The paper grid whole, every mode, at one commit (cuDNN and SDPA flash;
+    # Flex was never the best peer of a paper cell on the H200): its rows were last timed at 3d89547
+    # (forward), 34917ca and 1fd6fad. s50b adds the GPU files not run since 1fd6fad (the backward's
+    # D = 64 cases, the block masks, the sinks); s50c is the grid's second run and memcheck over the Gluon
+    # kernels (part a's memcheck box ran out while compiling).
+    begin
+    for mode in bwd fwd fwd_bwd; do
+      step "bench_$mode" 200 python3 -m flashtile bench --paper --mode "$mode" \
+        --peers flashtile sdpa-cudnn sdpa-flash --no-plot --out-dir "$work/bench" --name "$mode"
+      cp "$work/bench/$mode.csv" "$OUT"/ 2>/dev/null
+    done
+    if [ "$part" = s50b ]; then
+      gpu_tests_step 360 tests/test_gpu_hopper_bwd.py tests/test_gpu_hopper_block_sparse.py tests/test_sinks.py
+    else
+      memcheck_group hopper 150 250
+    fi
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a|s39b|s39c|s39d|s39e|s39f|s40a|s40b|s41a|s41b|s41c|s41d|s41e|s42a|s42b|s42c|s42d|s42e|s43a|s43b|s43c|s43d|s43e|s43f|s43g|s43h|s43i|s44a|s44b|s44c|s44d|s45b|s45d|s45e|s45f|s45g|s46a|s46b|s46c|s46d|s46e|s46f|s46g|s47a|s47b|s47c|s47d|s47e|s47f|s47g|s48a|s48b|s48c|s48d|s48e|s48f|s48g|s49c|s50a [test files for a, c, e, f, h, i and k]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|za|zb|zc|ze|zf|zg|zh|zi|zj|zk|zl|zn|zo|zp|zq|zr|zs|zt|zu|zv|zw|s13a|s13b|s13c|s13d|s13e|s13f|s14a|s14b|s14c|s14d|s14e|s14f|s14g|s14h|s14i|s15a|s15b|s15c|s15d|s15e|s15f|s15g|s15h|s15i|s15j|s15k|s15l|s16a|s16b|s16c|s16d|s16e|s16f|s16g|s16h|s16i|s16j|s16k|s16l|s17a|s17b|s17c|s17d|s17e|s17f|s17g|s17h|s17i|s18a|s18b|s18c|s18d|s18e|s18f|s18g|s18h|s18i|s18j|s18k|s18l|s18m|s18n|s19a|s19b|s19c|s19d|s19e|s19f|s19g|s19h|s19i|s19j|s20a|s20b|s20c|s20d|s20e|s20f|s20g|s20h|s21a|s21b|s21c|s21d|s21e|s21f|s21g|s21h|s21i|s22a|s22b|s22c|s22d|s22e|s22f|s22h|s23a|s23b|s23c|s23d|s23e|s23f|s23g|s24a|s24b|s24c|s24d|s24e|s25a|s26a|s26b|s26c|s26d|s26e|s27a|s27b|s27c|s27d|s27e|s27f|s27g|s27h|s28a|s28b|s28c|s28d|s29a|s29b|s29c|s29d|s29e|s29f|s29g|s29h|s29i|s30a|s30b|s30c|s30d|s30e|s31a|s31b|s31c|s31d|s31e|s31f|s31g|s32a|s32b|s32c|s32d|s33a|s33b|s33c|s33d|s33e|s33f|s33g|s34a|s34b|s34c|s34d|s34e|s34f|s34g|s34h|s34i|s35a|s35b|s35c|s35d|s35e|s36a|s36b|s36c|s36d|s36e|s36f|s37b|s37c|s37e|s38a|s38b|s38c|s38d|s38e|s39a|s39b|s39c|s39d|s39e|s39f|s40a|s40b|s41a|s41b|s41c|s41d|s41e|s42a|s42b|s42c|s42d|s42e|s43a|s43b|s43c|s43d|s43e|s43f|s43g|s43h|s43i|s44a|s44b|s44c|s44d|s45b|s45d|s45e|s45f|s45g|s46a|s46b|s46c|s46d|s46e|s46f|s46g|s47a|s47b|s47c|s47d|s47e|s47f|s47g|s48a|s48b|s48c|s48d|s48e|s48f|s48g|s49c|s50a|s50b|s50c [test files for a, c, e, f, h, i and k]" >&2
     exit 2
     ;;
 esac
