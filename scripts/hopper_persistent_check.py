@@ -11,8 +11,8 @@ with three consumer warpgroups (FLASHTILE_HOPPER_FWD_CONSUMERS=3, persistent whe
 ``--causal-only`` times the grid's causal cells alone (the persistent grid pairs their row blocks);
 ``--any-keys`` adds the persistent grid past its key bound at D > 64; ``--stages 3 4`` adds the forward with
 K/V rings of those depths (with ``--consumers`` at D = 64 also with three consumers), ``--block-n 64`` with
-K/V tiles of that many keys; ``--only-grid`` leaves
-out the window and 8k cells.
+K/V tiles of that many keys (each from the tiling the dispatcher gives the cell, one field changed);
+``--only-grid`` leaves out the window and 8k cells.
 
     PYTHONPATH=src python scripts/hopper_persistent_check.py [--head-dims 64 128 256] [--csv out.csv] \
         [--baseline path/to/an/earlier/hopper/fwd.py]
@@ -178,15 +178,17 @@ def main() -> None:
         }
         if baseline is not None:
             impls["baseline"] = launcher(baseline.attn_fwd, q, k, v, causal, window)
+        # The tiling the dispatcher gives this cell (a 3-deep ring for plain D = 64), one field changed.
+        default_tiling = configs.hopper_fwd_config(head_dim, plain=window in ((-1, -1), (-1, 0)))
         for depth in args.stages:
-            tiling = dataclasses.replace(configs.hopper_fwd_config(head_dim), STAGES=depth)
+            tiling = dataclasses.replace(default_tiling, STAGES=depth)
             impls[f"stages-{depth}"] = launcher(hopper_fwd, q, k, v, causal, window, config=tiling)
             if args.consumers and head_dim == 64:
                 impls[f"stages-{depth}-3"] = launcher(
                     hopper_fwd, q, k, v, causal, window, consumers=3, config=tiling
                 )
         for keys in args.block_n:
-            tiling = dataclasses.replace(configs.hopper_fwd_config(head_dim), BLOCK_N=keys)
+            tiling = dataclasses.replace(default_tiling, BLOCK_N=keys)
             impls[f"block-n-{keys}"] = launcher(hopper_fwd, q, k, v, causal, window, config=tiling)
         if args.any_keys and head_dim > 64:
             impls["persistent-any-keys"] = any_keys(q, k, v, causal, window)
