@@ -3593,11 +3593,17 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
   s51a)
     # (For the fifty-first session, main.) The D = 64 causal forward at N = 512-4k, the paper grid's
     # oldest gap (0.91x cuDNN at 512 and 0.98-0.99x at 1k-4k in both of s50b / s50c's runs): kernel time
-    # (CUDA graphs) of the default against 64-key tiles, a 2-deep ring and three consumers, with cuDNN.
+    # (CUDA graphs) of the default against 64-key tiles, a 2-deep ring and three consumers, with cuDNN;
+    # then 64-key tiles again under scripts/experiments/own_tiles_d64.patch, where each of the two
+    # consumers steps through its own key tiles only (the lower one skips the diagonal's last 64 keys,
+    # wholly masked for its rows; sm_90: no spill; the default 128-key kernel's PTX unchanged).
     begin
-    step fwd_d64_causal 300 python3 scripts/hopper_persistent_check.py --head-dims 64 \
-      --seqlens 512 1024 2048 4096 --causal-only --only-grid --block-n 64 --stages 2 --consumers \
-      --csv "$OUT/fwd_d64_causal.csv"
+    check=(python3 scripts/hopper_persistent_check.py --head-dims 64 --seqlens 512 1024 2048 4096
+      --causal-only --only-grid)
+    step fwd_d64_causal 240 "${check[@]}" --block-n 64 --stages 2 --consumers --csv "$OUT/fwd_d64_causal.csv"
+    exp_patch_step scripts/experiments/own_tiles_d64.patch
+    step fwd_d64_causal_own 150 env PYTHONPATH=build/exp_src "${check[@]}" --block-n 64 \
+      --csv "$OUT/fwd_d64_causal_own.csv"
     finish
     ;;
   *)
