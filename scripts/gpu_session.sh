@@ -258,6 +258,18 @@ paper_mode_step() {
   cp "$work"/bench/bench.csv "$OUT/$name.csv" 2>/dev/null
 }
 
+# The paper grid whole, a mode at a time (backward first), with cuDNN and SDPA flash (Flex was never the
+# best peer of a paper cell on the H200), each mode in a box of BOX_S; its CSVs brought back as MODE.csv.
+#     paper_grid_whole BOX_S
+paper_grid_whole() {
+  local mode
+  for mode in bwd fwd fwd_bwd; do
+    step "bench_$mode" "$1" python3 -m flashtile bench --paper --mode "$mode" \
+      --peers flashtile sdpa-cudnn sdpa-flash --no-plot --out-dir "$work/bench" --name "$mode"
+    cp "$work/bench/$mode.csv" "$OUT"/ 2>/dev/null
+  done
+}
+
 # The paper grid's forward in a box of BOX_S; its CSV (bench_fwd.csv) and plot brought back.
 #     paper_fwd_step BOX_S
 paper_fwd_step() {
@@ -3429,11 +3441,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # several (README, "The paper grid today"). s47d adds test_gpu_api.py whole (its head dims other than
     # 64 last ran before the forty-sixth session's persistent backward); s47e is the grid's second run.
     begin
-    for mode in bwd fwd fwd_bwd; do
-      step "bench_$mode" 200 python3 -m flashtile bench --paper --mode "$mode" \
-        --peers flashtile sdpa-cudnn sdpa-flash --no-plot --out-dir "$work/bench" --name "$mode"
-      cp "$work/bench/$mode.csv" "$OUT"/ 2>/dev/null
-    done
+    paper_grid_whole 200
     if [ "$part" = s47d ]; then
       gpu_tests_step 220 tests/test_gpu_api.py
     fi
@@ -3578,11 +3586,7 @@ print(torch.cuda.get_device_name(), 'peak', bw / 1e12, 'TB/s; stages one an SM:'
     # D = 64 cases, the block masks, the sinks); s50c is the grid's second run and memcheck over the Gluon
     # kernels (part a's memcheck box ran out while compiling).
     begin
-    for mode in bwd fwd fwd_bwd; do
-      step "bench_$mode" 200 python3 -m flashtile bench --paper --mode "$mode" \
-        --peers flashtile sdpa-cudnn sdpa-flash --no-plot --out-dir "$work/bench" --name "$mode"
-      cp "$work/bench/$mode.csv" "$OUT"/ 2>/dev/null
-    done
+    paper_grid_whole 200
     if [ "$part" = s50b ]; then
       gpu_tests_step 360 tests/test_gpu_hopper_bwd.py tests/test_gpu_hopper_block_sparse.py tests/test_sinks.py
     else
