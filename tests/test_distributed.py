@@ -221,13 +221,21 @@ def test_without_a_process_group_it_is_flash_attn_func() -> None:
         (dict(alibi_slopes=torch.ones(2)), NotImplementedError, "does not support alibi_slopes"),
         (dict(layout="stripe"), ValueError, "layout must be one of contiguous, zigzag; got 'stripe'"),
         (dict(layout="zigzag"), ValueError, "'zigzag' needs an even shard length; got 9"),
-        (dict(softcap=-1.0), ValueError, "softcap must be a float ≥ 0; got -1.0"),
+        (dict(softcap=float("inf")), ValueError, r"softcap must be finite \(≤ 0 disables it\); got inf"),
+        (dict(causal="yes"), TypeError, "causal must be a bool .*; got 'yes' \\(str\\)"),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict, error: type, match: str) -> None:
     q, k, v = (torch.randn(1, 9, 2, 8) for _ in range(3))
     with pytest.raises(error, match=match):
         ring_flash_attn_func(q, k, v, **kwargs)
+
+
+def test_a_softcap_at_or_below_zero_is_none_as_in_flash_attn_func() -> None:
+    q, k, v = (torch.randn(1, 9, 2, 8) for _ in range(3))
+    plain = flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(ring_flash_attn_func(q, k, v, causal=True, softcap=-1.0), plain)
+    assert torch.equal(ring_flash_attn_func(q, k, v, causal=True, softcap=0), plain)
 
 
 def test_shards_of_different_lengths_are_refused() -> None:

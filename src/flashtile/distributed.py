@@ -244,11 +244,12 @@ def ring_flash_attn_func(
             f"q and k must hold shards of the same length; got {q.shape[1]} and {k.shape[1]} rows"
         )
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
-    if type(softcap) not in (float, int) or softcap < 0:
-        raise FlashtileValueError(f"softcap must be a float ≥ 0; got {softcap!r}")
-    out, lse = _RingAttention.apply(
-        q, k, v, scale, bool(causal), float(softcap), bool(deterministic), layout, group, backend
-    )
+    # flash_attn_func's rules: a finite softcap, ≤ 0 for none; flags that are bools.
+    cap = validation.check_softcap(softcap)
+    causal = validation.check_flag("causal", causal)
+    deterministic = validation.check_flag("deterministic", deterministic)
+    return_attn_probs = validation.check_flag("return_attn_probs", return_attn_probs)
+    out, lse = _RingAttention.apply(q, k, v, scale, causal, cap, deterministic, layout, group, backend)
     return (out, lse, None) if return_attn_probs else out
 
 
