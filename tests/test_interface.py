@@ -6,6 +6,7 @@ import importlib
 import inspect
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -592,6 +593,29 @@ def test_flash_attention_module_rejects_bad_heads() -> None:
         FlashAttention(60, num_heads=8)
     with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
         FlashAttention(64, num_heads=4, num_kv_heads=3)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        (dict(dropout=1.5), ValueError, r"dropout_p must be in \[0, 1\); got 1.5"),
+        (dict(softcap=float("nan")), ValueError, r"softcap must be finite \(≤ 0 disables it\); got nan"),
+        (dict(softmax_scale="big"), TypeError, "softmax_scale must be a float or None; got 'big'"),
+        (dict(causal="yes"), TypeError, r"causal must be a bool .*; got 'yes' \(str\)"),
+        (dict(window_size=(3,)), TypeError, "window_size must be a pair of integers"),
+    ],
+)
+def test_flash_attention_module_names_a_bad_option_when_built(options: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        FlashAttention(16, num_heads=2, **options)
+
+
+@pytest.mark.parametrize("shape", [(4, 16), (1, 4, 15), (1, 2, 4, 16)])
+def test_flash_attention_module_names_an_input_of_the_wrong_shape(shape: tuple[int, ...]) -> None:
+    layer = FlashAttention(16, num_heads=2)
+    match = rf"x must be a tensor of shape \(batch_size, seqlen, embed_dim=16\); got {re.escape(str(shape))}"
+    with pytest.raises(ValueError, match=match):
+        layer(torch.randn(*shape))
 
 
 def test_flash_attention_module_fp16_matches_oracle(seed: int) -> None:

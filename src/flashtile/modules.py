@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from flashtile import validation
 from flashtile.block_mask import BlockMask
+from flashtile.errors import FlashtileValueError
 from flashtile.interface import flash_attn_func
 
 
@@ -72,6 +74,14 @@ class FlashAttention(nn.Module):
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = embed_dim // num_heads
+        # The options as flash_attn_func will check them, so that a bad one is named here, not at a later
+        # forward (dropout only ever reaches it in training mode).
+        validation.check_flag("causal", causal)
+        validation.check_softmax_scale(softmax_scale, self.head_dim)
+        validation.check_dropout_p(dropout)
+        # (The pair's form is what is checked here; the length only clamps the bounds at each call.)
+        validation.normalize_window(window_size, False, seqlen_k=1)
+        validation.check_softcap(softcap)
         self.causal = causal
         self.softmax_scale = softmax_scale
         self.dropout = dropout
@@ -100,6 +110,12 @@ class FlashAttention(nn.Module):
         ``score_mod_bwd`` ``@triton.jit`` functions (``flashtile.masks``); ``aux_tensors`` the tensors they
         read. All default to None; they apply on top of the layer's ``causal`` and ``window_size``.
         """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            received = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise FlashtileValueError(
+                f"x must be a tensor of shape (batch_size, seqlen, embed_dim={self.embed_dim}); "
+                f"got {received}"
+            )
         batch, seqlen, _ = x.shape
         q_dim = self.num_heads * self.head_dim
         kv_dim = self.num_kv_heads * self.head_dim
