@@ -238,6 +238,15 @@ def test_a_softcap_at_or_below_zero_is_none_as_in_flash_attn_func() -> None:
     assert torch.equal(ring_flash_attn_func(q, k, v, causal=True, softcap=0), plain)
 
 
+@pytest.mark.parametrize(
+    ("window_size", "causal"), [((-5, -3), False), ((9, 100), False), ((-1, 0), True), ((40, 0), True)]
+)
+def test_a_window_that_is_none_or_causal_is_taken_as_in_flash_attn_func(window_size, causal) -> None:
+    q, k, v = (torch.randn(1, 9, 2, 8) for _ in range(3))
+    out = ring_flash_attn_func(q, k, v, window_size=window_size)
+    assert torch.equal(out, flash_attn_func(q, k, v, causal=causal))
+
+
 def test_shards_of_different_lengths_are_refused() -> None:
     q, k, v = torch.randn(1, 9, 2, 8), torch.randn(1, 8, 2, 8), torch.randn(1, 8, 2, 8)
     with pytest.raises(ValueError, match="q and k must hold shards of the same length; got 9 and 8"):

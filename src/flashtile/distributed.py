@@ -220,20 +220,11 @@ def ring_flash_attn_func(
     on every rank, positions laid out by ``layout`` ("contiguous" or "zigzag", module docstring; zigzag
     needs an even N_local). Returns this rank's rows of the output, or with ``return_attn_probs`` ``(out,
     softmax_lse, None)``, lse (B, H, N_local) fp32. Differentiable in q, k and v. Every rank must call it
-    with the same shapes and options. dropout, sliding windows and ALiBi, whose masks or biases need
-    global positions, raise NotImplementedError.
+    with the same shapes and options, checked by flash_attn_func's rules over the whole sequence (so a
+    window with negative bounds, or wider than the sequence, is none, and (-1, 0) is causal). Dropout,
+    other sliding windows and ALiBi, whose masks or biases need global positions, raise
+    NotImplementedError.
     """
-    unsupported = {
-        "dropout_p": (dropout_p, dropout_p != 0),
-        "window_size": (window_size, tuple(window_size) != (-1, -1)),
-        "alibi_slopes": ("a tensor", alibi_slopes is not None),
-    }
-    for name, (value, given) in unsupported.items():
-        if given:
-            raise NotImplementedError(
-                f"ring_flash_attn_func does not support {name} yet (got {value!r}): its mask or bias needs "
-                "global positions; call it without"
-            )
     q, k, v = validation.unpack_qkv(q=q, k=k, v=v)
     _check_layout(layout, q.shape[1])
     validation.check_same_device(q=q, k=k, v=v)
@@ -244,13 +235,28 @@ def ring_flash_attn_func(
             f"q and k must hold shards of the same length; got {q.shape[1]} and {k.shape[1]} rows"
         )
     scale = validation.check_softmax_scale(softmax_scale, q.shape[-1])
-    # flash_attn_func's rules: a finite softcap, ≤ 0 for none; flags that are bools.
-    cap = validation.check_softcap(softcap)
-    causal = validation.check_flag("causal", causal)
-    deterministic = validation.check_flag("deterministic", deterministic)
-    return_attn_probs = validation.check_flag("return_attn_probs", return_attn_probs)
-    out, lse = _RingAttention.apply(q, k, v, scale, causal, cap, deterministic, layout, group, backend)
-    return (out, lse, None) if return_attn_probs else out
+    # flash_attn_func's rules over the whole sequence: a window wider than it, or negative, is none, and
+    # (-1, 0) is causal.
+    _, world = _world(group)
+    options = validation.check_options(
+        dropout_p, window_size, softcap, alibi_slopes, causal, deterministic, return_attn_probs,
+        seqlen_k=q.shape[1] * world, batch=q.shape[0], nheads=q.shape[2], device=q.device,
+    )  # fmt: skip
+    unsupported = {
+        "dropout_p": (dropout_p, options.dropout_p != 0),
+        "window_size": (window_size, options.window_size not in ((-1, -1), (-1, 0))),
+        "alibi_slopes": ("a tensor", options.alibi_slopes is not None),
+    }
+    for name, (value, given) in unsupported.items():
+        if given:
+            raise NotImplementedError(
+                f"ring_flash_attn_func does not support {name} yet (got {value!r}): its mask or bias needs "
+                "global positions; call it without"
+            )
+    out, lse = _RingAttention.apply(
+        q, k, v, scale, options.causal, options.softcap, options.deterministic, layout, group, backend
+    )
+    return (out, lse, None) if options.return_attn_probs else out
 
 
 def zigzag_shard(x: torch.Tensor, dim: int = 1, group: dist.ProcessGroup | None = None) -> torch.Tensor:
