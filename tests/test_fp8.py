@@ -133,6 +133,12 @@ def test_quantize_fp8_groups_heads_and_round_trips():
     assert descale[1, 2] == 1.0
     with pytest.raises(FlashtileValueError, match="group must be a positive divisor of nheads = 6; got 4"):
         quantize_fp8(x, group=4)
+    with pytest.raises(
+        FlashtileTypeError, match=r"x\.dtype is torch\.int32; quantize_fp8 takes torch\.float16"
+    ):
+        quantize_fp8(x.to(torch.int32))
+    with pytest.raises(FlashtileTypeError, match=r"x\.dtype is torch\.float8_e4m3fn"):
+        quantize_fp8(x8)
 
 
 def test_bad_inputs_get_clear_errors(monkeypatch):

@@ -21,6 +21,8 @@ from flashtile.reference import naive
 
 # float8 e4m3's largest finite value: quantize_fp8 maps a group's largest magnitude to it.
 FP8_MAX = 448.0
+# What quantize_fp8 scales: floating tensors of 16 bits or more (float8 is already quantised).
+QUANTIZABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Head dims the float8 forward takes: multiples of 16 (each row a whole number of 16-byte TMA units).
 FP8_MAX_HEAD_DIM = 256
 # Float8 matrix products need compute capability 8.9 (Ada) or 9.x (Hopper) and later.
@@ -38,6 +40,10 @@ def quantize_fp8(x: torch.Tensor, group: int = 1) -> tuple[torch.Tensor, torch.T
     float32 is the factor back (``x ≈ x_fp8 · descale``), the layout :func:`flash_attn_fp8_func` takes. An
     all-zero group gets descale 1."""
     validation.check_rank("x", x, "(batch_size, seqlen, nheads, headdim)")
+    if x.dtype not in QUANTIZABLE_DTYPES:
+        raise FlashtileTypeError(
+            f"x.dtype is {x.dtype}; quantize_fp8 takes {', '.join(map(str, QUANTIZABLE_DTYPES))}"
+        )
     batch, seqlen, heads, head_dim = x.shape
     if not isinstance(group, int) or group < 1 or heads % group:
         raise FlashtileValueError(f"group must be a positive divisor of nheads = {heads}; got {group!r}")
