@@ -102,8 +102,8 @@ _VARIANT, _VARLEN_TMA_STORE, _PERSISTENT = Knob(VARIANT_ENV), Knob(VARLEN_TMA_ST
 # mask by default; FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER = 0 never, 1 every call that adds dQ where it can.
 DQ_BY_PRODUCER_ENV = "FLASHTILE_HOPPER_BWD_DQ_BY_PRODUCER"
 _DQ_BY_PRODUCER = Knob(DQ_BY_PRODUCER_ENV)
-# dK's wgmmas issued after dQ's (:func:`dk_after_dq`): plain non-causal calls at kernel head dim 128 by
-# default; FLASHTILE_HOPPER_BWD_DK_LAST = 0 never, 1 every call that adds dQ (D = 256's "dim" split too).
+# The "keys" split's dK wgmma issued after dQ's (:func:`dk_after_dq`): plain non-causal calls at kernel head
+# dim 128 by default; FLASHTILE_HOPPER_BWD_DK_LAST = 0 never, 1 every "keys" split call that adds dQ.
 DK_LAST_ENV = "FLASHTILE_HOPPER_BWD_DK_LAST"
 _DK_LAST = Knob(DK_LAST_ENV)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -265,19 +265,19 @@ def dq_by_producer(deterministic: bool, dropout: bool, block_mask: bool) -> bool
 def dk_after_dq(
     head_dim: int, cfg: BwdVariant, is_causal: bool, plain: bool, sink: bool, deterministic: bool
 ) -> bool:
-    """Whether the consumers issue dK's wgmmas after dQ's (DK_LAST), so that dQ is staged while dK's
-    wgmmas run (FlashAttention-4's sm_90 order), instead of before them. Only calls that add dQ (not
-    deterministic). By default plain non-causal calls without a sink at kernel head dim 128 ("keys"
-    split): on an H200 those ran 2-4 % faster at N = 1k-16k, but causal D = 128 ran 3-5 % slower and
-    D = 64 2-4 % slower with or without the mask (s49a); calls with options never timed. DK_LAST_ENV=1
-    takes every call that adds dQ, the "dim" split's joined partition (D = 192/256) too (compiled, not
-    timed), =0 none."""
-    if deterministic:
+    """Whether the "keys" split's consumers issue dK's wgmma after dQ's (DK_LAST), so that dQ's staging
+    and reduce run while dK's wgmma does (FlashAttention-4's sm_90 order), instead of before it. Only
+    calls that add dQ (not deterministic). By default plain non-causal calls without a sink at kernel head
+    dim 128: on an H200 those ran 2-4 % faster at N = 1k-16k, but causal D = 128 ran 3-5 % slower,
+    D = 64 2-4 % slower with or without the mask (s49a), and D = 128 with windows, softcap or ALiBi 2-9 %
+    slower (s50a). DK_LAST_ENV=1 takes every call of the "keys" split that adds dQ, =0 none. (D = 256's
+    joined partition, with the order under the knob, ran 8-16 % slower: s50a; the code was removed.)"""
+    if deterministic or cfg.split != "keys":
         return False
     knob = _DK_LAST.get("").strip()
     if knob in ("0", "1"):
         return knob == "1"
-    return cfg.split == "keys" and head_dim == 128 and plain and not is_causal and not sink
+    return head_dim == 128 and plain and not is_causal and not sink
 
 
 @builtin
@@ -1122,7 +1122,7 @@ def _store_dkv_boxes(
 def _consumer_dim_joined(
     descs, smem, bars, sizes, qk_scale, softmax_scale, HEAD_DIM: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, NSTAGE: gl.constexpr, IS_CAUSAL: gl.constexpr, COMPUTE_DQ: gl.constexpr,
-    DQ_BY_PRODUCER: gl.constexpr = False, dq_bars=None, DK_LAST: gl.constexpr = False,
+    DQ_BY_PRODUCER: gl.constexpr = False, dq_bars=None,
 ):  # fmt: skip
     """The causal "dim" split as one partition of two warpgroups (8 warps): every wgmma spreads its N over
     both, warpgroup w taking Sᵀ and dPᵀ for query rows [BM/2·w, +BM/2) and columns [D/4·w, +D/4) of each D/2
@@ -1130,8 +1130,7 @@ def _consumer_dim_joined(
     boxes). P and dS go to shared memory as [query, key] tiles, read whole by the next wgmmas after a
     partition barrier. The query blocks go from the last to the first (:func:`_last_first_start`).
     DQ_BY_PRODUCER: dQ's halves are staged for the producer warp's reduces (``dq_bars``: dq_staged,
-    dq_free). DK_LAST (with COMPUTE_DQ only): dK's wgmmas are issued after dQ's, so that dQ is staged
-    while they run."""
+    dq_free)."""
     dq_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, p_smem, ds_smem, dq_smem = smem
     kv_bar, q_ready, do_ready, qdo_empty = bars[:4]
@@ -1185,21 +1184,14 @@ def _consumer_dim_joined(
         ds_t = ds_smem.index(buf).permute((1, 0))
         dv_lo = warpgroup_mma(p_t, do_s.slice(0, HALF_D, dim=1), dv_lo, is_async=True)
         dv_hi = warpgroup_mma(p_t, do_s.slice(HALF_D, HALF_D, dim=1), dv_hi, is_async=True)
-        if not DK_LAST:
-            dk_lo = warpgroup_mma(ds_t, q_s.slice(0, HALF_D, dim=1), dk_lo, is_async=True)
-            dk_hi = warpgroup_mma(ds_t, q_s.slice(HALF_D, HALF_D, dim=1), dk_hi, is_async=True)
+        dk_lo = warpgroup_mma(ds_t, q_s.slice(0, HALF_D, dim=1), dk_lo, is_async=True)
+        dk_hi = warpgroup_mma(ds_t, q_s.slice(HALF_D, HALF_D, dim=1), dk_hi, is_async=True)
         if COMPUTE_DQ:
             dq_lo = warpgroup_mma(ds_smem.index(buf), k_lo, zero_dq, use_acc=False, is_async=True)
             dq_hi = warpgroup_mma(ds_smem.index(buf), k_hi, zero_dq, use_acc=False, is_async=True)
-            if DK_LAST:
-                dk_lo = warpgroup_mma(ds_t, q_s.slice(0, HALF_D, dim=1), dk_lo, is_async=True)
-                dk_hi = warpgroup_mma(ds_t, q_s.slice(HALF_D, HALF_D, dim=1), dk_hi, is_async=True)
-                # dV and dQ are done; dK runs while dQ is staged below.
-                dv_lo, dv_hi, dq_lo, dq_hi = warpgroup_mma_wait(2, deps=(dv_lo, dv_hi, dq_lo, dq_hi))
-            else:
-                dv_lo, dv_hi, dk_lo, dk_hi = warpgroup_mma_wait(2, deps=(dv_lo, dv_hi, dk_lo, dk_hi))
-                mbarrier.arrive(qdo_empty.index(s))
-                dq_lo, dq_hi = warpgroup_mma_wait(0, deps=(dq_lo, dq_hi))
+            dv_lo, dv_hi, dk_lo, dk_hi = warpgroup_mma_wait(2, deps=(dv_lo, dv_hi, dk_lo, dk_hi))
+            mbarrier.arrive(qdo_empty.index(s))
+            dq_lo, dq_hi = warpgroup_mma_wait(0, deps=(dq_lo, dq_hi))
             # The previous block's reduces must have read the staging tiles before they are overwritten.
             if DQ_BY_PRODUCER:
                 mbarrier.wait(dq_bars[1], (it & 1) ^ 1)
@@ -1214,9 +1206,6 @@ def _consumer_dim_joined(
                 col0 = h * HEAD_DIM
                 _tma_reduce_add(dq_desc, [b, m0, col0], _rows3(dq_smem.index(0), BM, HALF_D, dq3))
                 _tma_reduce_add(dq_desc, [b, m0, col0 + HALF_D], _rows3(dq_smem.index(1), BM, HALF_D, dq3))
-            if DK_LAST:
-                dk_lo, dk_hi = warpgroup_mma_wait(0, deps=(dk_lo, dk_hi))
-                mbarrier.arrive(qdo_empty.index(s))
         else:
             dv_lo, dv_hi, dk_lo, dk_hi = warpgroup_mma_wait(0, deps=(dv_lo, dv_hi, dk_lo, dk_hi))
             mbarrier.arrive(qdo_empty.index(s))
@@ -1387,8 +1376,7 @@ def attn_bwd_kernel(
             [
                 (_consumer_dim_joined, (descs, smem, load_bars, sizes, qk_scale, softmax_scale, HEAD_DIM,
                                         BM, BN, NSTAGE, IS_CAUSAL, COMPUTE_DQ,
-                                        DQ_BY_PRODUCER and COMPUTE_DQ, (dq_staged, dq_free),
-                                        DK_LAST and COMPUTE_DQ)),
+                                        DQ_BY_PRODUCER and COMPUTE_DQ, (dq_staged, dq_free))),
                 (_producer, (load_descs, loads, load_bars, load_sizes, HEAD_DIM, BM, BN, NSTAGE,
                              IS_CAUSAL, False, False, lists, SPARSE_BLOCK_N, 0, True, False, None,
                              DQ_BY_PRODUCER and COMPUTE_DQ, (dq_desc, dq_smem, dq_staged, dq_free),
