@@ -10,6 +10,7 @@
 #      each), scripts/hopper_bwd_check.py timing of backward variants, flashtile bench --options, then the
 #      GPU tests named by the arguments, until the deadline
 #   s51a  the fifty-first session's first experiment (its comment below)
+#   s51b  its follow-up: the short causal rows' tiles as the rule
 #
 # A session adds its own parts (s<session><letter>) before the `*)` case, from the helpers below (step,
 # gpu_tests_step, bench_knob_values, bench_main_exp with exp_patch_step, paper_grid_whole, memcheck_group),
@@ -17,7 +18,7 @@
 # more, from d to s50c) are in git history: each docs/test-runs/<session>/README.md names the part and the
 # commit it ran, and `git show <commit>:scripts/gpu_session.sh` has its definition.
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51a [test files for a and c]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51a|s51b [test files for a and c]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -105,8 +106,9 @@ bench_main_exp() {
 paper_mode_step() {
   local name=$1 box=$2 mode=$3
   shift 3
-  step "$name" "$box" python3 -m flashtile bench --paper --mode "$mode" "$@" --out-dir "$work/bench"
-  cp "$work"/bench/bench.csv "$OUT/$name.csv" 2>/dev/null
+  step "$name" "$box" python3 -m flashtile bench --paper --mode "$mode" "$@" --out-dir "$work/bench" \
+    --name "$name"
+  cp "$work/bench/$name.csv" "$OUT"/ 2>/dev/null
 }
 
 # The paper grid whole, a mode at a time (backward first), with cuDNN and SDPA flash (Flex was never the
@@ -223,8 +225,25 @@ case "$part" in
       --csv "$OUT/fwd_d64_causal_own.csv"
     finish
     ;;
+  s51b)
+    # (For the fifty-first session, main.) 64-key tiles with each consumer on its own tiles, now the rule
+    # for the plain causal forward at D = 64 up to 512 rows (configs.short_causal; s51a: 3 % less kernel
+    # time at 512): the paper grid's forward, kernel time against the old 128-key tiles twice, the
+    # forward's and the prepared calls' GPU tests, then the forward and the forward + backward again.
+    begin
+    paper=(--peers flashtile sdpa-cudnn sdpa-flash --no-plot)
+    paper_mode_step paper_fwd_1 90 fwd "${paper[@]}"
+    check=(python3 scripts/hopper_persistent_check.py --head-dims 64 --seqlens 512 1024 --causal-only
+      --only-grid --block-n 128)
+    step short_causal_1 60 "${check[@]}" --csv "$OUT/short_causal.csv"
+    step short_causal_2 60 "${check[@]}" --csv "$OUT/short_causal.csv"
+    gpu_tests_step 300 tests/test_gpu_hopper.py tests/test_prepared_calls.py
+    paper_mode_step paper_fwd_2 90 fwd "${paper[@]}"
+    paper_mode_step paper_fwd_bwd 120 fwd_bwd "${paper[@]}"
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51a [test files for a and c]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51a|s51b [test files for a and c]" >&2
     exit 2
     ;;
 esac

@@ -165,6 +165,30 @@ def test_the_consumers_knob_overrides_the_length_rule_where_d64_allows(monkeypat
     assert fwd.consumer_count(64, 16384, (-1, -1), *plain) == 2
 
 
+@pytest.mark.parametrize(
+    ("head_dim", "plain", "window", "seqlen_q", "seqlen_k", "block_n"),
+    [
+        (64, True, (-1, 0), 512, 512, 64),
+        (64, True, (-1, 0), 17, 300, 64),
+        (64, True, (-1, 0), 512, 513, 128),
+        (64, True, (-1, 0), 1024, 1024, 128),
+        (64, True, (-1, -1), 512, 512, 128),
+        (64, False, (-1, 0), 512, 512, 128),
+        (128, True, (-1, 0), 512, 512, 128),
+        (256, True, (-1, 0), 512, 512, 64),
+    ],
+)
+def test_short_causal_rows_at_d64_take_64_key_tiles(head_dim, plain, window, seqlen_q, seqlen_k, block_n,
+                                                     monkeypatch):  # fmt: skip
+    monkeypatch.delenv(fwd.CONSUMERS_ENV, raising=False)
+    assert block_n == fwd.plain_tiling(head_dim, plain, window, seqlen_q, seqlen_k).BLOCK_N
+
+
+def test_three_forced_consumers_keep_128_key_tiles_at_short_causal_rows(monkeypatch):
+    monkeypatch.setenv(fwd.CONSUMERS_ENV, "3")
+    assert fwd.plain_tiling(64, True, (-1, 0), 512, 512).BLOCK_N == 128
+
+
 def test_three_consumers_tile_192_rows():
     # N = 2100: 11 row blocks of 192 per head (2 · 8 heads: 176 work tiles), persistent over the SMs.
     cfg = configs.hopper_fwd_config(64)

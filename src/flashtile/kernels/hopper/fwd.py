@@ -1011,9 +1011,12 @@ def _attn_fwd_tile(
     )
     # Three consumers under a window bounded on the right only (causal): the work tile's 192 rows reach up
     # to two key tiles past a lower warpgroup's last key; that warpgroup takes its own tiles, n_steps, and
-    # releases the ring slots of the rest unread (wholly masked for its rows).
+    # releases the ring slots of the rest unread (wholly masked for its rows). So do two consumers at D = 64
+    # with 64-key tiles (configs.short_causal): the lower one skips the diagonal's last tile.
     OWN_TILES: gl.constexpr = (
-        consumers == 3 and IS_LOCAL and not (HAS_WINDOW_LEFT or SPARSE_TILES or IS_VARLEN)
+        (consumers == 3 or (HEAD_DIM == 64 and BLOCK_N == 64))
+        and IS_LOCAL
+        and not (HAS_WINDOW_LEFT or SPARSE_TILES or IS_VARLEN)
     )
     n_steps = n_tiles
     if OWN_TILES:
@@ -1487,6 +1490,19 @@ def consumer_count(
     return 2
 
 
+def plain_tiling(
+    head_dim: int, plain: bool, window_size: tuple[int, int], seqlen_q: int, seqlen_k: int
+) -> configs.HopperFwdConfig:
+    """The forward's tiling of a dense call (``plain``: :func:`plain_call`; ``window_size`` normalised):
+    configs.hopper_fwd_config, with its short causal tiles where two consumers run the call (three take
+    128-key tiles: FLASHTILE_HOPPER_CONSUMERS=3 may force them at any length)."""
+    window = tuple(window_size)
+    short = configs.short_causal(head_dim, plain, window == (-1, 0), seqlen_q, seqlen_k) and (
+        consumer_count(head_dim, seqlen_q, window, 0.0, False, 0.0, False, False) == 2
+    )
+    return configs.hopper_fwd_config(head_dim, plain, short)
+
+
 def plain_call(
     window_size: tuple[int, int], softcap: float, alibi: bool, dropout_p: float, varlen: bool, mods: bool,
     fp8: bool, sink: bool,
@@ -1824,13 +1840,11 @@ def attn_fwd(
         v = transposed_fp8(v)
     else:
         q, softmax_scale = positive_scale(q, softmax_scale)
-    cfg = config or configs.hopper_fwd_config(
-        head_dim,
-        plain_call(
-            window_size, softcap, alibi_slopes is not None, dropout_p, cu_seqlens_q is not None,
-            mods is not None, fp8, learnable_sink is not None,
-        ),
+    plain = plain_call(
+        window_size, softcap, alibi_slopes is not None, dropout_p, cu_seqlens_q is not None, mods is not None,
+        fp8, learnable_sink is not None,
     )  # fmt: skip
+    cfg = config or plain_tiling(head_dim, plain, window_size, seqlen_q, seqlen_k)
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     km = NO_MODS if mods is None else kernel_mods(mods)
     sparse = sparse_key(km, "kv", reads_bits(mods))

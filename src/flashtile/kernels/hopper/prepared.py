@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import torch
 
-from flashtile.kernels import configs
 from flashtile.kernels._block_sparse import NO_MODS
 from flashtile.kernels._launch_cache import KernelLaunch
 from flashtile.kernels.fwd import alibi_stride_b
 from flashtile.kernels.hopper import bwd as gluon_bwd
 from flashtile.kernels.hopper import bwd_window
 from flashtile.kernels.hopper.descriptors import CheckedDescriptor, box_layout
-from flashtile.kernels.hopper.fwd import WG_ROWS, launch_for, plain_call, sparse_aux
+from flashtile.kernels.hopper.fwd import WG_ROWS, launch_for, plain_call, plain_tiling, sparse_aux
 
 __all__ = ["PlainAttention"]
 
@@ -88,7 +87,7 @@ class PlainAttention:
         sink = learnable_sink is not None
         alibi = alibi_slopes is not None
         plain = plain_call(window_size, softcap, alibi, dropout_p, False, False, False, sink)
-        cfg = configs.hopper_fwd_config(head_dim, plain)
+        cfg = plain_tiling(head_dim, plain, window_size, seqlen_q, k.shape[1])
         self._fwd = launch_for(
             q, k, batch, seqlen_q, k.shape[1], softmax_scale, causal, window_size, softcap, alibi_slopes,
             dropout_p, None, None, cfg, False, sink,

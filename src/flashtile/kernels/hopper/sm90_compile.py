@@ -49,6 +49,8 @@ FWD_OPTION_WORDS = {
     "bits": dict(sparse=True, mask_mod="bits"),
     # Three consumer warpgroups (D = 64 at long rows: fwd.consumer_count).
     "three": dict(consumers=3),
+    # The short causal rows' 64-key tiles at D = 64 (configs.short_causal), each consumer on its own tiles.
+    "short": {},
     # A learnable sink, folded into each row's softmax after its last key tile.
     "sink": dict(sink=True),
 }
@@ -77,8 +79,8 @@ def fwd_configurations() -> list[tuple[int, str, str]]:
     cases += [(d, v, t) for d in HOPPER_FWD_HEAD_DIMS for v in FWD_VARLEN_VARIANTS for t in DTYPES]
     cases += [(d, "sparse", "fp16") for d in HOPPER_FWD_HEAD_DIMS]
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SPARSE_VARIANTS]
-    # Three consumer warpgroups: D = 64 only, dense and causal, both dtypes.
-    cases += [(64, v, t) for v in ("full+three", "causal+three") for t in DTYPES]
+    # Three consumer warpgroups, and the short causal rows' tiles: D = 64 only, both dtypes.
+    cases += [(64, v, t) for v in ("full+three", "causal+three", "causal+short") for t in DTYPES]
     # A learnable sink (the epilogue only): every head dim, with the options and packed batches it meets.
     cases += [(d, v, "bf16") for d in HOPPER_FWD_HEAD_DIMS for v in FWD_SINK_VARIANTS]
     cases += [(64, "causal+three+sink", "bf16")]
@@ -153,8 +155,8 @@ def compile_fwd(head_dim: int, variant: str, dtype: str) -> CompileReport:
     fp8 = dtype == "fp8e4nv"
     # The launcher's tiling: plain calls (dense or causal, with two or three consumers) have their own
     # (fwd.plain_call).
-    plain = not fp8 and set(variant.split("+")) <= {"full", "causal", "three"}
-    cfg = configs.hopper_fwd_config(head_dim, plain)
+    plain = not fp8 and set(variant.split("+")) <= {"full", "causal", "three", "short"}
+    cfg = configs.hopper_fwd_config(head_dim, plain, "short" in variant.split("+"))
     rows = fwd.WG_ROWS.value
     options = fwd_options(variant, cfg.BLOCK_N, SEQLEN)
     varlen = options["IS_VARLEN"]
