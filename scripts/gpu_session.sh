@@ -11,6 +11,7 @@
 #      GPU tests named by the arguments, until the deadline
 #   s51a  the fifty-first session's first experiment (its comment below)
 #   s51b  its follow-up: the short causal rows' tiles as the rule
+#   s51c  the three-consumer test's fix, D = 256's own tiles, the paper backward
 #
 # A session adds its own parts (s<session><letter>) before the `*)` case, from the helpers below (step,
 # gpu_tests_step, bench_knob_values, bench_main_exp with exp_patch_step, paper_grid_whole, memcheck_group),
@@ -18,7 +19,7 @@
 # more, from d to s50c) are in git history: each docs/test-runs/<session>/README.md names the part and the
 # commit it ran, and `git show <commit>:scripts/gpu_session.sh` has its definition.
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51a|s51b [test files for a and c]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51a|s51b|s51c [test files for a and c]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -242,8 +243,27 @@ case "$part" in
     paper_mode_step paper_fwd_bwd 120 fwd_bwd "${paper[@]}"
     finish
     ;;
+  s51c)
+    # (For the fifty-first session, main.) The three-consumer test's bitwise comparison given the
+    # three consumers' tiling (s51b failed it at 203x113 causal, where two consumers now take 64-key
+    # tiles); D = 256 causal forward with each consumer on its own 64-key tiles
+    # (scripts/experiments/own_tiles_d256.patch; sm_90: no spill, 48 B stack as main) against main, kernel
+    # time alternating twice, and its GPU tests; the paper grid's backward at this commit.
+    begin
+    gpu_tests_step 90 tests/test_gpu_hopper.py -k three_consumer
+    exp_patch_step scripts/experiments/own_tiles_d256.patch
+    check=(python3 scripts/hopper_persistent_check.py --head-dims 256 --seqlens 512 1024 2048 4096 8192 16384
+      --causal-only --only-grid)
+    for round in 1 2; do
+      step d256_main_$round 60 "${check[@]}" --csv "$OUT/d256_main.csv"
+      step d256_own_$round 60 env PYTHONPATH=build/exp_src "${check[@]}" --csv "$OUT/d256_own.csv"
+    done
+    gpu_tests_exp_step 150 tests/test_gpu_hopper.py -k "256 and causal"
+    paper_mode_step paper_bwd 150 bwd --peers flashtile sdpa-cudnn sdpa-flash --no-plot
+    finish
+    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51a|s51b [test files for a and c]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51a|s51b|s51c [test files for a and c]" >&2
     exit 2
     ;;
 esac
