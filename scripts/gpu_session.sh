@@ -9,9 +9,7 @@
 #   c  training and the rest: examples/train_llama.py at 8k context with flashtile then sdpa (300 steps
 #      each), scripts/hopper_bwd_check.py timing of backward variants, flashtile bench --options, then the
 #      GPU tests named by the arguments, until the deadline
-#   s51a  the fifty-first session's first experiment (its comment below)
-#   s51b  its follow-up: the short causal rows' tiles as the rule
-#   s51c  the three-consumer test's fix, D = 256's own tiles, the paper backward
+#   s51d  the fifty-first session's last call (its comment below)
 #
 # A session adds its own parts (s<session><letter>) before the `*)` case, from the helpers below (step,
 # gpu_tests_step, bench_knob_values, bench_main_exp with exp_patch_step, paper_grid_whole, memcheck_group),
@@ -19,7 +17,7 @@
 # more, from d to s50c) are in git history: each docs/test-runs/<session>/README.md names the part and the
 # commit it ran, and `git show <commit>:scripts/gpu_session.sh` has its definition.
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51a|s51b|s51c [test files for a and c]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51d [test files for a and c]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -210,60 +208,19 @@ case "$part" in
     cp "$work"/train/loss.png "$work"/bench/bench_options.csv "$OUT"/ 2>/dev/null
     finish
     ;;
-  s51a)
-    # (For the fifty-first session, main.) The D = 64 causal forward at N = 512-4k, the paper grid's
-    # oldest gap (0.91x cuDNN at 512 and 0.98-0.99x at 1k-4k in both of s50b / s50c's runs): kernel time
-    # (CUDA graphs) of the default against 64-key tiles, a 2-deep ring and three consumers, with cuDNN;
-    # then 64-key tiles again under scripts/experiments/own_tiles_d64.patch, where each of the two
-    # consumers steps through its own key tiles only (the lower one skips the diagonal's last 64 keys,
-    # wholly masked for its rows; sm_90: no spill; the default 128-key kernel's PTX unchanged).
-    begin
-    check=(python3 scripts/hopper_persistent_check.py --head-dims 64 --seqlens 512 1024 2048 4096
-      --causal-only --only-grid)
-    step fwd_d64_causal 240 "${check[@]}" --block-n 64 --stages 2 --consumers --csv "$OUT/fwd_d64_causal.csv"
-    exp_patch_step scripts/experiments/own_tiles_d64.patch
-    step fwd_d64_causal_own 150 env PYTHONPATH=build/exp_src "${check[@]}" --block-n 64 \
-      --csv "$OUT/fwd_d64_causal_own.csv"
-    finish
-    ;;
-  s51b)
-    # (For the fifty-first session, main.) 64-key tiles with each consumer on its own tiles, now the rule
-    # for the plain causal forward at D = 64 up to 512 rows (configs.short_causal; s51a: 3 % less kernel
-    # time at 512): the paper grid's forward, kernel time against the old 128-key tiles twice, the
-    # forward's and the prepared calls' GPU tests, then the forward and the forward + backward again.
+  s51d)
+    # (For the fifty-first session, main.) D = 256's causal forward with each consumer on its own 64-key
+    # tiles (s51c's patch, now main): the paper grid's forward and forward + backward, then memcheck over
+    # the sanitizer grid's Gluon cases.
     begin
     paper=(--peers flashtile sdpa-cudnn sdpa-flash --no-plot)
-    paper_mode_step paper_fwd_1 90 fwd "${paper[@]}"
-    check=(python3 scripts/hopper_persistent_check.py --head-dims 64 --seqlens 512 1024 --causal-only
-      --only-grid --block-n 128)
-    step short_causal_1 60 "${check[@]}" --csv "$OUT/short_causal.csv"
-    step short_causal_2 60 "${check[@]}" --csv "$OUT/short_causal.csv"
-    gpu_tests_step 300 tests/test_gpu_hopper.py tests/test_prepared_calls.py
-    paper_mode_step paper_fwd_2 90 fwd "${paper[@]}"
-    paper_mode_step paper_fwd_bwd 120 fwd_bwd "${paper[@]}"
-    finish
-    ;;
-  s51c)
-    # (For the fifty-first session, main.) The three-consumer test's bitwise comparison given the
-    # three consumers' tiling (s51b failed it at 203x113 causal, where two consumers now take 64-key
-    # tiles); D = 256 causal forward with each consumer on its own 64-key tiles
-    # (scripts/experiments/own_tiles_d256.patch; sm_90: no spill, 48 B stack as main) against main, kernel
-    # time alternating twice, and its GPU tests; the paper grid's backward at this commit.
-    begin
-    gpu_tests_step 90 tests/test_gpu_hopper.py -k three_consumer
-    exp_patch_step scripts/experiments/own_tiles_d256.patch
-    check=(python3 scripts/hopper_persistent_check.py --head-dims 256 --seqlens 512 1024 2048 4096 8192 16384
-      --causal-only --only-grid)
-    for round in 1 2; do
-      step d256_main_$round 60 "${check[@]}" --csv "$OUT/d256_main.csv"
-      step d256_own_$round 60 env PYTHONPATH=build/exp_src "${check[@]}" --csv "$OUT/d256_own.csv"
-    done
-    gpu_tests_exp_step 150 tests/test_gpu_hopper.py -k "256 and causal"
-    paper_mode_step paper_bwd 150 bwd --peers flashtile sdpa-cudnn sdpa-flash --no-plot
+    paper_mode_step paper_fwd 60 fwd "${paper[@]}"
+    paper_mode_step paper_fwd_bwd 90 fwd_bwd "${paper[@]}"
+    memcheck_group hopper 80 60
     finish
     ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51a|s51b|s51c [test files for a and c]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51d [test files for a and c]" >&2
     exit 2
     ;;
 esac
