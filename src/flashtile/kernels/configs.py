@@ -162,7 +162,7 @@ def hopper_fwd_config(head_dim: int, plain: bool = False, short: bool = False) -
     # D = 256: a 64×256 fp32 accumulator is 128 registers a thread, so S stays 64 keys wide. D = 64 plain
     # calls: a 3-deep K/V ring, 1.7-4 % faster than 2 at N = 1k-4k causal on an H200 and within 1 %
     # elsewhere (docs/design/hopper.md, "A 3-deep ring at D = 64"); calls with options keep 2 (not timed).
-    # Short causal D = 64: 64-key tiles, 3 % less kernel time at N = 512 on an H200, 7-10 % more at 1k-4k.
+    # Short causal D = 64: 64-key tiles, 2-3 % less kernel time at N = 512 on an H200, 5-10 % more at 1k-4k.
     stages = 3 if head_dim == 64 and plain else 2
     return HopperFwdConfig(BLOCK_N=64 if head_dim > 128 or (short and head_dim == 64) else 128, STAGES=stages)
 
