@@ -9,7 +9,6 @@
 #   c  training and the rest: examples/train_llama.py at 8k context with flashtile then sdpa (300 steps
 #      each), scripts/hopper_bwd_check.py timing of backward variants, flashtile bench --options, then the
 #      GPU tests named by the arguments, until the deadline
-#   s51d  the fifty-first session's last call (its comment below)
 #
 # A session adds its own parts (s<session><letter>) before the `*)` case, from the helpers below (step,
 # gpu_tests_step, bench_knob_values, bench_main_exp with exp_patch_step, paper_grid_whole, memcheck_group),
@@ -17,7 +16,7 @@
 # more, from d to s50c) are in git history: each docs/test-runs/<session>/README.md names the part and the
 # commit it ran, and `git show <commit>:scripts/gpu_session.sh` has its definition.
 #
-#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c|s51d [test files for a and c]
+#     FLASHTILE_COMMIT=<12 hex digits of HEAD> bash scripts/gpu_session.sh a|b|c [test files for a and c]
 #
 # The device machine's copy has no git history: pass the commit, which the benchmark CSVs record. In b and c
 # each step has a time box and no step starts after the call's deadline, FLASHTILE_PART_S seconds (520)
@@ -208,19 +207,8 @@ case "$part" in
     cp "$work"/train/loss.png "$work"/bench/bench_options.csv "$OUT"/ 2>/dev/null
     finish
     ;;
-  s51d)
-    # (For the fifty-first session, main.) D = 256's causal forward with each consumer on its own 64-key
-    # tiles (s51c's patch, now main): the paper grid's forward and forward + backward, then memcheck over
-    # the sanitizer grid's Gluon cases.
-    begin
-    paper=(--peers flashtile sdpa-cudnn sdpa-flash --no-plot)
-    paper_mode_step paper_fwd 60 fwd "${paper[@]}"
-    paper_mode_step paper_fwd_bwd 90 fwd_bwd "${paper[@]}"
-    memcheck_group hopper 80 60
-    finish
-    ;;
   *)
-    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c|s51d [test files for a and c]" >&2
+    echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c [test files for a and c]" >&2
     exit 2
     ;;
 esac
