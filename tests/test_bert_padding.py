@@ -125,3 +125,109 @@ def test_unpad_for_concatenated_sequences(seed: int) -> None:
     assert cu_seqlens.tolist() == [0, 2, 5, 8, 10, 16] and cu_seqlens.dtype == torch.int32
     assert max_seqlen == 6 and isinstance(max_seqlen, int)
     assert torch.equal(pad_input(packed, indices, 3, 6), torch.where(tokens[..., None, None], x, 0.0))
+
+
+def test_pad_input_takes_int32_indices(seed: int) -> None:
+    # flash_attn's ``output[indices] = values`` takes int32 indices; index_copy_ alone would not.
+    values = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    indices = torch.tensor([4, 0, 2])
+    expected = pad_input(values, indices, 2, 3)
+    assert torch.equal(pad_input(values, indices.int(), 2, 3), expected)
+    assert torch.equal(index_put_first_axis(values, indices.int(), 6), expected.flatten(0, 1))
+    assert torch.autograd.gradcheck(lambda t: pad_input(t, indices.int(), 2, 3), (values,))
+
+
+@pytest.mark.parametrize(
+    ("mask", "unused", "match"),
+    [
+        (
+            torch.ones(4, dtype=torch.bool),
+            None,
+            r"attention_mask must be 2-D \(batch, seqlen\); got shape \(4,\)",
+        ),
+        (torch.ones(2, 4, 1, dtype=torch.bool), None, r"attention_mask must be 2-D .* got shape \(2, 4, 1\)"),
+        (torch.ones(3, 4, dtype=torch.bool), None, r"attention_mask \(3, 4\)"),
+        (
+            torch.ones(2, 4),
+            torch.zeros(4),
+            r"unused_mask must match attention_mask: shape \(2, 4\) .* \(4,\)",
+        ),
+        (torch.ones(2, 4), torch.zeros(2, 5), r"unused_mask .* got shape \(2, 5\)"),
+        (torch.ones(2, 4), torch.zeros(2, 4, 1), r"unused_mask .* got shape \(2, 4, 1\)"),
+    ],
+    ids=["mask-1d", "mask-3d", "mask-batch", "unused-broadcast", "unused-seqlen", "unused-3d"],
+)
+def test_unpad_rejects_bad_masks(mask: torch.Tensor, unused: torch.Tensor | None, match: str) -> None:
+    # Raised before any work, as a RuntimeError too (flash_attn's torch errors are RuntimeErrors).
+    with pytest.raises(ValueError, match=match) as caught:
+        unpad_input(torch.zeros(2, 4, 3), mask, unused)
+    assert isinstance(caught.value, RuntimeError)
+
+
+def test_unpad_rejects_non_tensors_and_a_mask_on_another_device() -> None:
+    with pytest.raises(TypeError, match=r"attention_mask must be a torch\.Tensor; got list"):
+        unpad_input(torch.zeros(1, 2, 3), [[1, 0]])
+    with pytest.raises(TypeError, match=r"indices must be a torch\.Tensor; got list"):
+        index_first_axis(torch.zeros(3, 2), [0, 1])
+    # The meta device stands in for a GPU: the mask must sit with hidden_states.
+    hidden = torch.zeros(1, 2, 3, device="meta")
+    with pytest.raises(ValueError, match="attention_mask must be on hidden_states' device, meta; got cpu"):
+        unpad_input(hidden, torch.ones(1, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attention_mask_in_length must be on hidden_states' device"):
+        unpad_input_for_concatenated_sequences(hidden, torch.tensor([[2, 0]]))
+
+
+@pytest.mark.parametrize("bad", [-1, 7], ids=["negative", "past-the-end"])
+def test_index_functions_reject_out_of_range_indices(bad: int) -> None:
+    indices = torch.tensor([0, bad])
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 4\) \(the rows of input\)") as caught:
+        index_first_axis(torch.zeros(4, 2), indices)
+    assert isinstance(caught.value, RuntimeError)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 4\) \(first_axis_dim\)"):
+        index_put_first_axis(torch.zeros(2, 2), indices, 4)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 4\) \(batch · seqlen = 2 · 2\)"):
+        pad_input(torch.zeros(2, 2), indices, 2, 2)
+
+
+def test_index_put_and_pad_reject_bad_sizes() -> None:
+    values, indices = torch.zeros(2, 3), torch.tensor([0, 1])
+    for bad in (-1, 4.0, True):
+        with pytest.raises(ValueError, match=f"first_axis_dim must be an integer ≥ 0; got {bad!r}"):
+            index_put_first_axis(values, indices, bad)
+    with pytest.raises(ValueError, match="seqlen must be an integer ≥ 0; got -2"):
+        pad_input(values, indices, 1, -2)
+    # A 0-d integer tensor is an integer, as torch.zeros takes it.
+    assert index_put_first_axis(values, indices, torch.tensor(4)).shape == (4, 3)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "error", "match"),
+    [
+        (
+            [[3, 3, 0, 0], [1, 0, 0, 0]],
+            ValueError,
+            "rows must sum to at most seqlen = 4; got a row summing to 6",
+        ),
+        ([[3, -1, 0, 0], [1, 0, 0, 0]], ValueError, "must hold lengths ≥ 0; got -1"),
+        (
+            [[True, True, False, False], [True] * 4],
+            TypeError,
+            "integer tensor of sample lengths .* torch.bool",
+        ),
+        ([[2.0, 1.0, 0.0, 0.0], [4.0, 0, 0, 0]], TypeError, "integer tensor .* torch.float32"),
+    ],
+    ids=["row-overflow", "negative", "bool-mask", "float"],
+)
+def test_unpad_for_concatenated_sequences_rejects_bad_lengths(lengths: list, error: type, match: str) -> None:
+    # Lengths that overflow a row gave cu_seqlens ending past the packed tokens: out-of-bounds reads later.
+    with pytest.raises(error, match=f"attention_mask_in_length.*{match}"):
+        unpad_input_for_concatenated_sequences(torch.zeros(2, 4, 3), torch.tensor(lengths))
+
+
+def test_unpad_for_concatenated_sequences_of_zero_lengths() -> None:
+    packed, indices, cu_seqlens, max_seqlen = unpad_input_for_concatenated_sequences(
+        torch.zeros(2, 3, 1), torch.tensor([[0, 0, 0], [2, 0, 1]], dtype=torch.int32)
+    )
+    # A zero between lengths is skipped, as in flash_attn: samples of 2 and 1 in row 1.
+    assert packed.shape == (3, 1) and indices.tolist() == [3, 4, 5]
+    assert cu_seqlens.tolist() == [0, 2, 3] and max_seqlen == 2 and isinstance(max_seqlen, int)

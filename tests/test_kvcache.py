@@ -405,6 +405,13 @@ BAD = [
     pytest.param(lambda a: {"cache_seqlens": a["cache_seqlens"].long()}, "int32", id="seqlens-dtype"),
     pytest.param(lambda a: {"k": a["k"].half(), "v": a["v"].half()}, "same dtype", id="k-dtype"),
     pytest.param(lambda a: {"num_splits": -1}, "num_splits", id="num-splits"),
+    pytest.param(
+        lambda a: {"k": a["k"].repeat(1, 33, 1, 1), "v": a["v"].repeat(1, 33, 1, 1), "cache_seqlens": 0},
+        r"seqlen_new \(k dim 1\) is 66 > the capacity 64",
+        id="int-seqlens-new-longer-than-cache",
+    ),
+    pytest.param(lambda a: {"cache_seqlens": 5.0}, "an int or a torch.int32 tensor", id="seqlens-float"),
+    pytest.param(lambda a: {"cache_seqlens": [5, 5, 5]}, "an int or a torch.int32 tensor", id="seqlens-list"),
 ]
 
 
@@ -425,6 +432,50 @@ def test_bad_batch_index_raises(monkeypatch) -> None:
     args["cache_batch_idx"] = torch.tensor([0, 1, 9], dtype=torch.int32)
     with pytest.raises(FlashtileValueError, match=r"cache_batch_idx values must be in \[0, 5\)"):
         flash_attn_with_kvcache(**args)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_empty_batch_with_tensor_cache_seqlens(paged: bool, monkeypatch) -> None:
+    """Batch 0 with a tensor cache_seqlens (and leftpad / batch indices): an empty result, as with an int,
+    not an error from reducing an empty tensor in the value checks."""
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    empty = torch.zeros(0, dtype=torch.int32)
+    extra = {"block_table": torch.zeros(0, 2, dtype=torch.int32)} if paged else {"cache_batch_idx": empty}
+    k_cache = torch.randn(4, 16, 1, 8)
+    out, lse = flash_attn_with_kvcache(
+        torch.randn(0, 1, 2, 8), k_cache, torch.randn_like(k_cache), torch.randn(0, 1, 1, 8),
+        torch.randn(0, 1, 1, 8), cache_seqlens=empty, cache_leftpad=empty, return_softmax_lse=True, **extra,
+    )  # fmt: skip
+    assert out.shape == (0, 1, 2, 8) and lse.shape == (0, 2, 1)
+
+
+def test_cache_of_zero_pages_that_no_sequence_uses(monkeypatch) -> None:
+    """A paged cache of 0 pages with empty sequences: nothing to read; the batch-index check, which has no
+    cache_batch_idx to blame, must not fire (it raised AttributeError on None.tolist())."""
+    monkeypatch.setenv("FLASHTILE_BACKEND", "reference")
+    k_cache = torch.zeros(0, 16, 1, 8)
+    table = torch.full((2, 1), -1, dtype=torch.int32)
+    out, lse = flash_attn_with_kvcache(
+        torch.randn(2, 1, 2, 8), k_cache, k_cache.clone(), cache_seqlens=0, block_table=table,
+        return_softmax_lse=True,
+    )  # fmt: skip
+    assert out.eq(0).all() and lse.eq(float("-inf")).all()
+
+
+@pytest.mark.parametrize(
+    ("value", "match"), [("tma", "does not run this call"), ("bogus", "'tma' or 'portable'")]
+)
+def test_bad_decode_kernel_choice_raises_before_writing(value: str, match: str, monkeypatch) -> None:
+    """FLASHTILE_DECODE_KERNEL's errors come from the decode kernel's launch, after the append: they must be
+    raised before it (under the interpreter =tma never runs), with the cache untouched."""
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    monkeypatch.setenv("FLASHTILE_DECODE_KERNEL", value)
+    args = _inputs(Case(seqlen_new=1, dtype=torch.float32))
+    before = args["k_cache"].clone(), args["v_cache"].clone()
+    with pytest.raises(FlashtileValueError, match=f"FLASHTILE_DECODE_KERNEL.*{match}.*nothing was written"):
+        flash_attn_with_kvcache(**args)
+    torch.testing.assert_close(args["k_cache"], before[0], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(args["v_cache"], before[1], rtol=0, atol=0, equal_nan=True)
 
 
 def test_custom_ops_pass_opcheck(seed: int) -> None:

@@ -18,20 +18,49 @@ host synchronisation, as in flash_attn (the varlen kernels take it as an int).
 
 from __future__ import annotations
 
+import operator
+
 import torch
+
+from flashtile.errors import FlashtileTypeError, FlashtileValueError
+
+
+def _check_tensor(name: str, t: object) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise FlashtileTypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
 
 
 def _check_first_axis(name: str, t: torch.Tensor) -> None:
+    _check_tensor(name, t)
     if t.dim() < 1:
-        raise ValueError(f"{name} must have at least one dimension to index; got a 0-d tensor")
+        raise FlashtileValueError(f"{name} must have at least one dimension to index; got a 0-d tensor")
 
 
-def _check_indices(indices: torch.Tensor) -> None:
+def _check_size(name: str, value: object) -> int:
+    """``value`` as an int ≥ 0 (a Python or NumPy integer, or a 0-d integer tensor)."""
+    try:
+        size = operator.index(value)
+    except TypeError:
+        size = -1
+    if isinstance(value, bool) or size < 0:
+        raise FlashtileValueError(f"{name} must be an integer ≥ 0; got {value!r}")
+    return size
+
+
+def _check_indices(indices: object, rows: int, rows_name: str) -> None:
+    _check_tensor("indices", indices)
     if indices.dim() != 1 or indices.dtype not in (torch.int32, torch.int64):
-        raise TypeError(
+        raise FlashtileTypeError(
             f"indices must be a 1-d int64 (or int32) tensor; got shape {tuple(indices.shape)}, "
             f"dtype {indices.dtype}"
         )
+    # Bounds are read only where that costs no device synchronisation; torch.compile cannot trace the read.
+    if indices.device.type == "cpu" and indices.numel() and not torch.compiler.is_compiling():
+        low, high = int(indices.min()), int(indices.max())
+        if low < 0 or high >= rows:
+            raise FlashtileValueError(
+                f"indices must lie in [0, {rows}) ({rows_name}); got values from {low} to {high}"
+            )
 
 
 class IndexFirstAxis(torch.autograd.Function):
@@ -40,7 +69,7 @@ class IndexFirstAxis(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, input: torch.Tensor, indices: torch.Tensor):
         _check_first_axis("input", input)
-        _check_indices(indices)
+        _check_indices(indices, input.shape[0], "the rows of input")
         ctx.save_for_backward(indices)
         ctx.first_axis_dim = input.shape[0]
         return input.index_select(0, indices)
@@ -61,22 +90,25 @@ class IndexPutFirstAxis(torch.autograd.Function):
         values: torch.Tensor,
         indices: torch.Tensor,
         first_axis_dim: int,
+        rows_name: str = "first_axis_dim",
     ):
         _check_first_axis("values", values)
-        _check_indices(indices)
+        first_axis_dim = _check_size("first_axis_dim", first_axis_dim)
+        _check_indices(indices, first_axis_dim, rows_name)
         if indices.shape[0] != values.shape[0]:
-            raise ValueError(
+            raise FlashtileValueError(
                 f"indices must have one entry per row of values; got {indices.shape[0]} indices for "
                 f"values of shape {tuple(values.shape)}"
             )
         ctx.save_for_backward(indices)
         output = values.new_zeros(first_axis_dim, *values.shape[1:])
-        return output.index_copy_(0, indices, values)
+        # index_copy_ takes int64 indices only; flash_attn's ``output[indices] = values`` takes int32 too.
+        return output.index_copy_(0, indices.long(), values)
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_output: torch.Tensor):
         (indices,) = ctx.saved_tensors
-        return grad_output.index_select(0, indices), None, None
+        return grad_output.index_select(0, indices), None, None, None
 
 
 def index_first_axis(input: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -107,13 +139,21 @@ def _max_seqlen(seqlens: torch.Tensor) -> int:
     return int(seqlens.max().item()) if seqlens.numel() else 0
 
 
-def _flatten_batch(hidden_states: torch.Tensor, mask: torch.Tensor, mask_name: str) -> torch.Tensor:
+def _check_mask(hidden_states: object, mask: object, mask_name: str) -> None:
+    """``mask`` is ``(batch, seqlen)`` on ``hidden_states``' device; ``hidden_states`` matches it."""
+    _check_tensor("hidden_states", hidden_states)
+    _check_tensor(mask_name, mask)
+    if mask.dim() != 2:
+        raise FlashtileValueError(f"{mask_name} must be 2-D (batch, seqlen); got shape {tuple(mask.shape)}")
     if hidden_states.dim() < 2 or tuple(hidden_states.shape[:2]) != tuple(mask.shape):
-        raise ValueError(
+        raise FlashtileValueError(
             f"hidden_states must be (batch, seqlen, ...) with (batch, seqlen) = {mask_name}.shape; got "
             f"hidden_states {tuple(hidden_states.shape)}, {mask_name} {tuple(mask.shape)}"
         )
-    return hidden_states.flatten(0, 1)
+    if mask.device != hidden_states.device:
+        raise FlashtileValueError(
+            f"{mask_name} must be on hidden_states' device, {hidden_states.device}; got {mask.device}"
+        )
 
 
 def unpad_input(
@@ -139,11 +179,20 @@ def unpad_input(
     >>> indices.tolist(), cu_seqlens.tolist(), max_seqlen, seqused.tolist()
     ([0, 1, 3, 4], [0, 2, 4], 2, [1, 2])
     """
+    _check_mask(hidden_states, attention_mask, "attention_mask")
+    if unused_mask is not None:
+        _check_tensor("unused_mask", unused_mask)
+        # Checked, not broadcast: a mismatched unused_mask would otherwise fail late in torch's words.
+        if unused_mask.shape != attention_mask.shape or unused_mask.device != attention_mask.device:
+            raise FlashtileValueError(
+                f"unused_mask must match attention_mask: shape {tuple(attention_mask.shape)} on "
+                f"{attention_mask.device}; got shape {tuple(unused_mask.shape)} on {unused_mask.device}"
+            )
     selected = attention_mask.bool() if unused_mask is None else attention_mask.bool() | unused_mask.bool()
     seqlens = selected.sum(dim=-1, dtype=torch.int32)
     seqused = attention_mask.bool().sum(dim=-1, dtype=torch.int32)
     indices = torch.nonzero(selected.flatten()).flatten()
-    packed = index_first_axis(_flatten_batch(hidden_states, selected, "attention_mask"), indices)
+    packed = index_first_axis(hidden_states.flatten(0, 1), indices)
     return packed, indices, _cu_seqlens(seqlens), _max_seqlen(seqlens), seqused
 
 
@@ -171,16 +220,33 @@ def unpad_input_for_concatenated_sequences(
     >>> indices.tolist(), cu_seqlens.tolist(), max_seqlen
     ([0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11], [0, 2, 5, 11], 6)
     """
-    seqlen = attention_mask_in_length.shape[-1]
-    row_tokens = attention_mask_in_length.sum(dim=-1)
+    lengths = attention_mask_in_length
+    _check_mask(hidden_states, lengths, "attention_mask_in_length")
+    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        # A 0/1 mask here would silently make every token its own sequence.
+        raise FlashtileTypeError(
+            "attention_mask_in_length must be an integer tensor of sample lengths (a 0/1 mask goes to "
+            f"unpad_input); got dtype {lengths.dtype}"
+        )
+    seqlen = lengths.shape[1]
+    row_tokens = lengths.sum(dim=-1)
+    # One host read for the checks and the maximum (flash_attn reads the maximum there too).
+    stats = torch.stack([lengths.min(), row_tokens.max(), lengths.max()]) if lengths.numel() else None
+    lowest, fullest, longest = (0, 0, 0) if stats is None else stats.tolist()
+    # Lengths that do not add up to the packed tokens would give cu_seqlens past the end of the output.
+    if lowest < 0:
+        raise FlashtileValueError(f"attention_mask_in_length must hold lengths ≥ 0; got {lowest}")
+    if fullest > seqlen:
+        raise FlashtileValueError(
+            f"attention_mask_in_length's rows must sum to at most seqlen = {seqlen}; got a row summing to "
+            f"{fullest}"
+        )
     selected = torch.arange(seqlen, device=row_tokens.device) < row_tokens[:, None]
-    flat_lengths = attention_mask_in_length.flatten()
+    flat_lengths = lengths.flatten()
     seqlens = flat_lengths[torch.nonzero(flat_lengths).flatten()]
     indices = torch.nonzero(selected.flatten()).flatten()
-    packed = index_first_axis(
-        _flatten_batch(hidden_states, attention_mask_in_length, "attention_mask_in_length"), indices
-    )
-    return packed, indices, _cu_seqlens(seqlens), _max_seqlen(seqlens)
+    packed = index_first_axis(hidden_states.flatten(0, 1), indices)
+    return packed, indices, _cu_seqlens(seqlens), longest
 
 
 def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, seqlen: int) -> torch.Tensor:
@@ -188,11 +254,14 @@ def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, se
 
     Args:
         hidden_states: ``(total, ...)``, row ``r`` going to flattened position ``indices[r]``.
-        indices: int64 ``(total,)`` from :func:`unpad_input`.
+        indices: int64 ``(total,)`` from :func:`unpad_input` (int32 is taken too).
         batch, seqlen: the padded shape.
 
     >>> pad_input(torch.tensor([[1.0], [2.0]]), torch.tensor([0, 3]), 2, 2)[..., 0].tolist()
     [[1.0, 0.0], [0.0, 2.0]]
     """
-    output = index_put_first_axis(hidden_states, indices, batch * seqlen)
+    batch, seqlen = _check_size("batch", batch), _check_size("seqlen", seqlen)
+    output = IndexPutFirstAxis.apply(
+        hidden_states, indices, batch * seqlen, f"batch · seqlen = {batch} · {seqlen}"
+    )
     return output.unflatten(0, (batch, seqlen))

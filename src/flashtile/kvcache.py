@@ -16,10 +16,14 @@ from flashtile import backend as _backend
 from flashtile import kvcache_validation as checks
 from flashtile import ops_kvcache as _ops
 from flashtile import validation
+from flashtile._environ import Knob
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.rotary import check_cos_sin
 
 KVCacheResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+
+# kernels/decode.py's KERNEL_ENV, read here without importing the kernels.
+_DECODE_KERNEL = Knob("FLASHTILE_DECODE_KERNEL")
 
 
 def _unit_last_stride(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -111,12 +115,24 @@ def _check_cache_seqlens(
             )
         return torch.full((batch,), capacity, dtype=torch.int32, device=device)
     if validation._is_int(cache_seqlens):
+        if seqlen_new > capacity:
+            # No cache_seqlens fits: "must be in [0, <negative>]" would blame the wrong argument.
+            raise FlashtileValueError(
+                f"the KV cache is too short: seqlen_new (k dim 1) is {seqlen_new} > the capacity {capacity}; "
+                "nothing was written. Allocate a longer cache"
+            )
         if not 0 <= cache_seqlens <= capacity - seqlen_new:
             raise FlashtileValueError(
                 f"cache_seqlens must be in [0, {capacity - seqlen_new}] (capacity {capacity} − seqlen_new "
                 f"{seqlen_new}); got {cache_seqlens}; nothing was written"
             )
         return torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=device)
+    if not isinstance(cache_seqlens, torch.Tensor):
+        # check_int_tensor's message would omit that an int is accepted too.
+        raise FlashtileTypeError(
+            f"cache_seqlens must be an int or a torch.int32 tensor of shape (batch_size,) on {device}, or "
+            f"None; got {validation.describe(cache_seqlens)} ({type(cache_seqlens).__name__})"
+        )
     checks.check_int_tensor("cache_seqlens", cache_seqlens, batch, device)
     return cache_seqlens.contiguous()
 
@@ -142,6 +158,32 @@ def _check_rotary(
             f"({capacity}); got shape {tuple(rotary_cos.shape)}"
         )
     return rotary_cos.contiguous(), rotary_sin.contiguous()
+
+
+def _check_decode_kernel_choice(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+    capacity: int,
+    backend: str,
+) -> None:
+    """FLASHTILE_DECODE_KERNEL's errors, which the decode kernel raises at launch (after the append), raised
+    before anything is written: an unknown value, or ``tma`` for a call the TMA kernel does not take."""
+    if backend == "reference" or torch.compiler.is_compiling():
+        return
+    if _DECODE_KERNEL.get("").strip() in ("", "portable"):
+        return  # The usual case: the launch cannot fail on the variable.
+    # The calls decode_fwd runs (ops_kvcache.run_kvcache_attn), past its early returns.
+    if q.shape[1] > _ops.DECODE_MAX_SEQLEN_Q or q.numel() == 0 or capacity == 0 or k_cache.numel() == 0:
+        return
+    from flashtile.kernels import decode
+
+    try:
+        decode._runs_tma(q, k_cache, v_cache, block_table, cache_leftpad)
+    except ValueError as error:
+        raise FlashtileValueError(f"{error}; nothing was written") from error
 
 
 def _check_num_splits(num_splits: object) -> int:
@@ -294,6 +336,7 @@ def flash_attn_with_kvcache(
     block_table, cache_batch_idx, cache_leftpad = (
         None if t is None else t.contiguous() for t in (block_table, cache_batch_idx, cache_leftpad)
     )
+    _check_decode_kernel_choice(q, k_cache, v_cache, block_table, cache_leftpad, capacity, backend)
     compiling = torch.compiler.is_compiling()
     with torch.no_grad():
         if rotary_cos is not None:

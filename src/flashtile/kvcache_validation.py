@@ -106,6 +106,8 @@ def check_values(
     page_size: int,
 ) -> None:
     """The value checks of flash_attn_with_kvcache, from one device-to-host read of a 7-int summary."""
+    if cache_seqlens.numel() == 0:
+        return  # An empty batch reads and writes nothing (and min() of nothing is an error).
     seqlens = cache_seqlens.long()
     ends = seqlens + seqlen_new
     zero = seqlens.new_zeros(())
@@ -137,7 +139,8 @@ def check_values(
             "cache_leftpad must satisfy 0 ≤ cache_leftpad ≤ cache_seqlens; got cache_leftpad "
             f"{cache_leftpad.tolist()} and cache_seqlens {cache_seqlens.tolist()}"
         )
-    if summary.min_batch_idx < 0 or summary.max_batch_idx >= batch_cache:
+    # Without cache_batch_idx the summary holds 0s, which a cache of 0 rows (or pages) would fail.
+    if cache_batch_idx is not None and (summary.min_batch_idx < 0 or summary.max_batch_idx >= batch_cache):
         raise FlashtileValueError(
             f"cache_batch_idx values must be in [0, {batch_cache}) (k_cache dim 0); got "
             f"{cache_batch_idx.tolist()}"
