@@ -123,13 +123,33 @@ def test_inplace_writes_x_and_backpropagates(backend: str, seed: int, monkeypatc
     )
 
 
-def test_positions_past_the_table_are_not_rotated(monkeypatch) -> None:
+def test_positions_a_tensor_offset_puts_past_the_table_are_not_rotated(monkeypatch) -> None:
     monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
-    cos, sin = _cos_sin(4, 8, torch.float32)
+    cos, sin = _cos_sin(8, 8, torch.float32)
     x = torch.randn(1, 6, 1, 8)
-    out = apply_rotary_emb(x, cos, sin, seqlen_offsets=2)
-    torch.testing.assert_close(out[:, 2:], x[:, 2:])
-    torch.testing.assert_close(out, apply_rotary(x, cos, sin, seqlen_offsets=2))
+    offsets = torch.tensor([4])
+    out = apply_rotary_emb(x, cos, sin, seqlen_offsets=offsets)
+    torch.testing.assert_close(out[:, 4:], x[:, 4:])
+    torch.testing.assert_close(out, apply_rotary(x, cos, sin, seqlen_offsets=offsets))
+
+
+@pytest.mark.parametrize(
+    ("rows", "offset", "match"),
+    [(4, 0, "at least seqlen"), (8, 3, r"= \[0, 2\] .*; got 3"), (8, -1, r"= \[0, 2\] .*; got -1")],
+    ids=["table-shorter-than-seqlen", "int-offset-past-the-table", "negative-int-offset"],
+)
+def test_a_table_too_short_for_the_positions_is_an_error(rows: int, offset: int, match: str) -> None:
+    # flash_attn's apply_rotary asserts these; positions past the table would otherwise pass unrotated.
+    cos, sin = _cos_sin(rows, 8, torch.float32)
+    with pytest.raises(FlashtileValueError, match=match):
+        apply_rotary_emb(torch.randn(1, 6, 1, 8), cos, sin, seqlen_offsets=offset)
+
+
+def test_a_table_shorter_than_max_seqlen_is_an_error() -> None:
+    cos, sin = _cos_sin(4, 8, torch.float32)
+    cu_seqlens = torch.tensor([0, 2, 7], dtype=torch.int32)
+    with pytest.raises(FlashtileValueError, match="at least max_seqlen = 5 rows"):
+        apply_rotary_emb(torch.randn(7, 1, 8), cos, sin, cu_seqlens=cu_seqlens, max_seqlen=5)
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,21 @@ def _check_seqlen_offsets(seqlen_offsets: object, batch: int, device: torch.devi
     return int(seqlen_offsets), None
 
 
+def _check_table_length(seqlen_ro: int, seqlen: int, offset: int, int_offset: bool, varlen: bool) -> None:
+    """flash_attn's apply_rotary asserts these (free to check on the host): a row of cos/sin for every
+    position of the longest sequence, and for an int offset for every shifted position too."""
+    length = "max_seqlen" if varlen else "seqlen (x dim 1)"
+    if seqlen_ro < seqlen:
+        raise FlashtileValueError(
+            f"cos and sin must have at least {length} = {seqlen} rows; got seqlen_ro = {seqlen_ro}"
+        )
+    if int_offset and not 0 <= offset <= seqlen_ro - seqlen:
+        raise FlashtileValueError(
+            f"an int seqlen_offsets must be in [0, seqlen_ro − {length}] = [0, {seqlen_ro - seqlen}] "
+            f"(cos and sin have {seqlen_ro} rows); got {offset}"
+        )
+
+
 def check_cos_sin(
     cos: object, sin: object, head_dim: int, device: torch.device, names=("cos", "sin")
 ) -> None:
@@ -114,8 +129,10 @@ def apply_rotary_emb(
     Token ``t`` of sequence ``b`` is at position ``p = seqlen_offsets[b] + t`` and the feature pairs
     ``(m, m + rotary_dim/2)`` (GPT-NeoX, the default) or ``(2m, 2m + 1)`` (GPT-J, ``interleaved=True``)
     are rotated by the angle whose cosine and sine are ``cos[p, m]``, ``sin[p, m]``; features from
-    rotary_dim on pass through. A position outside ``[0, seqlen_ro)`` is left unrotated, as in
-    flash_attn's kernel. Computed in float32 (float64 for float64 x) and rounded to x's dtype.
+    rotary_dim on pass through. As in flash_attn, ``seqlen_ro`` must be at least the (longest) sequence's
+    length, and an int offset must keep every position inside the table; a position that a tensor offset
+    puts outside ``[0, seqlen_ro)`` is left unrotated, as in flash_attn's kernel. Computed in float32
+    (float64 for float64 x) and rounded to x's dtype.
 
     Arguments:
         x: (batch_size, seqlen, nheads, headdim), or (total_seqlen, nheads, headdim) with cu_seqlens.
@@ -157,6 +174,7 @@ def apply_rotary_emb(
     else:
         max_q, batch = x.shape[1], x.shape[0]
     offset, offsets = _check_seqlen_offsets(seqlen_offsets, batch, x.device)
+    _check_table_length(cos.shape[0], max_q, offset, offsets is None, varlen)
     cos, sin = cos.contiguous(), sin.contiguous()
     return ApplyRotaryEmb.apply(
         x, cos, sin, interleaved, inplace, offset, offsets, cu_seqlens, max_q, backend
