@@ -1,8 +1,9 @@
 """The custom ops pass torch.library.opcheck; the public API compiles (fullgraph=True) to eager's results.
 
-The ops carry no autograd formula of their own (``flashtile.autograd.FlashAttnFunction`` differentiates
-attention, calling them under torch.compile), so opcheck gets inputs that do not require grad; gradients
-through the compiled graph are checked against eager below.
+``flashtile.autograd.FlashAttnFunction`` differentiates attention, calling the ops under torch.compile;
+``attn_fwd`` also carries its own gradient (``attn_bwd``) for graphs that hold the op alone, such as a
+torch.export'ed model: opcheck runs with and without inputs that require grad. Gradients through the
+compiled graph are checked against eager below.
 """
 
 from __future__ import annotations
@@ -205,6 +206,78 @@ def test_opcheck_with_options(make, seed: int) -> None:
     torch.library.opcheck(
         torch.ops.flashtile.dropout_keep_mask.default, (rng_state, 0.3, 2, 3, 5, 7, "reference")
     )
+
+
+def _sink_args(dtype: torch.dtype) -> tuple:
+    """GQA with V's head dim unlike Q's, causal, a window, softcap, ALiBi and a learnable sink."""
+    q, k = torch.randn(2, 9, 4, 16, dtype=dtype), torch.randn(2, 11, 2, 16, dtype=dtype)
+    v = torch.randn(2, 11, 2, 24, dtype=dtype)
+    options = (4, 1, 2.0, torch.rand(4, dtype=dtype), 0.0, None, None, None, 0, 0)
+    return (q, k, v, 0.25, True, "reference", *options, torch.randn(4, dtype=dtype))
+
+
+@pytest.mark.parametrize(
+    "make", [_options_args, _varlen_args, _sink_args], ids=["dense-dropout", "varlen-dropout", "sink-dv24"]
+)
+def test_opcheck_attn_fwd_autograd(make, seed: int) -> None:
+    # attn_fwd carries its own gradient (for graphs that hold the op outside FlashAttnFunction, such as a
+    # torch.export'ed model): opcheck with inputs that require grad checks it is registered and traces.
+    args = list(make(torch.float32))
+    for i in (0, 1, 2, 16):
+        if i < len(args) and isinstance(args[i], torch.Tensor):
+            args[i] = args[i].requires_grad_()
+    torch.library.opcheck(torch.ops.flashtile.attn_fwd.default, tuple(args))
+
+
+def test_attn_fwd_op_gradcheck(seed: int) -> None:
+    f64 = dict(dtype=torch.float64, requires_grad=True)
+    q, k, v = torch.randn(1, 5, 4, 8, **f64), torch.randn(1, 6, 2, 8, **f64), torch.randn(1, 6, 2, 12, **f64)
+    sink, slopes, rng_state = torch.randn(4, **f64), torch.rand(4, dtype=torch.float64), torch.tensor([3, 4])
+    op = torch.ops.flashtile.attn_fwd
+
+    def dense(q, k, v, sink):
+        options = (3, 1, 2.0, slopes, 0.3, rng_state, None, None, 0, 0, sink)
+        return op(q, k, v, 0.3, True, "reference", *options)[0]
+
+    assert torch.autograd.gradcheck(dense, (q, k, v, sink), fast_mode=True)
+    cu_q, cu_k = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 4, 9], dtype=torch.int32)
+    q, k, v = torch.randn(7, 4, 8, **f64), torch.randn(9, 2, 8, **f64), torch.randn(9, 2, 8, **f64)
+
+    def varlen(q, k, v, sink):
+        return op(q, k, v, 0.3, True, "reference", -1, -1, 0.0, None, 0.0, None, cu_q, cu_k, 4, 5, sink)[0]
+
+    assert torch.autograd.gradcheck(varlen, (q, k, v, sink), fast_mode=True)
+
+
+def test_exported_module_trains_like_eager(seed: int) -> None:
+    # torch.export keeps the op, not FlashAttnFunction: training the exported module needs the op's gradient.
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2, causal=True, window_size=(5, 0), softcap=3.0)
+    x = torch.randn(2, 9, 32)
+    exported = torch.export.export(layer, (x,)).module()
+    results = []
+    for module in (layer, exported):
+        leaf = x.clone().requires_grad_()
+        out = module(leaf)
+        params = list(module.parameters())
+        results.append((out, torch.autograd.grad(out.square().sum(), [leaf, *params])))
+    _assert_same(*results)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(window_size=torch.tensor([3, 0])),
+        dict(causal=torch.tensor(True)),
+        dict(softcap=torch.tensor(2.0).numpy()[()]),
+    ],
+    ids=["tensor-window", "tensor-causal", "numpy-softcap"],
+)
+def test_compile_module_with_tensor_or_numpy_options(options: dict, seed: int) -> None:
+    # The layer keeps its options as Python values: the compiled forward does not meet the tensor or array.
+    layer = FlashAttention(32, num_heads=4, **options)
+    x = torch.randn(2, 9, 32)
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), layer(x), rtol=1e-6, atol=1e-6)
 
 
 def test_compile_with_options(seed: int) -> None:

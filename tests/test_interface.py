@@ -341,6 +341,29 @@ def test_first_order_with_create_graph_is_unaffected(seed: int) -> None:
     torch.testing.assert_close(dq_graph.detach(), dq_plain, rtol=0, atol=0)
 
 
+def test_torch_func_grad_matches_autograd(seed: int) -> None:
+    # torch.func transforms need an autograd.Function with a separate setup_context.
+    q, k, v, _ = _inputs(Shape(1, 7, 9, 4, 2, 16), torch.float32)
+    sink = torch.randn(4)
+
+    def loss(q: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
+        return flash_attn_func(q, k, v, causal=True, softcap=2.0, learnable_sink=sink).square().sum()
+
+    grads = torch.func.grad(loss, argnums=(0, 1))(q, sink)
+    leaves = (q.clone().requires_grad_(), sink.clone().requires_grad_())
+    for got, expected in zip(grads, torch.autograd.grad(loss(*leaves), leaves), strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.func.grad(lambda q: torch.func.grad(loss)(q, sink).sum())(q)
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2, causal=True)
+    x = torch.randn(2, 5, 32)
+    params = dict(layer.named_parameters())
+    param_grads = torch.func.grad(lambda p: torch.func.functional_call(layer, p, (x,)).square().sum())(params)
+    layer(x).square().sum().backward()
+    for name, param in layer.named_parameters():
+        torch.testing.assert_close(param_grads[name], param.grad, rtol=1e-6, atol=1e-6)
+
+
 @pytest.fixture
 def forbid_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Empty problems must be answered without reaching a backend."""
@@ -596,6 +619,24 @@ def test_flash_attention_module_rejects_bad_heads() -> None:
 
 
 @pytest.mark.parametrize(
+    ("sizes", "error", "match"),
+    [
+        ((32, 4.0), TypeError, r"num_heads must be an integer ≥ 1; got 4.0 \(float\)"),
+        ((32.0, 4), TypeError, r"embed_dim must be an integer ≥ 1; got 32.0 \(float\)"),
+        ((32, None), TypeError, r"num_heads must be an integer ≥ 1; got None \(NoneType\)"),
+        ((32, 4, True), TypeError, r"num_kv_heads must be an integer ≥ 1; got True \(bool\)"),
+        ((0, 4), ValueError, "embed_dim must be an integer ≥ 1; got 0"),
+        ((32, 0), ValueError, "num_heads must be an integer ≥ 1; got 0"),
+        ((32, 4, -2), ValueError, "num_kv_heads must be an integer ≥ 1; got -2"),
+    ],
+)
+def test_flash_attention_module_names_a_bad_size(sizes: tuple, error: type, match: str) -> None:
+    # Named here, not as nn.Linear's TypeError or a division by zero in the default scale.
+    with pytest.raises(error, match=match):
+        FlashAttention(*sizes)
+
+
+@pytest.mark.parametrize(
     ("options", "error", "match"),
     [
         (dict(dropout=1.5), ValueError, r"dropout_p must be in \[0, 1\); got 1.5"),
@@ -633,6 +674,8 @@ def test_flash_attention_module_options(seed: int) -> None:
     err = (layer(x).double() - _module_reference(layer, x)).abs().max().item()
     assert err < 1e-5, err
     assert "window_size=(3, 0)" in repr(layer) and "softcap=2.0" in repr(layer)
+    assert "softmax_scale=None" in repr(layer)
+    assert "softmax_scale=0.5" in repr(FlashAttention(32, num_heads=4, softmax_scale=0.5))
 
 
 @triton.jit

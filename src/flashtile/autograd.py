@@ -30,14 +30,56 @@ class _NoDoubleBackward(torch.autograd.Function):
     """Passes the gradients through; differentiating them again raises a clear error."""
 
     @staticmethod
-    def forward(
-        ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *graph_inputs: torch.Tensor
-    ) -> Any:
+    def forward(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *graph_inputs: torch.Tensor) -> Any:
         return dq.view_as(dq), dk.view_as(dk), dv.view_as(dv)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        # Nothing to keep; a separate setup_context is what torch.func.grad requires.
+        pass
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
         raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
+
+
+def _forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alibi_slopes: torch.Tensor | None,
+    rng_state: torch.Tensor | None,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    learnable_sink: torch.Tensor | None,
+    options: tuple[Any, ...],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``FlashAttnFunction``'s forward without the ctx: ``(out, lse)``."""
+    scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, _, mods, plan = options
+    result = None if plan is None else plan.forward(q, k, v, alibi_slopes, rng_state, learnable_sink)
+    if result is None:
+        run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
+        # The custom ops have no mods (under torch.compile the interface runs such a call eagerly).
+        with_mods = {} if mods is None else {"mods": mods}
+        result = run(
+            q, k, v, scale, causal, backend, left, right, softcap, alibi_slopes, dropout_p, rng_state,
+            cu_seqlens_q, cu_seqlens_k, max_q, max_k, learnable_sink, **with_mods,
+        )  # fmt: skip
+    out, lse = result
+    return out, lse
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """What the backward of ``FlashAttnFunction`` needs, kept on ``ctx``."""
+    q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink, options = inputs
+    out, lse = output
+    ctx.save_for_backward(
+        q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
+    )
+    ctx.mark_non_differentiable(lse)
+    # The LSE takes no gradient: without this autograd would allocate and zero one per backward.
+    ctx.set_materialize_grads(False)
+    ctx.options = options
 
 
 class FlashAttnFunction(torch.autograd.Function):
@@ -65,25 +107,10 @@ class FlashAttnFunction(torch.autograd.Function):
         learnable_sink: torch.Tensor | None,
         options: tuple[Any, ...],
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        scale, causal, backend, left, right, softcap, dropout_p, max_q, max_k, _, mods, plan = options
-        result = None if plan is None else plan.forward(q, k, v, alibi_slopes, rng_state, learnable_sink)
-        if result is None:
-            run = _ops.attn_fwd if torch.compiler.is_compiling() else _ops.run_attn_fwd
-            # The custom ops have no mods (under torch.compile the interface runs such a call eagerly).
-            with_mods = {} if mods is None else {"mods": mods}
-            result = run(
-                q, k, v, scale, causal, backend, left, right, softcap, alibi_slopes, dropout_p, rng_state,
-                cu_seqlens_q, cu_seqlens_k, max_q, max_k, learnable_sink, **with_mods,
-            )  # fmt: skip
-        out, lse = result
-        ctx.save_for_backward(
-            q, k, v, out, lse, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink
-        )
-        ctx.mark_non_differentiable(lse)
-        # The LSE takes no gradient: without this autograd would allocate and zero one per backward.
-        ctx.set_materialize_grads(False)
-        ctx.options = options
-        return out, lse
+        inputs = (q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink, options)
+        output = _forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple[Any, ...]:
@@ -118,6 +145,18 @@ class FlashAttnFunction(torch.autograd.Function):
         dsink = grads[3].to(sink.dtype) if needs[7] else None
         grads = (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None)
         return (*grads, None, None, None, None, dsink, None)
+
+
+class _FlashAttnFunctionForTransforms(FlashAttnFunction):
+    """``FlashAttnFunction`` in the form torch.func transforms (``torch.func.grad``) require: forward
+    without ctx and a separate ``setup_context``. Only used under a transform: in this form ``apply`` binds
+    the arguments through ``inspect.signature`` at every call, ~35 µs."""
+
+    @staticmethod
+    def forward(*inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return _forward(*inputs)
+
+    setup_context = staticmethod(_setup_context)
 
 
 def attention(
@@ -166,6 +205,9 @@ def attention(
         softmax_scale, causal, backend, *window_size, softcap, dropout_p, max_seqlen_q, max_seqlen_k,
         deterministic, mods, plan,
     )  # fmt: skip
-    return FlashAttnFunction.apply(
+    function = FlashAttnFunction
+    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+        function = _FlashAttnFunctionForTransforms
+    return function.apply(
         q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink, options
     )

@@ -7,7 +7,7 @@ from torch import nn
 
 from flashtile import validation
 from flashtile.block_mask import BlockMask
-from flashtile.errors import FlashtileValueError
+from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.interface import flash_attn_func
 
 
@@ -61,13 +61,22 @@ class FlashAttention(nn.Module):
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_heads < 1 or embed_dim % num_heads != 0:
-            raise ValueError(
+        # Sizes first: a float or 0 would otherwise fail inside nn.Linear or as a division by zero.
+        sizes = dict(embed_dim=embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads)
+        for name, size in sizes.items():
+            if not validation._is_int(size):
+                received = f"{size!r} ({type(size).__name__})"
+                raise FlashtileTypeError(f"{name} must be an integer ≥ 1; got {received}")
+            if size < 1:
+                raise FlashtileValueError(f"{name} must be an integer ≥ 1; got {size!r}")
+        embed_dim, num_heads, num_kv_heads = int(embed_dim), int(num_heads), int(num_kv_heads)
+        if embed_dim % num_heads != 0:
+            raise FlashtileValueError(
                 "embed_dim must be a multiple of num_heads ≥ 1; "
                 f"got embed_dim={embed_dim}, num_heads={num_heads}"
             )
-        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-            raise ValueError(
+        if num_heads % num_kv_heads != 0:
+            raise FlashtileValueError(
                 f"num_kv_heads must divide num_heads; got num_kv_heads={num_kv_heads}, num_heads={num_heads}"
             )
         self.embed_dim = embed_dim
@@ -76,17 +85,16 @@ class FlashAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         # The options as flash_attn_func will check them, so that a bad one is named here, not at a later
         # forward (dropout only ever reaches it in training mode).
-        validation.check_flag("causal", causal)
+        # Kept as the Python values the checks return: a NumPy or 0-d tensor option would otherwise reach
+        # flash_attn_func at every call, where torch.compile cannot trace it.
+        self.causal = validation.check_flag("causal", causal)
         validation.check_softmax_scale(softmax_scale, self.head_dim)
-        validation.check_dropout_p(dropout)
+        self.softmax_scale = None if softmax_scale is None else float(softmax_scale)
+        self.dropout = validation.check_dropout_p(dropout)
         # (The pair's form is what is checked here; the length only clamps the bounds at each call.)
         validation.normalize_window(window_size, False, seqlen_k=1)
-        validation.check_softcap(softcap)
-        self.causal = causal
-        self.softmax_scale = softmax_scale
-        self.dropout = dropout
-        self.window_size = tuple(window_size)
-        self.softcap = softcap
+        self.window_size = tuple(int(bound) for bound in window_size)
+        self.softcap = validation.check_softcap(softcap)
         qkv_dim = (num_heads + 2 * num_kv_heads) * self.head_dim
         self.Wqkv = nn.Linear(embed_dim, qkv_dim, bias=bias, device=device, dtype=dtype)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
@@ -154,6 +162,6 @@ class FlashAttention(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"causal={self.causal}, dropout={self.dropout}, window_size={self.window_size}, "
-            f"softcap={self.softcap}"
+            f"causal={self.causal}, softmax_scale={self.softmax_scale}, dropout={self.dropout}, "
+            f"window_size={self.window_size}, softcap={self.softcap}"
         )

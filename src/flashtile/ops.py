@@ -273,6 +273,32 @@ def _attn_bwd_fake(
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
+def _attn_fwd_setup_context(ctx, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    q, k, v, scale, causal, backend, left, right, softcap, slopes, dropout_p, rng_state = inputs[:12]
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink = inputs[12:]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink)
+    ctx.options = (scale, causal, backend, left, right, softcap, dropout_p, max_seqlen_q, max_seqlen_k)
+
+
+def _attn_fwd_backward(ctx, dout: torch.Tensor, dlse: torch.Tensor | None) -> tuple:
+    """``attn_fwd``'s own gradient, for graphs that hold the op outside :mod:`flashtile.autograd` (a
+    torch.export'ed model being trained): ``attn_bwd``; the LSE takes no gradient, as eagerly."""
+    q, k, v, out, lse, slopes, rng_state, cu_seqlens_q, cu_seqlens_k, sink = ctx.saved_tensors
+    scale, causal, backend, left, right, softcap, dropout_p, max_seqlen_q, max_seqlen_k = ctx.options
+    dq, dk, dv, dsink = attn_bwd(
+        dout, q, k, v, out, lse, scale, causal, backend, left, right, softcap, slopes, dropout_p, rng_state,
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sink,
+    )  # fmt: skip
+    needs = ctx.needs_input_grad
+    dsink = dsink.to(sink.dtype) if sink is not None and needs[16] else None
+    # One gradient per input: q, k, v, then 13 options that take none (slopes, as in flash_attn), the sink.
+    return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, *[None] * 13, dsink)
+
+
+attn_fwd.register_autograd(_attn_fwd_backward, setup_context=_attn_fwd_setup_context)
+
+
 def run_dropout_keep_mask(
     rng_state: torch.Tensor,
     dropout_p: float,
