@@ -974,3 +974,123 @@ def test_decode_summary_checks_each_target_on_its_cells() -> None:
     assert across.endswith("2 of 2 cells (worst 0.962, B=1 L=4k G=4 Nq=1 page 64)")
     assert paired.endswith("0 of 1 cells (worst 0.923, B=1 L=4k G=4 Nq=1 page 64)")
     assert summary([])[0].endswith("no cells")
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``argv``, assert it failed without a traceback, and return its one-line message."""
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status != 0, argv
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+def test_bad_out_dir_or_csv_is_refused_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured = []
+    monkeypatch.setattr(bench._Runner, "run_configuration", lambda self, group: measured.append(group) or [])
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "bench.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "folder.csv").mkdir()
+    refusals = {
+        ("--out-dir", str(a_file)): "is a file, not a folder",
+        ("--out-dir", str(a_file / "sub")): "is a file, not a folder",
+        ("--out-dir", str(foreign)): "has columns ['a', 'b']",
+        ("--out-dir", str(tmp_path), "--name", "folder"): "is a folder, not a results CSV",
+    }
+    for extra, message in refusals.items():
+        line = _usage_error([*TINY, *extra], capsys)
+        assert line.startswith("flashtile bench: ") and message in line, line
+    assert not measured
+    memory = ["memory", "--device", "cpu", "--min-seqlen", "32", "--max-seqlen", "32", "--impls", "naive"]
+    others = {
+        ("roofline", "--measure", "--device", "cpu", "--out-dir", str(a_file)): "is a file, not a folder",
+        (*memory, "--out-dir", str(foreign), "--name", "bench"): "has columns ['a', 'b']",
+    }
+    for argv, message in others.items():
+        assert message in _usage_error(list(argv), capsys), argv
+
+
+def test_plot_only_on_odd_csvs_says_what_it_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flashtile.bench.plots import plot_results
+
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "header.csv").write_text(",".join(results.COLUMNS) + "\n")
+    (tmp_path / "foreign.csv").write_text("a,b\n1,2\n")
+    for name in ("empty", "header"):
+        assert "no rows in" in _usage_error(
+            ["bench", "--plot-only", "--out-dir", str(tmp_path), "--name", name], capsys
+        )
+        assert plot_results(tmp_path / f"{name}.csv", tmp_path) == []
+    line = _usage_error(["bench", "--plot-only", "--out-dir", str(tmp_path), "--name", "foreign"], capsys)
+    assert "not a results CSV" in line and "date" not in line.split(":")[0]
+    with pytest.raises(ValueError, match="not a results CSV"):
+        plot_results(tmp_path / "foreign.csv", tmp_path)
+    # A run whose every row failed: its table, and no plot, said so.
+    args = [*TINY, "--seqlen", "32", "--mode", "fwd", "--causal", "false", "--peers", "naive", "--no-plot"]
+    assert main([*args, "--out-dir", str(tmp_path)]) == 0
+    header, rows = _rows(tmp_path / "bench.csv")
+    with (tmp_path / "failed.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows({**r, "status": "error", "p50_ms": "", "tflops": "", "detail": "boom"} for r in rows)
+    capsys.readouterr()
+    assert main(["bench", "--plot-only", "--out-dir", str(tmp_path), "--name", "failed"]) == 0
+    assert "no plot: the run of" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.png"))
+    # One implementation alone is drawn.
+    assert main(["bench", "--plot-only", "--out-dir", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.glob("*.png")] == ["bench_fwd_fp32.png"]
+
+
+def test_bad_values_get_one_line_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = ["--out-dir", str(tmp_path)]
+    refusals = {
+        ("bench", "--seqlen", "0"): "sequence length must be positive",
+        ("bench", "--seqlen", "4q"): "not a length such as 512, 4k or 16k",
+        ("bench", "--time-budget", "0"): "--time-budget must be positive",
+        ("bench", "--warmup-ms", "-1"): "--warmup-ms must be at least 0",
+        ("check", "--device", "nonsense"): "--device nonsense: choose auto, cpu, cuda",
+        ("roofline", "--seqlen", "0"): "argument --seqlen: must be at least 1, got 0",
+        ("roofline", "--block-m", "x"): "argument --block-m: 'x' is not an integer",
+        ("memory", "--min-seqlen", "0"): "argument --min-seqlen: must be at least 1, got 0",
+        ("memory", "--heads", "-2"): "argument --heads: must be at least 1, got -2",
+        ("memory", "--device", "meta"): "--device meta: choose auto, cpu, cuda",
+    }
+    for argv, message in refusals.items():
+        extra = out if argv[0] != "check" else []
+        assert message in _usage_error([*argv, *extra], capsys), argv
+    if not torch.cuda.is_available():
+        for command in (["check"], ["roofline", "--measure"], ["memory"]):
+            line = _usage_error(
+                [*command, "--device", "cuda", *(out if command != ["check"] else [])], capsys
+            )
+            assert "--device cuda: torch sees no CUDA device" in line, command
+
+
+def test_decode_plot_only_measures_nothing_and_needs_no_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flashtile.bench import decode
+
+    monkeypatch.setattr(decode, "measure", lambda *a, **k: pytest.fail("--plot-only measured"))
+    assert "no results in" in _usage_error(
+        ["bench", "--decode", "--plot-only", "--out-dir", str(tmp_path)], capsys
+    )
+    env = results.environment(torch.device("cpu"))
+    shape = dict(batch="1", heads=str(decode.HEADS), heads_kv=str(decode.HEADS // 4), seqlen_q="1")
+    rows = [
+        {**dataclasses.asdict(env), **shape, "impl": impl, "cache_len": str(cache), "page_size": "",
+         "head_dim": "128", "dtype": "bf16", "p50_us": "10", "tb_per_s": "1.5", "copy_tb_per_s": "3",
+         "of_copy": "0.5", "status": "ok", "detail": ""}
+        for impl in ("flashtile", "sdpa_cudnn") for cache in (1024, 4096)
+    ]  # fmt: skip
+    results.append_rows(tmp_path / "bench_decode.csv", rows, decode.COLUMNS)
+    assert main(["bench", "--decode", "--plot-only", "--out-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "≥ 1.0× SDPA cuDNN" in printed and "plot:" in printed
+    assert (tmp_path / "bench_decode.png").exists()

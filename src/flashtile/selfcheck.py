@@ -275,8 +275,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         epilog="On a CPU, set TRITON_INTERPRET=1 to include the Triton kernels (run by its interpreter).",
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.set_defaults(func=lambda args: 0 if run(args.device) else 1)
+    parser.set_defaults(func=_command)
     return parser
+
+
+def _command(args: argparse.Namespace) -> int:
+    from flashtile.bench.results import device_of
+
+    # A device torch cannot parse, or CUDA on a machine without it, is a one-line error, not a traceback.
+    try:
+        device = None if args.device is None else device_of(args.device)
+    except ValueError as exc:
+        print(f"flashtile check: {exc}", file=sys.stderr)
+        return 2
+    return 0 if run(device) else 1
 
 
 if __name__ == "__main__":

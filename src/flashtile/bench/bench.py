@@ -161,10 +161,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "only",
     )
     axes = parser.add_argument_group("axes (each overrides the preset)")
-    axes.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    axes.add_argument(
+        "--device", choices=("auto", "cuda", "cpu"), default="auto", help="default auto: CUDA when present"
+    )
     axes.add_argument("--dtype", nargs="+", choices=tuple(DTYPES))
     axes.add_argument("--head-dim", nargs="+", type=int, metavar="D")
-    axes.add_argument("--seqlen", nargs="+", type=grid.parse_seqlen, metavar="N", help="e.g. 512 4k 16k")
+    axes.add_argument("--seqlen", nargs="+", type=_seqlen_argument, metavar="N", help="e.g. 512 4k 16k")
     axes.add_argument("--causal", choices=("true", "false", "both"))
     axes.add_argument("--batch", type=int, help="fixed batch (default: tokens / N)")
     axes.add_argument("--heads", type=int, help="fixed query heads (default: hidden / D)")
@@ -179,29 +181,44 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     run.add_argument(
         "--flex-compile", choices=("static", "dynamic"), help="FlexAttention compile per shape or once"
     )
-    run.add_argument("--warmup-ms", type=float, help="warm-up time per measurement")
-    run.add_argument("--rep-ms", type=float, help="timed time per measurement")
-    run.add_argument("--min-reps", type=int, help="fewest timed calls per measurement")
+    run.add_argument("--warmup-ms", type=float, help="warm-up time per measurement (default: the preset's)")
+    run.add_argument("--rep-ms", type=float, help="timed time per measurement (default: the preset's)")
+    run.add_argument(
+        "--min-reps", type=int, help="fewest timed calls per measurement (default: the preset's)"
+    )
     run.add_argument(
         "--rounds", type=int, help="rounds of a cell's implementations in turn, the median one reported (3)"
     )
     run.add_argument(
-        "--time-budget", type=float, metavar="S", help="stop measuring after S seconds (rest: skipped)"
+        "--time-budget",
+        type=float,
+        metavar="S",
+        help="stop measuring after S seconds (rest: skipped; default none, but --paper, --options and "
+        "--head-dims have their own)",
     )
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     results.add_output_arguments(
         run,
         "bench",
         name_note="; bench_options, bench_head_dims, bench_decode, bench_masks with --options, --head-dims, "
         "--decode, --masks",
     )
-    run.add_argument("--no-plot", action="store_true")
+    run.add_argument("--no-plot", action="store_true", help="write the CSV and tables, draw no plots")
     run.add_argument(
         "--plot-only", action="store_true", help="measure nothing: tabulate and plot the CSV's latest run"
     )
     # The default --name depends on --options: main resolves it.
     parser.set_defaults(func=main, name=None)
     return parser
+
+
+def _seqlen_argument(text: str) -> int:
+    """``grid.parse_seqlen`` for argparse, whose message then says why (not "invalid parse_seqlen value")."""
+    try:
+        return grid.parse_seqlen(text)
+    except ValueError as exc:
+        reason = exc if "positive" in str(exc) else f"{text!r} is not a length such as 512, 4k or 16k"
+        raise argparse.ArgumentTypeError(str(reason)) from None
 
 
 def _device(choice: str) -> torch.device:
@@ -243,6 +260,13 @@ def build_preset(args: argparse.Namespace, device: torch.device) -> Preset:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
     if args.head_dim is not None and min(args.head_dim) < 1:
         raise ValueError(f"--head-dim must be positive, got {args.head_dim}")
+    for flag in ("warmup_ms", "rep_ms"):
+        value = getattr(args, flag)
+        if value is not None and not value >= 0:
+            raise ValueError(f"--{flag.replace('_', '-')} must be at least 0, got {value}")
+    # A budget of 0 would read as "no budget" (the preset's None), a negative one would skip every cell.
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise ValueError(f"--time-budget must be positive, got {args.time_budget}")
     timing = dataclasses.replace(
         base.timing,
         **{
@@ -1068,8 +1092,11 @@ def _plot(csv_path: Path, console: Console, date: str | None) -> int:
     if not csv_path.exists():
         print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
         return 2
-    for path in plot_results(csv_path, csv_path.parent, date=date):
+    written = plot_results(csv_path, csv_path.parent, date=date)
+    for path in written:
         console.print(f"plot: {path}", highlight=False)
+    if not written:
+        console.print(f"no plot: the run of {date} in {csv_path} has no timed (ok) row", highlight=False)
     return 0
 
 
@@ -1078,8 +1105,15 @@ def _report(csv_path: Path, console: Console) -> int:
     if not csv_path.exists():
         print(f"flashtile bench: no results file at {csv_path}", file=sys.stderr)
         return 2
-    rows = results.read_rows(csv_path)
-    date = max((r["date"] for r in rows), default=None)
+    try:
+        rows = results.read_rows(csv_path, results.COLUMNS)
+    except ValueError as exc:
+        print(f"flashtile bench: {exc}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"flashtile bench: no rows in {csv_path}", file=sys.stderr)
+        return 2
+    date = max(r["date"] for r in rows)
     run = [r for r in rows if r["date"] == date]
     if run:
         found = [Result.from_row(r) for r in run]
@@ -1125,6 +1159,15 @@ def main(args: argparse.Namespace) -> int:
         preset = build_preset(args, device)
         configs = preset.configs()
         peers, notes = select_peers(args.peers, preset)
+        columns = (
+            results.OPTION_COLUMNS
+            if preset.options
+            else results.HEAD_DIM_COLUMNS
+            if preset.head_dim_pairs
+            else results.COLUMNS
+        )
+        # A CSV that cannot be written is found now, not after the first cell's measurement.
+        results.check_output(csv_path, columns)
     except ValueError as exc:
         print(f"flashtile bench: {exc}", file=sys.stderr)
         return 2
@@ -1157,13 +1200,6 @@ def main(args: argparse.Namespace) -> int:
                 console.print(f"[red]flashtile bench: CUDA context lost, stopping: {exc}[/red]")
                 status = 1
                 break
-            columns = (
-                results.OPTION_COLUMNS
-                if preset.options
-                else results.HEAD_DIM_COLUMNS
-                if preset.head_dim_pairs
-                else results.COLUMNS
-            )
             results.append_rows(csv_path, [r.row(env) for r in rows], columns)
             found.extend(rows)
     render_tables(found, env, [p.name for p in peers], console)

@@ -412,11 +412,32 @@ def main(args: argparse.Namespace) -> int:
     if args.paper or args.options:
         print("flashtile bench: --decode takes --quick, not --paper or --options", file=sys.stderr)
         return 2
+    name = args.name or "bench_decode"
+    csv_path = args.out_dir / f"{name}.csv"
+    if args.plot_only:
+        # Measure nothing, as --plot-only says: the CSV's latest run, summarised and drawn (no GPU needed).
+        try:
+            rows = results.read_rows(csv_path, COLUMNS) if csv_path.exists() else []
+        except ValueError as exc:
+            print(f"flashtile bench: {exc}", file=sys.stderr)
+            return 2
+        if not rows:
+            print(f"flashtile bench: no results in {csv_path}", file=sys.stderr)
+            return 2
+        date = max(r["date"] for r in rows)
+        for target in summary([r for r in rows if r["date"] == date]):
+            print(target, flush=True)
+        path = plot(csv_path, date)
+        print(f"plot: {path}" if path else f"no plot: the run of {date} has no timed GQA-4 cell")
+        return 0
     if not torch.cuda.is_available() or args.device == "cpu":
         print("flashtile bench --decode: needs a CUDA device (times come from CUDA graphs)", file=sys.stderr)
         return 2
-    name = args.name or "bench_decode"
-    csv_path = args.out_dir / f"{name}.csv"
+    try:
+        results.check_output(csv_path, COLUMNS)
+    except ValueError as exc:
+        print(f"flashtile bench: {exc}", file=sys.stderr)
+        return 2
     env = results.environment(torch.device("cuda"))
     copy_bw = copy_bandwidth()
     impls = implementations()

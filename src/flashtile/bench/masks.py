@@ -634,7 +634,11 @@ def main(args: argparse.Namespace) -> int:
         return 2
     csv_path = args.out_dir / f"{args.name or 'bench_masks'}.csv"
     if args.plot_only:
-        rows = results.read_rows(csv_path) if csv_path.exists() else []
+        try:
+            rows = results.read_rows(csv_path, COLUMNS) if csv_path.exists() else []
+        except ValueError as exc:
+            print(f"flashtile bench: {exc}", file=sys.stderr)
+            return 2
         if not rows:
             print(f"flashtile bench: no results in {csv_path}", file=sys.stderr)
             return 2
@@ -656,6 +660,11 @@ def main(args: argparse.Namespace) -> int:
             "from CUDA events)",
             file=sys.stderr,
         )
+        return 2
+    try:
+        results.check_output(csv_path, COLUMNS)
+    except ValueError as exc:
+        print(f"flashtile bench: {exc}", file=sys.stderr)
         return 2
     base = QUICK_TIMING if args.quick else TIMING
     timing = TimingBudget(

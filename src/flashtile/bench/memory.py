@@ -46,9 +46,11 @@ from flashtile.bench.roofline import (
     AttentionFn,
     Contender,
     add_common_arguments,
+    check_output_or_exit,
     contenders,
     failure_status,
     make_config,
+    positive_int,
     resolve_device,
 )
 
@@ -300,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--min-seqlen {low} and --max-seqlen {high}: need 1 ≤ min ≤ max")
     seqlens = list(itertools.takewhile(lambda n: n <= high, (low << i for i in itertools.count())))
     impls = contenders(device, args.impls.split(",") if args.impls else None, flex_compile="dynamic")
+    check_output_or_exit(output_csv(args), COLUMNS)
     points = sweep(
         impls,
         seqlens,
@@ -366,10 +369,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default on)"
     )
     parser.add_argument(
-        "--min-seqlen", type=int, default=None, help="first N (default 1024 on CUDA, 256 on CPU)"
+        "--min-seqlen", type=positive_int, default=None, help="first N (default 1024 on CUDA, 256 on CPU)"
     )
     parser.add_argument(
-        "--max-seqlen", type=int, default=None, help="last N (default 131072 on CUDA, 1024 on CPU)"
+        "--max-seqlen", type=positive_int, default=None, help="last N (default 131072 on CUDA, 1024 on CPU)"
     )
     parser.set_defaults(func=run)
     return parser

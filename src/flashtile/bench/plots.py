@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from flashtile.bench.grid import MODES, seqlen_label
-from flashtile.bench.results import Result, read_rows
+from flashtile.bench.results import COLUMNS, Result, read_rows
 
 MODE_TITLES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward + backward"}
 
@@ -27,8 +27,9 @@ def _latest_date(rows: list[dict[str, str]]) -> str | None:
 
 
 def plot_results(csv_path: Path, out_dir: Path, date: str | None = None) -> list[Path]:
-    """Draw the run started at ``date`` (default: the latest run in the CSV); returns the files written."""
-    rows = read_rows(csv_path)
+    """Draw the run started at ``date`` (default: the latest run in the CSV); returns the files written, none
+    where the run has no timed row. ValueError for a CSV that is not ``flashtile bench``'s."""
+    rows = read_rows(csv_path, COLUMNS)
     date = date or _latest_date(rows)
     run = [r for r in rows if r["date"] == date]
     ok = [r for r in run if r["status"] == "ok" and r["tflops"]]

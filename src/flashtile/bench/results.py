@@ -264,6 +264,25 @@ def environment(device: torch.device) -> Environment:
     )
 
 
+def device_of(name: str, flag: str = "--device") -> torch.device:
+    """The device a ``--device`` flag names ("auto": CUDA when present); ValueError for a name torch does not
+    parse, a kind other than cpu or cuda, or a CUDA device this machine does not have."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{flag} {name}: choose auto, cpu, cuda or cuda:N")
+    count = torch.cuda.device_count() if device.type == "cuda" and torch.cuda.is_available() else 0
+    if device.type == "cuda" and count == 0:
+        raise ValueError(f"{flag} {name}: torch sees no CUDA device")
+    if device.type == "cuda" and device.index is not None and device.index >= count:
+        raise ValueError(f"{flag} {name}: torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
 def environment_of(row: dict[str, str]) -> Environment:
     """The environment a CSV row was measured in."""
     return Environment(**{name: row[name] for name in Environment.__dataclass_fields__})
@@ -293,19 +312,41 @@ def output_csv(args: argparse.Namespace) -> Path:
     return args.out_dir / f"{args.name}.csv"
 
 
+def _check_header(path: Path, columns: Sequence[str]) -> None:
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    if header != list(columns):
+        raise ValueError(
+            f"{path} has columns {header}, not the {len(columns)} this version writes "
+            f"({', '.join(columns)}): pass another --out-dir or --name"
+        )
+
+
+def check_output(path: Path, columns: Sequence[str] = COLUMNS) -> None:
+    """Raise ValueError where ``append_rows`` could not write ``path``: a folder on the way that is a file or
+    cannot be written, a folder at the CSV's own path, or a CSV with other columns. Commands call it before
+    measuring, so that a bad ``--out-dir`` costs no run."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a results CSV: pass another --name")
+    # The nearest folder that exists: append_rows creates the rest.
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {path}: {folder} is a file, not a folder (--out-dir)")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"cannot write {path}: {path if path.exists() else folder} is not writable")
+    if path.exists() and path.stat().st_size:
+        _check_header(path, columns)
+
+
 def append_rows(path: Path, rows: Iterable[Mapping[str, object]], columns: Sequence[str] = COLUMNS) -> None:
     """Append rows to the CSV at ``path``, writing the header first when the file is new or empty; a file
     with other columns is refused."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fresh = not path.exists() or path.stat().st_size == 0
     if not fresh:
-        with path.open(newline="") as f:
-            header = next(csv.reader(f), [])
-        if header != list(columns):
-            raise ValueError(
-                f"{path} has columns {header}, not the {len(columns)} this version writes "
-                f"({', '.join(columns)}): pass another --out-dir or --name"
-            )
+        _check_header(path, columns)
     with path.open("a", newline="") as f:
         # A plain run's rows also carry the option fields, which its CSV leaves out.
         writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
@@ -314,7 +355,16 @@ def append_rows(path: Path, rows: Iterable[Mapping[str, object]], columns: Seque
         writer.writerows(rows)
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """Every row of a results CSV as a dict keyed by column name."""
+def read_rows(path: Path, columns: Sequence[str] = ()) -> list[dict[str, str]]:
+    """Every row of a results CSV as a dict keyed by column name; ValueError where the file has rows but
+    lacks one of ``columns`` (another command's CSV, or not a results CSV at all)."""
     with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        # Read inside the block: an empty file's DictReader reads its header again on this access.
+        header = reader.fieldnames or ()
+    missing = [name for name in columns if name not in header]
+    if rows and missing:
+        named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(f"{path} is not a results CSV of this command: it lacks the columns {named}")
+    return rows

@@ -33,7 +33,7 @@ from flashtile.bench.ceilings import PROVENANCE_COLUMNS, Ceilings, measure_ceili
 from flashtile.bench.grid import DTYPES, Config
 from flashtile.bench.io_model import Algorithm, AttentionShape, Traffic, account
 from flashtile.bench.peers import AttentionFn, available_peers
-from flashtile.bench.results import add_output_arguments, append_rows, output_csv
+from flashtile.bench.results import add_output_arguments, append_rows, check_output, device_of, output_csv
 from flashtile.bench.timing import TimingBudget, rotation_copies, time_calls
 
 COLUMNS = (
@@ -126,9 +126,30 @@ def contenders(
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    """The ``--device`` flag's device; a bad one exits with a one-line message."""
+    try:
+        return device_of(name)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def check_output_or_exit(path: Path, columns: Sequence[str]) -> None:
+    """``results.check_output``, exiting with its message: before anything is measured."""
+    try:
+        check_output(path, columns)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a size flag: an integer, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def failure_status(error: BaseException) -> tuple[str, str]:
@@ -364,6 +385,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     device = resolve_device(args.device)
     impls = contenders(device, args.impls.split(",") if args.impls else None)
+    check_output_or_exit(output_csv(args), COLUMNS)
     ceilings = measure_ceilings(device, DTYPES[args.dtype])
     budget = TimingBudget(25, 100, 10, 200) if device.type == "cuda" else TimingBudget(5, 50, 3, 10)
     rows = measure_points(shape, args.dtype, device, ceilings, impls, budget)
@@ -380,9 +402,9 @@ def run(args: argparse.Namespace) -> int:
 def add_common_arguments(parser: argparse.ArgumentParser, name: str, *, heads: int, head_dim: int) -> None:
     """The shape, device, implementation and output (``name``: the file stem) flags of ``roofline`` and
     ``memory``."""
-    parser.add_argument("--batch", type=int, default=1, help="B (default 1)")
-    parser.add_argument("--heads", type=int, default=heads, help=f"H (default {heads})")
-    parser.add_argument("--head-dim", type=int, default=head_dim, help=f"D (default {head_dim})")
+    parser.add_argument("--batch", type=positive_int, default=1, help="B (default 1)")
+    parser.add_argument("--heads", type=positive_int, default=heads, help=f"H (default {heads})")
+    parser.add_argument("--head-dim", type=positive_int, default=head_dim, help=f"D (default {head_dim})")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cuda, cuda:1, cpu")
     parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
     add_output_arguments(parser, name)
@@ -397,10 +419,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common_arguments(parser, "roofline", heads=1, head_dim=64)
-    parser.add_argument("--seqlen", type=int, default=2048, help="N_q = N_k (default 2048)")
+    parser.add_argument("--seqlen", type=positive_int, default=2048, help="N_q = N_k (default 2048)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="element type (default fp32)")
-    parser.add_argument("--block-m", type=int, default=64, help="B_r, query rows per program (default 64)")
-    parser.add_argument("--block-n", type=int, default=64, help="B_c, keys per step (default 64)")
+    parser.add_argument(
+        "--block-m", type=positive_int, default=64, help="B_r, query rows per program (default 64)"
+    )
+    parser.add_argument("--block-n", type=positive_int, default=64, help="B_c, keys per step (default 64)")
     parser.add_argument("--causal", action="store_true", help="bottom-right causal mask")
     parser.add_argument(
         "--measure", action="store_true", help="measure ceilings, time each implementation, plot"
