@@ -417,15 +417,11 @@ def main(args: argparse.Namespace) -> int:
     if args.plot_only:
         # Measure nothing, as --plot-only says: the CSV's latest run, summarised and drawn (no GPU needed).
         try:
-            rows = results.read_rows(csv_path, COLUMNS) if csv_path.exists() else []
+            rows, date = results.latest_run(csv_path, COLUMNS)
         except ValueError as exc:
             print(f"flashtile bench: {exc}", file=sys.stderr)
             return 2
-        if not rows:
-            print(f"flashtile bench: no results in {csv_path}", file=sys.stderr)
-            return 2
-        date = max(r["date"] for r in rows)
-        for target in summary([r for r in rows if r["date"] == date]):
+        for target in summary(rows):
             print(target, flush=True)
         path = plot(csv_path, date)
         print(f"plot: {path}" if path else f"no plot: the run of {date} has no timed GQA-4 cell")

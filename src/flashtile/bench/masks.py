@@ -635,15 +635,11 @@ def main(args: argparse.Namespace) -> int:
     csv_path = args.out_dir / f"{args.name or 'bench_masks'}.csv"
     if args.plot_only:
         try:
-            rows = results.read_rows(csv_path, COLUMNS) if csv_path.exists() else []
+            rows, date = results.latest_run(csv_path, COLUMNS)
         except ValueError as exc:
             print(f"flashtile bench: {exc}", file=sys.stderr)
             return 2
-        if not rows:
-            print(f"flashtile bench: no results in {csv_path}", file=sys.stderr)
-            return 2
-        date = max(r["date"] for r in rows)
-        render([r for r in rows if r["date"] == date], console)
+        render(rows, console)
         path = plot(csv_path, date)
         if path:
             console.print(f"plot: {path}", highlight=False)

@@ -368,3 +368,13 @@ def read_rows(path: Path, columns: Sequence[str] = ()) -> list[dict[str, str]]:
         named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise ValueError(f"{path} is not a results CSV of this command: it lacks the columns {named}")
     return rows
+
+
+def latest_run(path: Path, columns: Sequence[str]) -> tuple[list[dict[str, str]], str]:
+    """The rows of the CSV's latest run (its newest ``date``) and that date, for ``--plot-only``;
+    ValueError where the file is missing, holds no rows or is another command's CSV."""
+    rows = read_rows(path, columns) if path.exists() else []
+    if not rows:
+        raise ValueError(f"no results in {path}")
+    date = max(row["date"] for row in rows)
+    return [row for row in rows if row["date"] == date], date
