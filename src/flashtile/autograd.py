@@ -95,19 +95,8 @@ class FlashAttnFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        alibi_slopes: torch.Tensor | None,
-        rng_state: torch.Tensor | None,
-        cu_seqlens_q: torch.Tensor | None,
-        cu_seqlens_k: torch.Tensor | None,
-        learnable_sink: torch.Tensor | None,
-        options: tuple[Any, ...],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = (q, k, v, alibi_slopes, rng_state, cu_seqlens_q, cu_seqlens_k, learnable_sink, options)
+    def forward(ctx: Any, *inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        # The arguments are _forward's (the class docstring names them).
         output = _forward(*inputs)
         _setup_context(ctx, inputs, output)
         return output
