@@ -16,14 +16,10 @@ from flashtile import backend as _backend
 from flashtile import kvcache_validation as checks
 from flashtile import ops_kvcache as _ops
 from flashtile import validation
-from flashtile._environ import Knob
 from flashtile.errors import FlashtileTypeError, FlashtileValueError
 from flashtile.rotary import check_cos_sin
 
 KVCacheResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
-
-# kernels/decode.py's KERNEL_ENV, read here without importing the kernels.
-_DECODE_KERNEL = Knob("FLASHTILE_DECODE_KERNEL")
 
 
 def _unit_last_stride(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -158,32 +154,6 @@ def _check_rotary(
             f"({capacity}); got shape {tuple(rotary_cos.shape)}"
         )
     return rotary_cos.contiguous(), rotary_sin.contiguous()
-
-
-def _check_decode_kernel_choice(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor | None,
-    cache_leftpad: torch.Tensor | None,
-    capacity: int,
-    backend: str,
-) -> None:
-    """FLASHTILE_DECODE_KERNEL's errors, which the decode kernel raises at launch (after the append), raised
-    before anything is written: an unknown value, or ``tma`` for a call the TMA kernel does not take."""
-    if backend == "reference" or torch.compiler.is_compiling():
-        return
-    if _DECODE_KERNEL.get("").strip() in ("", "portable"):
-        return  # The usual case: the launch cannot fail on the variable.
-    # The calls decode_fwd runs (ops_kvcache.run_kvcache_attn), past its early returns.
-    if q.shape[1] > _ops.DECODE_MAX_SEQLEN_Q or q.numel() == 0 or capacity == 0 or k_cache.numel() == 0:
-        return
-    from flashtile.kernels import decode
-
-    try:
-        decode._runs_tma(q, k_cache, v_cache, block_table, cache_leftpad)
-    except ValueError as error:
-        raise FlashtileValueError(f"{error}; nothing was written") from error
 
 
 def _check_num_splits(num_splits: object) -> int:
@@ -336,8 +306,12 @@ def flash_attn_with_kvcache(
     block_table, cache_batch_idx, cache_leftpad = (
         None if t is None else t.contiguous() for t in (block_table, cache_batch_idx, cache_leftpad)
     )
-    _check_decode_kernel_choice(q, k_cache, v_cache, block_table, cache_leftpad, capacity, backend)
     compiling = torch.compiler.is_compiling()
+    if not compiling:
+        try:
+            _ops.check_kvcache_attn(q, k_cache, v_cache, block_table, cache_leftpad, backend)
+        except ValueError as error:
+            raise FlashtileValueError(f"{error}; nothing was written") from error
     with torch.no_grad():
         if rotary_cos is not None:
             q = _rotate_query(

@@ -136,6 +136,27 @@ def _lse_shape(q: torch.Tensor) -> tuple[int, int, int]:
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
+def _runs_decode_kernel(q: torch.Tensor, backend: str) -> bool:
+    """:func:`run_kvcache_attn`'s route to the split-KV decode kernel: short queries, not the reference."""
+    return _kernel_family(backend) == "triton" and q.shape[1] <= DECODE_MAX_SEQLEN_Q
+
+
+def check_kvcache_attn(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+    backend: str,
+) -> None:
+    """The errors :func:`run_kvcache_attn`'s kernel choice raises at launch (FLASHTILE_DECODE_KERNEL),
+    raised now: flash_attn_with_kvcache calls this before its append writes the cache."""
+    if _runs_decode_kernel(q, backend):
+        from flashtile.kernels.decode import check_kernel_choice
+
+        check_kernel_choice(q, k_cache, v_cache, block_table, cache_leftpad)
+
+
 def run_kvcache_attn(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -166,7 +187,7 @@ def run_kvcache_attn(
         from flashtile.reference.kvcache import attention
 
         out, lse = attention(q, k_cache, v_cache, seqlens_k, softmax_scale=softmax_scale, **options)
-    elif q.shape[1] <= DECODE_MAX_SEQLEN_Q:
+    elif _runs_decode_kernel(q, backend):
         # Imported on first use: the split-KV decode kernel lives in its own module.
         from flashtile.kernels.decode import decode_fwd
 

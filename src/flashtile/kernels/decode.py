@@ -335,12 +335,10 @@ def decode_fwd(
     group = heads // heads_kv
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    if out.numel() == 0:
-        return out, lse
     paged = block_table is not None
     page_size = k_cache.shape[1] if paged else 1
-    capacity = block_table.shape[1] * page_size if paged else k_cache.shape[1]
-    if capacity == 0 or k_cache.numel() == 0:
+    capacity = _capacity(k_cache, block_table)
+    if not _launches(q, k_cache, capacity):
         return out.zero_(), lse.fill_(-math.inf)
 
     q, softmax_scale = positive_scale(q, softmax_scale)
@@ -423,6 +421,32 @@ def decode_fwd(
     if splits > 1:
         attn_combine(o_part, lse_part, out=out, lse=lse, after_prior_grid=early_combine)
     return out, lse
+
+
+def _capacity(k_cache: torch.Tensor, block_table: torch.Tensor | None) -> int:
+    """Cache slots a sequence has: pages_per_sequence · page_size, or the contiguous cache's length."""
+    return k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
+
+
+def _launches(q: torch.Tensor, k_cache: torch.Tensor, capacity: int) -> bool:
+    """Whether :func:`decode_fwd` launches a kernel: a query row and a cache slot (else out 0, lse −inf)."""
+    return q.numel() > 0 and capacity > 0 and k_cache.numel() > 0
+
+
+def check_kernel_choice(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+) -> None:
+    """The ValueError :func:`decode_fwd` would raise over FLASHTILE_DECODE_KERNEL (:func:`_runs_tma`),
+    raised without launching: the KV-cache API checks before its append writes the cache. Unset or
+    ``portable`` (the usual setting) costs one read."""
+    if _KERNEL.get("").strip() in ("", "portable"):
+        return
+    if _launches(q, k_cache, _capacity(k_cache, block_table)):
+        _runs_tma(q, k_cache, v_cache, block_table, cache_leftpad)
 
 
 def _runs_tma(
