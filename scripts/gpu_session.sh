@@ -207,6 +207,22 @@ case "$part" in
     cp "$work"/train/loss.png "$work"/bench/bench_options.csv "$OUT"/ 2>/dev/null
     finish
     ;;
+  s52a)
+    # The GPU files that reach the D = 256 causal forward with options, not run since its own 64-key tiles
+    # (a3157ed); the paper forward at D = 256; fwd_bwd D = 256 causal 512 twice; racecheck over the Gluon
+    # cases.
+    begin
+    gpu_tests_step 320 tests/test_sinks.py tests/test_kernel_options.py tests/test_gpu_api.py
+    paper_mode_step fwd256 110 fwd --head-dim 256 --peers flashtile sdpa-cudnn sdpa-flash --no-plot
+    for round in 1 2; do
+      step "fb256c512_$round" 30 python3 -m flashtile bench --mode fwd_bwd --head-dim 256 --seqlen 512 \
+        --causal true --peers flashtile sdpa-cudnn sdpa-flash --no-plot --out-dir "$work/bench" --name fb256c512
+    done
+    cp "$work/bench/fb256c512.csv" "$OUT"/ 2>/dev/null
+    step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_kernels.py \
+      --only hopper
+    finish
+    ;;
   *)
     echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c [test files for a and c]" >&2
     exit 2
