@@ -83,6 +83,9 @@ def key(
     types validation accepts without conversion (``True == 1`` and ``-1 == -1.0`` would share a key)."""
     if torch.compiler.is_compiling():
         return None
+    # Under torch.func the tensors are one sample's views of batched ones: no prepared launches for them.
+    if torch._C._are_functorch_transforms_active():
+        return None
     if varlen is not None:
         return None
     sink = _sink_key(learnable_sink)

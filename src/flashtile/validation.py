@@ -406,6 +406,9 @@ def check_max_seqlen(name: str, value: object) -> int:
     return int(plain)
 
 
+VMAP_OVER_CU_SEQLENS = "map over q, k and v, with the same boundaries for every sample"
+
+
 def check_cu_seqlens(
     cu_seqlens_q: object,
     cu_seqlens_k: object,
@@ -437,6 +440,8 @@ def check_cu_seqlens(
             raise FlashtileValueError(f"{name} must be {accepted}; got strides {cu.stride()}")
         if cu.device != torch.device(device):
             raise FlashtileValueError(f"{name} must be {accepted}; got a tensor on {cu.device}")
+        if torch._C._functorch.is_batchedtensor(cu):
+            raise NotImplementedError(f"torch.vmap over {name} is not supported: {VMAP_OVER_CU_SEQLENS}")
     if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
         raise FlashtileValueError(
             f"{name_q} and {name_k} must have the same length (batch_size + 1); got "
