@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashtile import flash_attn_func, flash_attn_varlen_func
+from flashtile import FlashAttention, flash_attn_func, flash_attn_varlen_func
 from flashtile.reference import naive
 
 # (device, FLASHTILE_BACKEND, dtype): the reference and the portable kernels in Triton's interpreter on the
@@ -135,3 +135,23 @@ def test_vmap_refusals(setup: tuple[str, torch.dtype]) -> None:
     cu_seqlens = torch.tensor([[0, 4], [0, 4]], dtype=torch.int32, device=device)
     with pytest.raises(NotImplementedError, match="vmap over cu_seqlens_q is not supported"):
         torch.vmap(lambda q, cu: flash_attn_varlen_func(q, q, q, cu, cu, 4, 4))(q[:, 0], cu_seqlens)
+
+
+def test_per_sample_gradients_of_the_layer(setup: tuple[str, torch.dtype], seed: int) -> None:
+    # The parameters' per-sample gradients of FlashAttention (GQA, causal), against autograd sample by sample.
+    device, dtype = setup
+    layer = FlashAttention(32, num_heads=4, num_kv_heads=2, causal=True).to(device=device, dtype=dtype)
+    x = _randn(3, 1, 5, 32, device=device, dtype=dtype)
+    params = {name: p.detach() for name, p in layer.named_parameters()}
+
+    def loss(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(layer, params, (x,)).float().square().sum()
+
+    grads = torch.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    for s in range(3):
+        layer.zero_grad()
+        loss(dict(layer.named_parameters()), x[s]).backward()
+        for name, param in layer.named_parameters():
+            # The projections' batched matmuls round differently from one sample's.
+            tol = 1e-4 if dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(grads[name][s], param.grad, rtol=tol, atol=tol)
