@@ -324,6 +324,43 @@ def test_compile_dropout_runs_and_matches_its_s_dmask(seed: int) -> None:
         torch.testing.assert_close(a, b)
 
 
+def test_compile_varlen_s_dmask_matches_eager(seed: int) -> None:
+    # The varlen S_dmask is laid out from cu_seqlens by tensor ops: fullgraph=True traces it, no host loop.
+    from flashtile.reference import naive
+
+    cu_q = torch.tensor([0, 5, 5, 16], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 10, 10], dtype=torch.int32)
+    q, k, v = torch.randn(16, 4, 16), torch.randn(10, 2, 16), torch.randn(10, 2, 16)
+    slopes = torch.rand(3, 4)
+    options = dict(causal=True, window_size=(4, -1), softcap=2.0, alibi_slopes=slopes)
+
+    def fn(q, k, v):
+        return flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, 11, 7, dropout_p=0.3, return_attn_probs=True, **options
+        )
+
+    results = []
+    for f in (fn, torch.compile(fn, fullgraph=True, backend="aot_eager")):
+        # aot_eager draws dropout's rng_state from the generator eager uses: the same seed, the same mask.
+        torch.manual_seed(seed)
+        results.append(f(q, k, v))
+    for eager, compiled in zip(*results, strict=True):
+        assert torch.equal(compiled, eager) and torch.equal(compiled.signbit(), eager.signbit())
+    s_dmask = results[0][2]
+    assert s_dmask.shape == (3, 4, 11, 7)
+    bounds_q, bounds_k = cu_q.tolist(), cu_k.tolist()
+    for b in range(3):
+        (q0, q1), (k0, k1) = bounds_q[b : b + 2], bounds_k[b : b + 2]
+        # Sequence b fills [b, :, :N_q, :N_k] (its own bottom-right alignment) and +0 is beyond it.
+        expected = naive.attention_probs(
+            q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], **dict(options, alibi_slopes=slopes[b])
+        )
+        torch.testing.assert_close(s_dmask[b, :, : q1 - q0, : k1 - k0].abs(), expected[0])
+        inside = torch.zeros_like(s_dmask[b], dtype=torch.bool)
+        inside[:, : q1 - q0, : k1 - k0] = True
+        assert not s_dmask[b][~inside].any() and not s_dmask[b][~inside].signbit().any(), b
+
+
 @triton.jit
 def _relative_bias(score, b, h, q_idx, kv_idx):
     return score - 0.125 * tl.abs(q_idx - kv_idx).to(tl.float32)

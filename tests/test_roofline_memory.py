@@ -241,6 +241,54 @@ def test_memory_writes_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "longest N" in out and "CPU" in out
 
 
+USAGE_ERRORS = [
+    pytest.param(
+        ("roofline", "--seqlen", "0"), "--seqlen: must be at least 1, got 0", id="roofline-seqlen-0"
+    ),
+    pytest.param(
+        ("roofline", "--heads", "-3"), "--heads: must be at least 1, got -3", id="roofline-heads-neg"
+    ),
+    pytest.param(("roofline", "--measure", "--device", "nosuch"), "--device nosuch", id="roofline-device"),
+    pytest.param(
+        ("roofline", "--measure", "--device", "cpu", "--impls", "nosuch"), "--impls", id="roofline-impls"
+    ),
+    pytest.param(
+        ("roofline", "--measure", "--device", "cpu", "--out-dir", "{file}"), "--out-dir", id="roofline-out"
+    ),
+    pytest.param(
+        ("memory", "--min-seqlen", "0"), "--min-seqlen: must be at least 1, got 0", id="memory-min-0"
+    ),
+    pytest.param(
+        ("memory", "--device", "cpu", "--min-seqlen", "512", "--max-seqlen", "256"),
+        "--min-seqlen 512 and --max-seqlen 256",
+        id="memory-min-above-max",
+    ),
+    pytest.param(("memory", "--device", "nosuch"), "--device nosuch", id="memory-device"),
+    pytest.param(("memory", "--device", "cpu", "--impls", "nosuch"), "--impls", id="memory-impls"),
+    pytest.param(("memory", "--device", "cpu", "--out-dir", "{file}"), "--out-dir", id="memory-out"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE_ERRORS)
+def test_usage_errors_exit_2_with_one_line(
+    argv: tuple[str, ...], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Usage errors exit 2 as argparse's and flashtile bench's do, whether argparse or the command finds them.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = tuple(a.replace("{file}", str(blocker)) for a in argv)
+    if "--out-dir" not in argv:
+        argv += ("--out-dir", str(tmp_path))
+    assert _flashtile(*argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", "nothing is printed or measured before the flags are checked"
+    lines = captured.err.strip().splitlines()
+    assert lines[-1].startswith(f"flashtile {argv[0]}: ") and message in lines[-1], captured.err
+    # argparse prints its usage above its error line; the commands' own checks print that line alone.
+    assert len(lines) == 1 or "error: argument" in lines[-1], captured.err
+    assert [p.name for p in tmp_path.iterdir()] == ["a-file"], "no results file"
+
+
 def test_append_rows_refuses_other_columns(tmp_path: Path) -> None:
     from flashtile.bench.results import append_rows
 

@@ -1,9 +1,11 @@
 """The ``flashtile`` console script: ``check``, ``bench``, ``roofline`` and ``memory``.
 
 Each sub-command's module exposes ``add_parser(subparsers)``, which registers it with
-``set_defaults(func=...)``; ``func(args)`` returns the exit status. The command line draws tables with rich
-and plots with matplotlib, which the ``cli`` extra installs (``pip install 'flashtile[cli]'``); the library
-itself needs neither, so they are imported only here, after checking that they are there.
+``set_defaults(func=...)``; ``func(args)`` returns the exit status: 0, 1 when flashtile failed (a check or
+a measurement), 2 for a usage error, as argparse (a flag value found bad after parsing prints one line,
+``flashtile COMMAND: message``). The command line draws tables with rich and plots with matplotlib, which
+the ``cli`` extra installs (``pip install 'flashtile[cli]'``); the library itself needs neither, so they are
+imported only here, after checking that they are there.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from flashtile import autograd as _autograd
 from flashtile import backend as _backend
 from flashtile import kvcache_validation, paged, plain_calls, validation
 from flashtile import ops as _ops
-from flashtile.reference.naive import attention_probs
+from flashtile.reference.naive import attention_probs, attention_probs_varlen
 from flashtile.validation_mods import check_mods
 
 AttentionResult = torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -184,22 +184,13 @@ def _s_dmask(
             shape = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
             keep = _keep_mask(rng_state, options.dropout_p, shape, backend)
             return probs(q, k, v, alibi_slopes=options.alibi_slopes, dropout_mask=keep)
-        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = varlen
-        shape = (cu_seqlens_q.shape[0] - 1, q.shape[1], max_seqlen_q, max_seqlen_k)
+        shape = (varlen[0].shape[0] - 1, q.shape[1], varlen[2], varlen[3])
         keep = _keep_mask(rng_state, options.dropout_p, shape, backend)
-        s_dmask = q.new_zeros(shape)
-        # A host loop over the sequences: S_dmask is for testing, and already N_q × N_k per sequence.
-        q_bounds, k_bounds = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-        for b in range(shape[0]):
-            (q0, q1), (k0, k1) = q_bounds[b : b + 2], k_bounds[b : b + 2]
-            slopes = options.alibi_slopes
-            if slopes is not None and slopes.dim() == 2:
-                slopes = slopes[b]
-            s_dmask[b, :, : q1 - q0, : k1 - k0] = probs(
-                q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], alibi_slopes=slopes,
-                dropout_mask=keep[b : b + 1, :, : q1 - q0, : k1 - k0],
-            )[0]  # fmt: skip
-        return s_dmask
+        return attention_probs_varlen(
+            q, k, *varlen, softmax_scale=scale, causal=options.causal, window_size=options.window_size,
+            softcap=options.softcap, alibi_slopes=options.alibi_slopes, dropout_mask=keep,
+            learnable_sink=learnable_sink,
+        )  # fmt: skip
 
 
 def _attention(

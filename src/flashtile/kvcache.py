@@ -212,7 +212,8 @@ def flash_attn_with_kvcache(
         k, v [optional]: (batch_size, seqlen_new, nheads_k, headdim), the new keys and values.
             q, k_cache, v_cache, k and v share one dtype and device: float16 or bfloat16 on CUDA
             (float32 too under Triton's CPU interpreter); float16, bfloat16, float32 or float64 on the CPU
-            reference. headdim 1 to 256, nheads % nheads_k == 0.
+            reference. headdim 1 to 576, the same in all five (v_cache has k_cache's shape, so V's head
+            dim is Q's, unlike flash_attn_func's D_v). nheads % nheads_k == 0.
         rotary_cos, rotary_sin [optional]: (seqlen_ro, rotary_dim / 2), floating, on q's device;
             rotary_dim = 2 · rotary_cos.shape[1] ≤ headdim (any even value), seqlen_ro ≥ the capacity
             (seqlen_cache, or pages_per_sequence · page_size). Only with k and v.
@@ -250,11 +251,11 @@ def flash_attn_with_kvcache(
     free on the CPU). Inside torch.compile or CUDA graph capture that read cannot happen and these value
     checks are skipped: the append kernel still never writes outside the slots it targets.
 
-    Where flashtile differs from flash_attn 2.8: any page size that is a multiple of 16 (flash_attn:
-    256); any even rotary_dim (flash_attn: multiples of 16) and float32 rotary tables; cache_leftpad
-    with block_table is allowed (flash_attn refuses it); seqlen may exceed the cache's length; a query
-    seeing no key has softmax_lse = −inf (flash_attn: +inf); the reference on the CPU also takes float32
-    and float64; errors are ValueError/TypeError that are also RuntimeError.
+    Where flashtile differs from flash_attn 2.8: headdim up to 576 (flash_attn: 256); any page size that
+    is a multiple of 16 (flash_attn: 256); any even rotary_dim (flash_attn: multiples of 16) and float32
+    rotary tables; cache_leftpad with block_table is allowed (flash_attn refuses it); seqlen may exceed the
+    cache's length; a query seeing no key has softmax_lse = −inf (flash_attn: +inf); the reference on the
+    CPU also takes float32 and float64; errors are ValueError/TypeError that are also RuntimeError.
 
     Example::
 

@@ -41,17 +41,16 @@ from rich.table import Table
 from flashtile.bench.ceilings import PROVENANCE_COLUMNS, provenance
 from flashtile.bench.grid import DTYPES
 from flashtile.bench.io_model import AttentionShape, extra_memory
-from flashtile.bench.results import append_rows, output_csv
+from flashtile.bench.results import append_rows, check_output, device_of, output_csv
 from flashtile.bench.roofline import (
     AttentionFn,
     Contender,
     add_common_arguments,
-    check_output_or_exit,
     contenders,
     failure_status,
     make_config,
     positive_int,
-    resolve_device,
+    usage_error,
 )
 
 # (min, max) sequence length when --min-seqlen / --max-seqlen are not given.
@@ -295,14 +294,19 @@ def plot_memory(rows: Sequence[Mapping[str, object]], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    device = resolve_device(args.device)
-    low, high = DEFAULT_SEQLENS["cuda" if device.type == "cuda" else "cpu"]
-    low, high = args.min_seqlen or low, args.max_seqlen or high
-    if low < 1 or high < low:
-        raise SystemExit(f"--min-seqlen {low} and --max-seqlen {high}: need 1 ≤ min ≤ max")
+    """The ``flashtile memory`` command; returns the exit status (2 for a bad flag value)."""
+    try:
+        device = device_of(args.device)
+        low, high = DEFAULT_SEQLENS["cuda" if device.type == "cuda" else "cpu"]
+        low, high = args.min_seqlen or low, args.max_seqlen or high
+        if low < 1 or high < low:
+            raise ValueError(f"--min-seqlen {low} and --max-seqlen {high}: need 1 ≤ min ≤ max")
+        impls = contenders(device, args.impls.split(",") if args.impls else None, flex_compile="dynamic")
+        # A CSV that cannot be written is found now, before the sweep.
+        check_output(output_csv(args), COLUMNS)
+    except ValueError as exc:
+        return usage_error("memory", exc)
     seqlens = list(itertools.takewhile(lambda n: n <= high, (low << i for i in itertools.count())))
-    impls = contenders(device, args.impls.split(",") if args.impls else None, flex_compile="dynamic")
-    check_output_or_exit(output_csv(args), COLUMNS)
     points = sweep(
         impls,
         seqlens,

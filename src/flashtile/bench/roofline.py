@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,27 +119,18 @@ def contenders(
     if only:
         unknown = set(only) - {c.name for c in found}
         if unknown:
-            raise SystemExit(
+            raise ValueError(
                 f"--impls names {sorted(unknown)}; the implementations here are {[c.name for c in found]}"
             )
         found = [c for c in found if c.name in only]
     return found
 
 
-def resolve_device(name: str) -> torch.device:
-    """The ``--device`` flag's device; a bad one exits with a one-line message."""
-    try:
-        return device_of(name)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-
-
-def check_output_or_exit(path: Path, columns: Sequence[str]) -> None:
-    """``results.check_output``, exiting with its message: before anything is measured."""
-    try:
-        check_output(path, columns)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+def usage_error(command: str, error: ValueError) -> int:
+    """Report a flag value found bad after parsing as ``flashtile COMMAND: message`` on stderr; returns 2,
+    argparse's exit status for usage errors (as ``flashtile bench`` and ``flashtile check``)."""
+    print(f"flashtile {command}: {error}", file=sys.stderr)
+    return 2
 
 
 def positive_int(text: str) -> int:
@@ -377,15 +369,21 @@ def results_table(rows: Sequence[Mapping[str, object]]) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    shape = _shape_from_args(args)
+    """The ``flashtile roofline`` command; returns the exit status (2 for a bad flag value)."""
+    try:
+        shape = _shape_from_args(args)
+        if args.measure:
+            device = device_of(args.device)
+            impls = contenders(device, args.impls.split(",") if args.impls else None)
+            # A CSV that cannot be written is found now, before the ceilings are measured.
+            check_output(output_csv(args), COLUMNS)
+    except ValueError as exc:
+        return usage_error("roofline", exc)
     console = Console()
     for table in accounting_tables(shape):
         console.print(table)
     if not args.measure:
         return 0
-    device = resolve_device(args.device)
-    impls = contenders(device, args.impls.split(",") if args.impls else None)
-    check_output_or_exit(output_csv(args), COLUMNS)
     ceilings = measure_ceilings(device, DTYPES[args.dtype])
     budget = TimingBudget(25, 100, 10, 200) if device.type == "cuda" else TimingBudget(5, 50, 3, 10)
     rows = measure_points(shape, args.dtype, device, ceilings, impls, budget)

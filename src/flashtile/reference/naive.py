@@ -277,6 +277,71 @@ def attention_probs(
     return p.to(q.dtype)
 
 
+def _padded(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed ``x`` ``(total, ...)`` as ``(B, max_seqlen, ...)``, zeros beyond each sequence, and the lengths
+    ``(B,)``: tensor ops only, so a compiled graph traces it without copying ``cu_seqlens`` to the host."""
+    starts, lengths = cu_seqlens[:-1].long(), cu_seqlens.diff().long()
+    positions = torch.arange(max_seqlen, device=x.device)
+    # Rows beyond a sequence read one appended zero row, which also lets an empty x be indexed.
+    rows = torch.where(positions < lengths[:, None], starts[:, None] + positions, x.shape[0])
+    return torch.cat([x, x.new_zeros(1, *x.shape[1:])])[rows], lengths
+
+
+def attention_probs_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    softmax_scale: float,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_mask: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`attention_probs` of every sequence of a packed batch at once, ``(B, H, max_seqlen_q,
+    max_seqlen_k)`` with sequence ``b`` in ``[b, :, :N_q, :N_k]`` and +0 beyond (flash_attn's varlen
+    ``S_dmask`` layout); ``dropout_mask`` has that shape.
+
+    The batch is padded to ``(max_seqlen_q, max_seqlen_k)``, padding keys masked like out-of-window ones and
+    windows, causal and ALiBi aligned bottom-right per sequence with the lengths kept as tensors, so
+    torch.compile traces it whole (fullgraph) and nothing waits on the host. Signs and zeros are those of
+    one call per sequence; the values may differ from it by rounding (the matmul and the row sums run on the
+    padded shapes).
+    """
+    q, lengths_q = _padded(q, cu_seqlens_q, max_seqlen_q)
+    k, lengths_k = _padded(k, cu_seqlens_k, max_seqlen_k)
+    k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, k).to(_compute_dtype(q.dtype)) * softmax_scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    rows = torch.arange(max_seqlen_q, device=q.device)[None, :, None]
+    cols = torch.arange(max_seqlen_k, device=q.device)[None, None, :]
+    # j − (i + N_k − N_q) with each sequence's own lengths: bottom-right alignment per sequence.
+    distance = cols - (rows + (lengths_k - lengths_q)[:, None, None])
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(q.device).to(s.dtype)
+        slopes = slopes[None] if slopes.dim() == 1 else slopes
+        s = s + -slopes[:, :, None, None] * distance.abs()[:, None].to(s.dtype)
+    inside = (rows < lengths_q[:, None, None]) & (cols < lengths_k[:, None, None])
+    visible = inside
+    left, right = window_size
+    right = 0 if causal else right
+    if left >= 0:
+        visible = visible & (distance >= -left)
+    if right >= 0:
+        visible = visible & (distance <= right)
+    p, _ = _softmax_with_lse(s.masked_fill(~visible[:, None], float("-inf")), learnable_sink)
+    if dropout_mask is not None:
+        p = torch.where(dropout_mask, p, -p)
+    # +0 beyond each sequence, as the zeros S_dmask starts from (a dropped 0 inside would read −0).
+    return p.to(q.dtype).masked_fill(~inside[:, None], 0.0)
+
+
 def dropout_mask(
     rng_state: torch.Tensor, dropout_p: float, batch: int, nheads: int, seqlen_q: int, seqlen_k: int
 ) -> torch.Tensor:
