@@ -324,14 +324,16 @@ def test_compile_dropout_runs_and_matches_its_s_dmask(seed: int) -> None:
         torch.testing.assert_close(a, b)
 
 
-def test_compile_varlen_s_dmask_matches_eager(seed: int) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_compile_varlen_s_dmask_matches_eager(device: str, seed: int) -> None:
     # The varlen S_dmask is laid out from cu_seqlens by tensor ops: fullgraph=True traces it, no host loop.
     from flashtile.reference import naive
 
-    cu_q = torch.tensor([0, 5, 5, 16], dtype=torch.int32)
-    cu_k = torch.tensor([0, 3, 10, 10], dtype=torch.int32)
-    q, k, v = torch.randn(16, 4, 16), torch.randn(10, 2, 16), torch.randn(10, 2, 16)
-    slopes = torch.rand(3, 4)
+    cu_q = torch.tensor([0, 5, 5, 16], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, 3, 10, 10], dtype=torch.int32, device=device)
+    dtype = torch.float32 if device == "cpu" else torch.float16
+    q, k, v = (torch.randn(n, h, 16, device=device, dtype=dtype) for n, h in ((16, 4), (10, 2), (10, 2)))
+    slopes = torch.rand(3, 4, device=device)
     options = dict(causal=True, window_size=(4, -1), softcap=2.0, alibi_slopes=slopes)
 
     def fn(q, k, v):
