@@ -223,6 +223,17 @@ case "$part" in
       --only hopper
     finish
     ;;
+  s52b)
+    # torch.func (vmap, per-sample gradients, jacrev) and the packed S_dmask under compile on the GPU, the
+    # API file whole; then where the short backward's time goes, kernel by kernel (preprocess, fused
+    # kernel, dQ conversion; cuDNN's beside them).
+    begin
+    gpu_tests_step 300 tests/test_func_transforms.py tests/test_compile.py tests/test_gpu_api.py
+    step bwd_kernels 150 python3 scripts/bwd_causal_gap.py --head-dims 128 64 --seqlens 512 2048 \
+      --csv "$work/bwd_kernels.csv" --label s52b
+    cp "$work/bwd_kernels.csv" "$OUT"/ 2>/dev/null
+    finish
+    ;;
   *)
     echo "usage: FLASHTILE_COMMIT=<commit> bash scripts/gpu_session.sh a|b|c [test files for a and c]" >&2
     exit 2
